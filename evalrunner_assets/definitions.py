@@ -1,0 +1,5 @@
+"""The Dagster code location: assets, checks, sensors, resources and jobs."""
+
+import dagster as dg
+
+defs = dg.Definitions(assets=[])

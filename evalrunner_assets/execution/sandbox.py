@@ -1,0 +1,127 @@
+"""The sandbox backend interface: run untrusted repository code, collect its output files.
+
+A backend is given a read-only export of one commit, a command, a clean environment and
+limits; it returns what the process left in its output directory *after it exited*, read by
+the trusted controller. The interface assumes neither a local filesystem nor a local process:
+the bubblewrap backend runs a child process on this machine, the Kubernetes backend a pod.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+class SandboxUnavailable(RuntimeError):
+    """The backend cannot run sandboxes here (preflight failed); the message says how to fix it."""
+
+
+class SandboxStatus(str, enum.Enum):
+    """How a sandboxed process ended. Only ``OK`` and ``EXIT_NONZERO`` mean it ran to its end."""
+
+    OK = "ok"  # exited 0
+    EXIT_NONZERO = "exit_nonzero"  # exited with a non-zero code
+    TIMEOUT = "timeout"  # wall-clock limit reached; the whole process group was killed
+    CANCELLED = "cancelled"  # the caller cancelled; the whole process group was killed
+    KILLED = "killed"  # killed by a signal or a resource limit (memory, pids, cpu, file size)
+    CRASHED = "crashed"  # the sandbox itself failed (could not start, lost, evicted)
+
+
+class NetworkPolicy(str, enum.Enum):
+    NONE = "none"  # no network at all (default)
+    MODEL_EGRESS = "model-egress"  # per-task opt-in: reach the configured model endpoint only
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied to every process in the sandbox."""
+
+    wall_seconds: float = 900.0
+    cpu_seconds: int = 1800
+    memory_bytes: int = 4 * 1024**3
+    pids: int = 256
+    file_size_bytes: int = 512 * 1024**2  # largest single file any process may write
+    stdout_bytes: int = 4 * 1024**2  # captured stdout beyond this is discarded (flagged)
+    output_bytes: int = 256 * 1024**2  # total bytes collected from the output directory
+    output_files: int = 64  # files collected from the output directory
+
+
+@dataclass(frozen=True)
+class RepoExport:
+    """A read-only export of one commit (no ``.git``). ``path`` is where it sits on this
+    machine; backends that run elsewhere ship it (e.g. as a tarball) themselves."""
+
+    repo: str
+    commit: str
+    path: str
+    tree_digest: str  # sha256 over the exported files (names, modes and bytes)
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """One sandboxed command."""
+
+    argv: tuple[str, ...]
+    export: RepoExport
+    workdir: str = "."  # relative to the export root; validated to stay inside it
+    env: dict[str, str] = field(default_factory=dict)  # explicit, non-secret variables only
+    network: NetworkPolicy = NetworkPolicy.NONE
+    limits: Limits = field(default_factory=Limits)
+    stdin: bytes | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # batch key fields, for pods/logs
+
+
+@dataclass
+class SandboxResult:
+    """What came out of one sandboxed command, as seen by the trusted controller."""
+
+    status: SandboxStatus
+    exit_code: int | None
+    stdout: bytes
+    stdout_truncated: bool
+    stderr_tail: str
+    outputs: dict[str, bytes]  # regular files found in the output directory, within caps
+    rejected_outputs: dict[str, str]  # output name -> why it was not collected
+    duration_s: float
+    backend: str
+    detail: str = ""  # the first cause of a non-OK status, in words
+
+    @property
+    def ran(self) -> bool:
+        return self.status in (SandboxStatus.OK, SandboxStatus.EXIT_NONZERO)
+
+
+@runtime_checkable
+class WarmSession(Protocol):
+    """A live sandbox for one (commit, task) that runs successive requests without a new
+    sandbox (and, for Inspect, without a new interpreter). Never shared across commits or tasks."""
+
+    def call(self, payload: dict, *, timeout: float, cancel: threading.Event | None = None) -> SandboxResult: ...
+
+    def close(self) -> None: ...
+
+
+class SandboxBackend(abc.ABC):
+    """Runs untrusted code. Implementations: bubblewrap (local), Kubernetes (pods)."""
+
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def preflight(self) -> None:
+        """Raise :class:`SandboxUnavailable` (saying how to fix it) if sandboxes cannot run."""
+
+    @abc.abstractmethod
+    def run(self, request: SandboxRequest, cancel: threading.Event | None = None) -> SandboxResult:
+        """Run ``request`` to completion, timeout or cancellation, then collect its outputs."""
+
+    @abc.abstractmethod
+    def runtime_digest(self) -> str:
+        """A digest of what the sandbox runs with (backend, image or Python, inspect-ai and
+        evalrunner versions): part of every batch key, so a runtime change invalidates reuse."""
+
+    def open_session(self, request: SandboxRequest) -> WarmSession:
+        """Start a warm sandbox whose process serves requests (JSON lines on stdin/stdout)."""
+        raise NotImplementedError(f"backend {self.name!r} has no warm sessions")

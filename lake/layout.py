@@ -1,0 +1,171 @@
+"""Every path in the lake is built here and nowhere else.
+
+Paths are relative to the lake root (a local directory or ``gs://bucket/prefix``) and use
+``/`` separators whatever the platform. Identifiers are validated before they become path
+segments, so no caller can build a path outside the lake.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import quote
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9_.-]+$")
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_DELIVERY = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+TABLES = ("samples", "events")
+
+
+class LakePathError(ValueError):
+    """An identifier cannot be used in a lake path (it names the input and the problem)."""
+
+
+def _check_segments(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise LakePathError(f"{kind} must be a non-empty string, got {value!r}")
+    if value.startswith("/"):
+        raise LakePathError(f"{kind} {value!r} is an absolute path; expected a relative id")
+    for seg in value.split("/"):
+        if seg in ("", ".", ".."):
+            raise LakePathError(f"{kind} {value!r} has an empty, '.' or '..' path segment")
+        if not _SEGMENT.match(seg):
+            raise LakePathError(
+                f"{kind} {value!r} has a segment {seg!r} with characters outside [A-Za-z0-9_.-]"
+            )
+    return value
+
+
+def check_repo(repo: str) -> str:
+    """A repository id: ``owner/name`` (exactly two path-safe segments)."""
+    _check_segments("repo", repo)
+    if repo.count("/") != 1:
+        raise LakePathError(f"repo {repo!r} must look like 'owner/name'")
+    return repo
+
+
+def check_commit(commit: str) -> str:
+    """A full 40-hex lowercase commit SHA."""
+    if not isinstance(commit, str) or not _HEX40.match(commit):
+        raise LakePathError(f"commit {commit!r} is not a full 40-hex lowercase SHA")
+    return commit
+
+
+def check_task(task: str) -> str:
+    """A task id: one or more path-safe segments such as ``triage/runbook_lookup``."""
+    return _check_segments("task id", task)
+
+
+def partition_value(value: str) -> str:
+    """A Hive partition value: ``/`` and other unsafe characters percent-encoded."""
+    return quote(value, safe="")
+
+
+@dataclass(frozen=True, order=True)
+class Window:
+    """A contiguous slice ``[start, stop)`` of a task's seeded sample order."""
+
+    start: int
+    stop: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.start, int) and isinstance(self.stop, int)):
+            raise LakePathError(f"window bounds must be integers, got {self.start!r}, {self.stop!r}")
+        if self.start < 0 or self.stop <= self.start:
+            raise LakePathError(f"window [{self.start}, {self.stop}) is empty or negative")
+
+    @property
+    def name(self) -> str:
+        return f"w{self.start:06d}-{self.stop:06d}"
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    @classmethod
+    def parse(cls, name: str) -> "Window":
+        m = re.fullmatch(r"w(\d{6,})-(\d{6,})", name)
+        if not m:
+            raise LakePathError(f"window name {name!r} is not of the form w000000-000008")
+        return cls(int(m.group(1)), int(m.group(2)))
+
+
+@dataclass(frozen=True)
+class LakeLayout:
+    """Relative paths of every lake object (DESIGN §3)."""
+
+    def manifest(self, repo: str, commit: str) -> str:
+        return f"raw/{check_repo(repo)}/{check_commit(commit)}/manifest.json"
+
+    def raw_log(self, repo: str, commit: str, task: str, window: Window, batch: str) -> str:
+        """The Inspect log of one batch; ``batch`` is the batch-key digest."""
+        _check_segments("batch digest", batch)
+        return (
+            f"raw/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
+            f"{window.name}/{batch}.eval"
+        )
+
+    def raw_prefix(self, repo: str | None = None, commit: str | None = None) -> str:
+        parts = ["raw"]
+        if repo is not None:
+            parts.append(check_repo(repo))
+            if commit is not None:
+                parts.append(check_commit(commit))
+        return "/".join(parts)
+
+    def table_file(
+        self, table: str, repo: str, commit: str, task: str, window: Window, batch: str
+    ) -> str:
+        """One Parquet file of ``samples`` or ``events`` for one batch."""
+        if table not in TABLES:
+            raise LakePathError(f"unknown table {table!r}; expected one of {TABLES}")
+        _check_segments("batch digest", batch)
+        return (
+            f"tables/{table}/repo={partition_value(check_repo(repo))}/"
+            f"commit={check_commit(commit)}/task={partition_value(check_task(task))}/"
+            f"{window.name}.{batch}.parquet"
+        )
+
+    def table_glob(self, table: str) -> str:
+        if table not in TABLES:
+            raise LakePathError(f"unknown table {table!r}; expected one of {TABLES}")
+        return f"tables/{table}/*/*/*/*.parquet"
+
+    def batch_record(self, repo: str, commit: str, task: str, window: Window, batch: str) -> str:
+        """The batch's landing record (reproducibility fields, status, counts), written last."""
+        _check_segments("batch digest", batch)
+        return (
+            f"batches/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
+            f"{window.name}.{batch}.json"
+        )
+
+    def batch_glob(self) -> str:
+        return "batches/**/*.json"
+
+    def comparison(self, repo: str, pr: int | str, head: str) -> str:
+        return f"comparisons/{check_repo(repo)}/{_pr(pr)}/{check_commit(head)}.json"
+
+    def comparison_artifact(self, repo: str, pr: int | str, head: str, name: str) -> str:
+        """Files beside a comparison: chart PNG/SVG, rendered comment markdown, check-run JSON."""
+        _check_segments("artifact name", name)
+        return f"comparisons/{check_repo(repo)}/{_pr(pr)}/{check_commit(head)}.{name}"
+
+    def inbox(self, source: str, delivery_id: str) -> str:
+        _check_segments("inbox source", source)
+        if not _DELIVERY.match(delivery_id or ""):
+            raise LakePathError(f"delivery id {delivery_id!r} is not a path-safe id")
+        return f"inbox/{source}/{delivery_id}.json"
+
+    def inbox_prefix(self, source: str) -> str:
+        return f"inbox/{_check_segments('inbox source', source)}"
+
+
+def _pr(pr: int | str) -> str:
+    text = str(pr)
+    if not _SEGMENT.match(text):
+        raise LakePathError(f"pull request id {pr!r} is not path-safe")
+    return text
+
+
+LAYOUT = LakeLayout()
