@@ -1,0 +1,24 @@
+"""`python -m bench [name ...]`: run the named benchmarks (default: all), each as `bench.<name>`."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import bench
+
+
+def main(argv: list[str]) -> int:
+    names = argv or sorted(
+        m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_")
+    )
+    for name in names:
+        print(f"== bench.{name} ==", flush=True)
+        module = importlib.import_module(f"bench.{name}")
+        module.main([])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
