@@ -1,6 +1,44 @@
 """The lakehouse layer: layout, atomic storage, Inspect-log ingest, DuckDB over Parquet."""
 
+from lake.batch import BatchKey
+from lake.duck import connect, refresh
+from lake.ingest import (
+    BatchConflictError,
+    LogIngestError,
+    LogStatusError,
+    ingest_log_file,
+    land_batch,
+    land_log_file,
+)
 from lake.layout import LAYOUT, LakeLayout, LakePathError, Window
+from lake.query import QueryError, run_sql
+from lake.schema import BATCHES_SCHEMA, EVENTS_SCHEMA, SAMPLES_SCHEMA, BatchRecord, describe
 from lake.storage import Lake, LakeWriteError, open_lake
+from lake.viewer import view_command
 
-__all__ = ["LAYOUT", "Lake", "LakeLayout", "LakePathError", "LakeWriteError", "Window", "open_lake"]
+__all__ = [
+    "BATCHES_SCHEMA",
+    "EVENTS_SCHEMA",
+    "LAYOUT",
+    "SAMPLES_SCHEMA",
+    "BatchConflictError",
+    "BatchKey",
+    "BatchRecord",
+    "Lake",
+    "LakeLayout",
+    "LakePathError",
+    "LakeWriteError",
+    "LogIngestError",
+    "LogStatusError",
+    "QueryError",
+    "Window",
+    "connect",
+    "describe",
+    "ingest_log_file",
+    "land_batch",
+    "land_log_file",
+    "open_lake",
+    "refresh",
+    "run_sql",
+    "view_command",
+]

@@ -98,12 +98,23 @@ class LakeLayout:
     def manifest(self, repo: str, commit: str) -> str:
         return f"raw/{check_repo(repo)}/{check_commit(commit)}/manifest.json"
 
-    def raw_log(self, repo: str, commit: str, task: str, window: Window, batch: str) -> str:
-        """The Inspect log of one batch; ``batch`` is the batch-key digest."""
+    def commit_tasks(self, repo: str, commit: str) -> str:
+        """Per-task facts learnt in the sandbox at this commit: sample ids, config digest."""
+        return f"raw/{check_repo(repo)}/{check_commit(commit)}/tasks.json"
+
+    def raw_log(
+        self, repo: str, commit: str, task: str, window: Window, batch: str, fmt: str = "eval"
+    ) -> str:
+        """The Inspect log of one batch; ``batch`` is the batch-key digest.
+
+        ``fmt`` is the log's format ('eval' or 'json'): Inspect picks its reader by extension.
+        """
         _check_segments("batch digest", batch)
+        if fmt not in ("eval", "json"):
+            raise LakePathError(f"log format {fmt!r} is not 'eval' or 'json'")
         return (
             f"raw/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
-            f"{window.name}/{batch}.eval"
+            f"{window.name}/{batch}.{fmt}"
         )
 
     def raw_prefix(self, repo: str | None = None, commit: str | None = None) -> str:
@@ -137,6 +148,15 @@ class LakeLayout:
         _check_segments("batch digest", batch)
         return (
             f"batches/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
+            f"{window.name}.{batch}.json"
+        )
+
+    def batch_failure(self, repo: str, commit: str, task: str, window: Window, batch: str) -> str:
+        """An infrastructure failure of one batch that left no landable log (no log, crash,
+        timeout). Kept apart from ``batches/`` so readers of committed batches never see it."""
+        _check_segments("batch digest", batch)
+        return (
+            f"failures/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
             f"{window.name}.{batch}.json"
         )
 

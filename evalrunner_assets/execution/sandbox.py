@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 
+# Where things are inside every sandbox, whatever the backend: commands refer to these paths
+# (or to the same values in the EVALRUNNER_REPO / EVALRUNNER_OUT environment variables).
+SANDBOX_REPO_DIR = "/work/repo"  # the read-only export of the commit
+SANDBOX_OUT_DIR = "/work/out"  # the writable output directory the controller collects
+SANDBOX_HOME_DIR = "/work/home"  # writable scratch, HOME
+
+
 class SandboxUnavailable(RuntimeError):
     """The backend cannot run sandboxes here (preflight failed); the message says how to fix it."""
 
@@ -47,6 +54,7 @@ class Limits:
     stdout_bytes: int = 4 * 1024**2  # captured stdout beyond this is discarded (flagged)
     output_bytes: int = 256 * 1024**2  # total bytes collected from the output directory
     output_files: int = 64  # files collected from the output directory
+    scratch_bytes: int = 1024**3  # writable scratch (HOME, TMPDIR) in total, where enforceable
 
 
 @dataclass(frozen=True)

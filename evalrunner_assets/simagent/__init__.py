@@ -1,1 +1,50 @@
-"""A simulated, seeded, tool-calling Inspect model provider for the bundled example agent."""
+"""A simulated, seeded, tool-calling Inspect model provider for the bundled example agent.
+
+``--model simagent/<any-name>`` (e.g. ``simagent/support-agent``) resolves through the
+``inspect_ai`` entry point. Behaviour, cues and success probabilities: ``_behaviour``; the policy
+that turns a decision into tool calls and an answer: ``_agent``; the Inspect provider: ``_provider``.
+"""
+
+from ._agent import Answer, CallTool, Conversation, ToolExchange, next_step
+from ._behaviour import (
+    BEHAVIOUR_MODELS,
+    BEHAVIOURS,
+    Behaviour,
+    BehaviourModel,
+    Cue,
+    Decision,
+    cues_present,
+    decide,
+    success_probability,
+)
+from ._provider import (
+    CHARS_PER_TOKEN,
+    DEFAULT_SEED,
+    PROVIDER,
+    SIMAGENT_PRICE,
+    SimulatedAgentAPI,
+    TokenPrice,
+)
+
+__all__ = [
+    "Answer",
+    "BEHAVIOUR_MODELS",
+    "BEHAVIOURS",
+    "Behaviour",
+    "BehaviourModel",
+    "CHARS_PER_TOKEN",
+    "CallTool",
+    "Conversation",
+    "Cue",
+    "DEFAULT_SEED",
+    "Decision",
+    "PROVIDER",
+    "SIMAGENT_PRICE",
+    "SimulatedAgentAPI",
+    "TokenPrice",
+    "ToolExchange",
+    "cues_present",
+    "decide",
+    "next_step",
+    "success_probability",
+]

@@ -1,0 +1,121 @@
+"""Ingest throughput (samples/s) on a real 10k-sample Inspect log, with where the time goes.
+
+Baseline, measured in the same run: the naive path — ``read_eval_log`` of the whole log, then a
+Python loop building one row dict per sample. Candidates: ``ingest_log_file(events=False)``
+(samples table from Inspect's sample summaries) and a full ``land_batch`` (samples + events
+Parquet + record into a temporary lake).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CACHE = Path(os.environ.get("EVALRUNNER_BENCH_CACHE", Path(tempfile.gettempdir()) / "evalrunner-bench"))
+
+
+def trivial_log(n: int = 10_000) -> Path:
+    """A real .eval log of ``n`` one-turn samples from Inspect on a trivial task (cached; ≈2 min once)."""
+    target = CACHE / f"trivial-{n}.eval"
+    if target.exists():
+        return target
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from _inspect_models import run_probe
+
+    print(f"producing a {n}-sample Inspect log (once; cached at {target}) …", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = run_probe(tmp, n=n, max_samples=200)
+        if log.status != "success":
+            raise RuntimeError(f"benchmark log run ended with status {log.status}")
+        CACHE.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log.location, target)
+    return target
+
+
+def _timed(fn):  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def _naive_rows(path: Path) -> int:
+    from inspect_ai.log import read_eval_log
+    from inspect_ai.scorer import value_to_float
+
+    to_float = value_to_float()
+    log = read_eval_log(str(path))
+    rows = []
+    for s in log.samples or []:
+        score = next(iter(s.scores.values())).value if s.scores else None
+        usage = list(s.model_usage.values())
+        rows.append(
+            {
+                "sample_id": str(s.id),
+                "epoch": s.epoch,
+                "score": to_float(score) if score is not None else None,
+                "error": s.error.message if s.error else None,
+                "input_tokens": sum(u.input_tokens for u in usage),
+                "output_tokens": sum(u.output_tokens for u in usage),
+                "total_time": s.total_time,
+            }
+        )
+    return len(rows)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench ingest")
+    parser.add_argument("--samples", type=int, default=10_000)
+    args = parser.parse_args(argv)
+
+    from lake import BatchKey, Window, open_lake
+    from lake.ingest import _tables, ingest_log_file, land_batch, parquet_bytes, read_log_bytes
+
+    path = trivial_log(args.samples)
+    data = path.read_bytes()
+    print(f"log: {path} ({len(data) / 1e6:.1f} MB)")
+
+    n, t_base = _timed(lambda: _naive_rows(path))
+    print(f"baseline  read_eval_log + row loop (samples only): {t_base:6.2f} s  {n / t_base:8.0f} samples/s")
+
+    (samples, _), t_fast = _timed(lambda: ingest_log_file(path, events=False))
+    print(
+        f"candidate ingest_log_file(events=False) (summaries): {t_fast:6.2f} s  "
+        f"{samples.num_rows / t_fast:8.0f} samples/s  ratio {t_base / t_fast:.1f}x"
+    )
+
+    key = BatchKey(
+        repo="bench/ingest", commit="c" * 40, task="trivial", spec="trivial.py",
+        model="lakeprobe/probe-1", window=Window(0, n), seed=0, epochs=1,
+        config_digest="x", backend="none", runtime_digest="x",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        record, t_land = _timed(lambda: land_batch(open_lake(tmp), key, data))
+    print(
+        f"candidate land_batch (samples+events+record):      {t_land:6.2f} s  "
+        f"{record.sample_rows / t_land:8.0f} samples/s  ratio {t_base / t_land:.2f}x  "
+        f"({record.event_rows} events)"
+    )
+
+    # where the full landing's time goes, step by step
+    (_, log), t_parse = _timed(lambda: read_log_bytes(data, str(path)))
+    tables, t_rows = _timed(lambda: _tables(key, log))
+    s_tbl, e_tbl, _ = tables
+    _, t_pq = _timed(lambda: (parquet_bytes(s_tbl), parquet_bytes(e_tbl)))
+    _, t_sonly = _timed(lambda: _tables(key, log, events=False))
+    total = t_parse + t_rows + t_pq
+    print("where land_batch's time goes:")
+    for label, t in (
+        ("read_eval_log (zip + JSON + pydantic validation of samples/events)", t_parse),
+        ("row building: samples + events", t_rows),
+        ("  of which samples rows", t_sonly),
+        ("Parquet encoding (zstd)", t_pq),
+    ):
+        print(f"  {label:68s} {t:6.2f} s  {100 * t / total:5.1f}%")
+    print(f"target ≥ 20000 samples/s: samples-only path {'meets' if samples.num_rows / t_fast >= 20000 else 'misses'} it "
+          f"({samples.num_rows / t_fast:.0f}); full landing {record.sample_rows / t_land:.0f}")
+

@@ -1,0 +1,49 @@
+"""Discovery: what evals a repository declares at one commit (``.evals/list`` or Inspect)."""
+
+from evalrunner_assets.discovery._discover import DiscoveryResult, discover, task_id_for
+from evalrunner_assets.discovery._errors import (
+    DiscoveryError,
+    DiscoverySandboxFailure,
+    InspectListFailed,
+    ListFailed,
+    ListKilled,
+    ListNotExecutable,
+    ListNotRegularFile,
+    ListOutputTooLarge,
+    ListTimeout,
+    ManifestNotJSON,
+    ManifestSchemaError,
+    NoEvalsFound,
+    SchemaViolation,
+)
+from evalrunner_assets.discovery._manifest import (
+    Manifest,
+    ManifestTask,
+    manifest_schema,
+    parse_manifest_bytes,
+    validate_manifest,
+)
+
+__all__ = [
+    "DiscoveryError",
+    "DiscoveryResult",
+    "DiscoverySandboxFailure",
+    "InspectListFailed",
+    "ListFailed",
+    "ListKilled",
+    "ListNotExecutable",
+    "ListNotRegularFile",
+    "ListOutputTooLarge",
+    "ListTimeout",
+    "Manifest",
+    "ManifestNotJSON",
+    "ManifestSchemaError",
+    "ManifestTask",
+    "NoEvalsFound",
+    "SchemaViolation",
+    "discover",
+    "manifest_schema",
+    "parse_manifest_bytes",
+    "task_id_for",
+    "validate_manifest",
+]

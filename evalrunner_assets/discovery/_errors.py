@@ -1,0 +1,92 @@
+"""Typed discovery errors: each cause is its own class with its own message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class DiscoveryError(Exception):
+    """Discovery of a repository's evals failed; the message says what and how to fix it."""
+
+    infrastructure = False  # True when the sandbox, not the repository, is at fault
+
+
+class NoEvalsFound(DiscoveryError):
+    """Neither ``.evals/list`` nor any Inspect ``@task`` in the repository."""
+
+
+class ListNotRegularFile(DiscoveryError):
+    """``.evals/list`` exists but is a directory, symlink or special file."""
+
+
+class ListNotExecutable(DiscoveryError):
+    """``.evals/list`` exists but has no execute bit."""
+
+
+class ListFailed(DiscoveryError):
+    """``.evals/list`` exited non-zero; ``stderr_tail`` holds the end of its stderr."""
+
+    def __init__(self, message: str, exit_code: int | None, stderr_tail: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.stderr_tail = stderr_tail
+
+
+class ListTimeout(DiscoveryError):
+    """``.evals/list`` did not finish within its time limit."""
+
+
+class ListOutputTooLarge(DiscoveryError):
+    """``.evals/list`` printed more than the size cap."""
+
+
+class ListKilled(DiscoveryError):
+    """``.evals/list`` was killed by a resource limit (memory, pids, CPU, file size)."""
+
+
+class DiscoverySandboxFailure(DiscoveryError):
+    """The sandbox itself failed or was cancelled: an infrastructure fault, not the repo's."""
+
+    infrastructure = True
+
+
+class ManifestNotJSON(DiscoveryError):
+    """The output is not UTF-8 JSON; ``position`` is the character (or byte) offset."""
+
+    def __init__(self, message: str, *, position: int, line: int | None = None,
+                 column: int | None = None, source: str = "") -> None:
+        super().__init__(message)
+        self.position = position
+        self.line = line
+        self.column = column
+        self.source = source
+
+
+@dataclass(frozen=True)
+class SchemaViolation:
+    """One violation: the JSON path (``$.tasks[0].id``) and what is wrong there."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ManifestSchemaError(DiscoveryError):
+    """The manifest violates the schema or its rules; ``violations`` lists every one."""
+
+    def __init__(self, source: str, violations: list[SchemaViolation]) -> None:
+        self.source = source
+        self.violations = violations
+        head = "; ".join(str(v) for v in violations[:5])
+        more = f" (and {len(violations) - 5} more)" if len(violations) > 5 else ""
+        super().__init__(f"manifest from {source} is invalid: {head}{more}")
+
+
+class InspectListFailed(DiscoveryError):
+    """The zero-manifest fallback (Inspect's own task listing) failed."""
+
+    def __init__(self, message: str, stderr_tail: str = "") -> None:
+        super().__init__(message)
+        self.stderr_tail = stderr_tail

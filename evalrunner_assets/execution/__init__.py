@@ -1,0 +1,1 @@
+"""Sandboxed execution: repositories at exact commits, sandbox backends, Inspect runs."""

@@ -1,0 +1,142 @@
+"""Runs INSIDE the sandbox: list a task's sample ids, or serve eval windows warm.
+
+``python -m evalrunner_assets.execution._inspect_worker ids SPEC [TASK_ARGS_JSON]``
+    writes ``{"task": name, "ids": [...]}`` to ``$EVALRUNNER_OUT/sample_ids.json``.
+
+``python -m evalrunner_assets.execution._inspect_worker serve``
+    the warm worker: one JSON request per stdin line, one JSON reply per stdout line.
+    Requests: ``{"op": "ping"}`` (answered once Inspect is imported), ``{"op": "ids", "spec", "task_args"}`` or ``{"op": "eval", "spec", "model",
+    "model_args", "task_args", "sample_ids", "seed", "epochs"}``. Each eval writes its log into
+    ``$EVALRUNNER_OUT`` (the controller collects it after the reply). Inspect is imported once,
+    so successive windows pay no interpreter or import start-up.
+
+Task code runs in this process, so everything written here — files and replies — is
+untrusted input to the controller, which validates it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any, TextIO
+
+IDS_FILE = "sample_ids.json"
+
+
+def _out_dir() -> str:
+    return os.environ.get("EVALRUNNER_OUT", "/work/out")
+
+
+def _write_json(name: str, value: Any) -> None:
+    path = os.path.join(_out_dir(), name)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f)
+    os.replace(tmp, path)
+
+
+def exact_selector(task_name: str, sample_id: str | int) -> str | int:
+    """An Inspect ``sample_id`` selector that matches exactly this id.
+
+    Inspect matches ids with ``fnmatch`` and reads ``<task>:<id>`` as a task scope, so glob
+    characters are bracket-escaped and the task prefix is always given (it is stripped once)."""
+    if isinstance(sample_id, int):
+        return sample_id
+    escaped = "".join(f"[{c}]" if c in "*?[" else c for c in sample_id)
+    return f"{task_name}:{escaped}"
+
+
+def list_ids(spec: str, task_args: dict[str, Any]) -> dict[str, Any]:
+    from inspect_ai._eval.loader import load_tasks
+
+    tasks = load_tasks([spec], task_args)
+    if len(tasks) != 1:
+        raise ValueError(f"spec {spec!r} names {len(tasks)} tasks; give exactly one (file.py@task)")
+    task = tasks[0]
+    ids = [s.id for s in task.dataset]
+    return {"task": task.name, "ids": ids}
+
+
+def run_eval(req: dict[str, Any]) -> dict[str, Any]:
+    import inspect_ai
+
+    listing = list_ids(req["spec"], req.get("task_args") or {})
+    name = listing["task"]
+    by_text = {str(i): i for i in listing["ids"]}
+    missing = [s for s in req["sample_ids"] if s not in by_text]
+    if missing:
+        raise ValueError(f"sample ids not in the task's dataset: {missing[:5]}")
+    selectors = [exact_selector(name, by_text[s]) for s in req["sample_ids"]]
+    started = time.monotonic()
+    logs = inspect_ai.eval(
+        req["spec"],
+        model=req["model"],
+        model_args=req.get("model_args") or {},
+        task_args=req.get("task_args") or {},
+        sample_id=selectors,
+        epochs=req.get("epochs") or 1,
+        seed=req.get("seed"),
+        log_dir=_out_dir(),
+        log_format="eval",
+        display="none",
+        log_level="warning",
+    )
+    return {
+        "ok": True,
+        "logs": [os.path.basename(log.location) for log in logs],
+        "status": [log.status for log in logs],
+        "eval_s": time.monotonic() - started,
+    }
+
+
+def serve(stdin: TextIO, proto: TextIO) -> int:
+    t0 = time.monotonic()
+    import inspect_ai  # noqa: F401  (the start-up that warm sessions pay once)
+    from inspect_ai._eval.loader import load_tasks  # noqa: F401
+
+    import_s = time.monotonic() - t0
+    for line in stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            op = req.get("op")
+            if op == "ping":  # the controller's start-up probe: Inspect is imported by now
+                reply = {"ok": True, "import_s": import_s}
+            elif op == "ids":
+                result = list_ids(req["spec"], req.get("task_args") or {})
+                _write_json(IDS_FILE, result)
+                reply = {"ok": True, "count": len(result["ids"])}
+            elif op == "eval":
+                reply = run_eval(req)
+            else:
+                reply = {"ok": False, "error": f"unknown op {op!r}"}
+        except Exception as exc:  # report and keep serving: one bad window is not the session
+            traceback.print_exc(file=sys.stderr)
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        proto.write(json.dumps(reply, default=str) + "\n")
+        proto.flush()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "serve":
+        # Replies get a private copy of stdout; fd 1 itself goes to stderr, so anything the task
+        # code prints cannot be mistaken for a reply (it can still forge one deliberately — the
+        # controller trusts only files it validates).
+        proto = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        return serve(sys.stdin, proto)
+    if len(argv) >= 2 and argv[0] == "ids":
+        task_args = json.loads(argv[2]) if len(argv) > 2 else {}
+        _write_json(IDS_FILE, list_ids(argv[1], task_args))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

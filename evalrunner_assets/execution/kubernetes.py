@@ -1,0 +1,920 @@
+"""Kubernetes sandbox backend: one pod per request in a dedicated, locked-down namespace.
+
+Life of one request (both paths build the same pod with :func:`build_sandbox_pod`):
+
+1. **Launch.** Inside a Dagster step the pod is launched through ``dagster_k8s.PipesK8sClient``
+   (so the run's event log shows the pod and the wrapper's Pipes summary); outside Dagster
+   (the CLI) it is created with the plain Kubernetes client.
+2. **Deliver.** The repository export never travels through credentials the pod holds: the
+   controller attaches to the ``receive`` init container (``pods/attach``) and writes one framed
+   payload -- a digest-checked tarball, the request's stdin and a fresh per-pod result key.
+   The init container unpacks it into the ``repo`` volume, which the sandbox mounts read-only.
+3. **Wait.** The ``sandbox`` container's trusted wrapper (``pod_wrapper run``) runs the untrusted
+   argv as a child, captures its stdout/stderr itself (never the pod log), enforces the wall
+   clock and rlimits, kills leftovers, writes an HMAC-signed ``result.json`` and exits.
+4. **Collect.** The ``collector`` container (which never ran untrusted code and mounts the output
+   volume read-only) is still alive; the controller runs ``pod_wrapper collect`` in it through
+   ``pods/exec`` and reads the signed result, the captured stdout and the output files from the
+   exec stream -- which does not pass through the pod log. Everything is re-checked here.
+5. **Delete**, always, whatever happened before.
+
+Failures are classified from the pod status: ``DeadlineExceeded`` -> TIMEOUT, eviction and image
+pull errors (after a bounded wait) -> CRASHED with the cause, cancellation -> the pod is deleted
+and the result is CANCELLED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+import math
+import os
+import re
+import secrets
+import tarfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalrunner_assets.execution import pod_wrapper
+from evalrunner_assets.execution._local import SandboxRequestError, sandbox_env
+from evalrunner_assets.execution.sandbox import (
+    SANDBOX_HOME_DIR,
+    SANDBOX_OUT_DIR,
+    SANDBOX_REPO_DIR,
+    NetworkPolicy,
+    SandboxBackend,
+    SandboxRequest,
+    SandboxResult,
+    SandboxStatus,
+    SandboxUnavailable,
+)
+
+BACKEND_NAME = "kubernetes"
+LABEL_PREFIX = "evalrunner.dev/"
+SANDBOX_ID_LABEL = LABEL_PREFIX + "sandbox-id"
+NETWORK_LABEL = LABEL_PREFIX + "network"  # selected by the model-egress NetworkPolicy
+ROLE_LABEL = LABEL_PREFIX + "role"
+INIT_CONTAINER = "receive"
+SANDBOX_CONTAINER = "sandbox"  # first container: the one dagster-k8s reads Pipes messages from
+COLLECTOR_CONTAINER = "collector"
+PULL_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"}
+FATAL_PULL_ERRORS = {"InvalidImageName", "ErrImageNeverPull"}  # retrying cannot help
+CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+
+MOUNTS = {
+    "repo": SANDBOX_REPO_DIR,
+    "out": SANDBOX_OUT_DIR,
+    "scratch": SANDBOX_HOME_DIR,
+    "control": "/work/control",  # wrapper <-> collector hand-off; not part of the sandbox contract
+    "tmp": "/tmp",
+}
+
+
+class KubernetesSandboxConfig(BaseModel):
+    """Where and how sandbox pods run. Every field has a working default except ``image``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: str = Field("evalrunner-sandbox", description="Dedicated namespace for sandbox pods (PSA restricted, deny-all network).")
+    image: str = Field(description="Sandbox image; pin it by digest (repo@sha256:...) so the runtime digest means something.")
+    image_pull_policy: str = Field("IfNotPresent", description="Container imagePullPolicy.")
+    service_account: str = Field("evalrunner-sandbox", description="Service account of sandbox pods: no RBAC, token not mounted.")
+    run_as_user: int = Field(10001, gt=0, description="Non-root uid of every container.")
+    run_as_group: int = Field(10001, gt=0, description="Non-root gid of every container and the fsGroup of the volumes.")
+    cpu_request: str = Field("500m", description="CPU request of the sandbox container.")
+    cpu_limit: str = Field("2", description="CPU limit of the sandbox container.")
+    memory_request_fraction: float = Field(1.0, gt=0, le=1, description="Memory request as a fraction of Limits.memory_bytes (1.0: Guaranteed QoS, least likely evicted).")
+    repo_size_limit_bytes: int = Field(1 << 30, gt=0, description="Largest repository export accepted (tarball bytes) and the repo emptyDir sizeLimit.")
+    tmp_size_limit_bytes: int = Field(512 << 20, gt=0, description="emptyDir sizeLimit of /tmp.")
+    startup_slack_seconds: float = Field(300.0, ge=0, description="Pod deadline allowance for scheduling, image pull and delivery.")
+    collect_slack_seconds: float = Field(120.0, ge=0, description="Pod deadline allowance for collecting outputs after the child exited.")
+    image_pull_timeout_seconds: float = Field(120.0, gt=0, description="How long ErrImagePull/ImagePullBackOff may last before the request is CRASHED.")
+    schedule_timeout_seconds: float = Field(600.0, gt=0, description="How long a pod may stay unschedulable before the request is CRASHED.")
+    quota_wait_seconds: float = Field(900.0, ge=0, description="How long to retry pod creation while the namespace ResourceQuota (the cluster-wide cap) is full.")
+    max_concurrent_pods: int = Field(8, gt=0, description="Pods this controller process runs at once; the namespace ResourceQuota caps the cluster.")
+    poll_interval_seconds: float = Field(2.0, gt=0, description="Seconds between pod status reads.")
+    in_cluster: bool | None = Field(None, description="Use the in-cluster service account; None: in-cluster when KUBERNETES_SERVICE_HOST is set and no kubeconfig is given.")
+    kubeconfig: str | None = Field(None, description="Kubeconfig file for out-of-cluster use (the CLI).")
+    kube_context: str | None = Field(None, description="Kubeconfig context.")
+    model_egress_cidr: str | None = Field(None, description="CIDR of the model endpoint the model-egress NetworkPolicy allows (must match deploy/k8s).")
+    model_egress_port: int | None = Field(None, description="TCP port of the model endpoint.")
+    runtime_class_name: str | None = Field(None, description="Optional RuntimeClass (e.g. gVisor 'gvisor') for a second isolation layer.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="nodeSelector for sandbox pods (e.g. a dedicated node pool).")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations for sandbox pods.")
+    use_pipes: bool = Field(True, description="Launch through dagster_k8s.PipesK8sClient when a Dagster context is bound.")
+
+
+class KubernetesSandboxError(RuntimeError):
+    """A request cannot be turned into a pod; the message names the offending field."""
+
+
+# --- pure helpers ---------------------------------------------------------------------------
+
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+_LABEL_NAME_BAD = re.compile(r"[^a-z0-9._-]+")
+
+
+def sanitize_label_value(value: str) -> str:
+    """Map any string to valid label-value syntax (<=63 chars, alnum at both ends); long or
+    rewritten values keep a short digest so distinct inputs stay distinct."""
+    clean = _LABEL_VALUE_BAD.sub("-", value).strip("-._")
+    if clean == value and len(clean) <= 63:
+        return clean
+    digest = hashlib.sha256(value.encode()).hexdigest()[:8]
+    head = clean[: 63 - 9].rstrip("-._")
+    return f"{head}-{digest}" if head else digest
+
+
+def sanitize_label_name(key: str) -> str:
+    name = _LABEL_NAME_BAD.sub("-", key.lower()).strip("-._")[:63].rstrip("-._")
+    if not name:
+        raise KubernetesSandboxError(f"request label {key!r} has no usable characters for a label name")
+    return LABEL_PREFIX + name
+
+
+def _quantity(n_bytes: int) -> str:
+    return f"{(int(n_bytes) + (1 << 20) - 1) >> 20}Mi"
+
+
+def pod_deadline_seconds(request: SandboxRequest, config: KubernetesSandboxConfig) -> int:
+    return int(math.ceil(request.limits.wall_seconds + config.startup_slack_seconds + config.collect_slack_seconds))
+
+
+def _container_security(config: KubernetesSandboxConfig) -> dict:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": config.run_as_user,
+        "runAsGroup": config.run_as_group,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _wrapper_command() -> list[str]:
+    return ["python", "-m", "evalrunner_assets.execution.pod_wrapper"]
+
+
+def build_sandbox_pod(
+    request: SandboxRequest,
+    config: KubernetesSandboxConfig,
+    *,
+    sandbox_id: str,
+    pod_name: str | None = None,
+) -> dict:
+    """The V1Pod manifest (as a dict) for ``request``. Pure: same inputs, same manifest."""
+    if not request.argv:
+        raise KubernetesSandboxError("request.argv is empty")
+    workdir = Path(request.workdir)
+    if workdir.is_absolute() or ".." in workdir.parts:
+        raise KubernetesSandboxError(f"request.workdir {request.workdir!r} must be relative and stay inside the export")
+    try:
+        # The same environment policy as the local backends (valid names, nothing credential-like).
+        sandbox_env(request, home=MOUNTS["scratch"], tmp=MOUNTS["tmp"], repo=MOUNTS["repo"], out=MOUNTS["out"], path="")
+    except SandboxRequestError as exc:
+        raise KubernetesSandboxError(f"request.env: {exc}") from exc
+    if request.network is NetworkPolicy.MODEL_EGRESS and not (config.model_egress_cidr and config.model_egress_port):
+        raise KubernetesSandboxError(
+            "request.network is model-egress but KubernetesSandboxConfig.model_egress_cidr/model_egress_port "
+            "are not set: configure them (and the matching NetworkPolicy in deploy/k8s)"
+        )
+    limits = request.limits
+    labels = {
+        "app.kubernetes.io/name": "evalrunner-sandbox",
+        "app.kubernetes.io/component": "sandbox",
+        ROLE_LABEL: "sandbox",
+        SANDBOX_ID_LABEL: sanitize_label_value(sandbox_id),
+        NETWORK_LABEL: request.network.value,
+        LABEL_PREFIX + "repo-commit": sanitize_label_value(request.export.commit),
+    }
+    annotations = {
+        LABEL_PREFIX + "repo": request.export.repo,
+        LABEL_PREFIX + "commit": request.export.commit,
+        LABEL_PREFIX + "tree-digest": request.export.tree_digest,
+    }
+    for key, value in sorted(request.labels.items()):
+        name = sanitize_label_name(key)
+        if name in labels:
+            raise KubernetesSandboxError(f"request label {key!r} collides with the reserved label {name!r}")
+        labels[name] = sanitize_label_value(str(value))
+        annotations[name] = str(value)  # the full value; labels only carry a selector-safe form
+
+    common = {"image": config.image, "imagePullPolicy": config.image_pull_policy, "securityContext": _container_security(config)}
+    mem_limit = limits.memory_bytes
+    out_size = limits.output_bytes + (64 << 20)
+    control_size = limits.stdout_bytes + (64 << 20) + (0 if request.stdin is None else len(request.stdin))
+    small = {"requests": {"cpu": "50m", "memory": "64Mi", "ephemeral-storage": "16Mi"}, "limits": {"cpu": "250m", "memory": "256Mi", "ephemeral-storage": "64Mi"}}
+    ephemeral = limits.scratch_bytes + config.tmp_size_limit_bytes + out_size + control_size
+    run_args = [
+        "run",
+        "--repo", MOUNTS["repo"],
+        "--out", MOUNTS["out"],
+        "--scratch", MOUNTS["scratch"],
+        "--tmp", MOUNTS["tmp"],
+        "--control", MOUNTS["control"],
+        "--workdir", request.workdir,
+        "--wall-seconds", f"{limits.wall_seconds:g}",
+        "--cpu-seconds", str(limits.cpu_seconds),
+        "--file-size-bytes", str(limits.file_size_bytes),
+        "--stdout-bytes", str(limits.stdout_bytes),
+    ]
+    for name, value in sorted(request.env.items()):
+        run_args += ["--env", f"{name}={value}"]
+    run_args += ["--", *request.argv]
+
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": pod_deadline_seconds(request, config),
+        "terminationGracePeriodSeconds": 5,
+        "serviceAccountName": config.service_account,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostIPC": False,
+        "shareProcessNamespace": False,  # the child must not see or signal the collector
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": config.run_as_user,
+            "runAsGroup": config.run_as_group,
+            "fsGroup": config.run_as_group,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "initContainers": [
+            {
+                **common,
+                "name": INIT_CONTAINER,
+                "command": _wrapper_command(),
+                "args": ["receive", "--repo", MOUNTS["repo"], "--control", MOUNTS["control"], "--max-bytes", str(config.repo_size_limit_bytes + (0 if request.stdin is None else len(request.stdin)))],
+                "stdin": True,
+                "stdinOnce": True,  # the attach session that delivers the payload is the only writer
+                "tty": False,
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "16Mi"},
+                    "limits": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "64Mi"},
+                },
+                "volumeMounts": [
+                    {"name": "repo", "mountPath": MOUNTS["repo"]},
+                    {"name": "control", "mountPath": MOUNTS["control"]},
+                    {"name": "tmp", "mountPath": MOUNTS["tmp"]},
+                ],
+            }
+        ],
+        "containers": [
+            {
+                **common,
+                "name": SANDBOX_CONTAINER,
+                "command": _wrapper_command(),
+                "args": run_args,
+                "workingDir": MOUNTS["scratch"],
+                "resources": {
+                    "requests": {"cpu": config.cpu_request, "memory": _quantity(int(mem_limit * config.memory_request_fraction)), "ephemeral-storage": _quantity(ephemeral)},
+                    "limits": {"cpu": config.cpu_limit, "memory": _quantity(mem_limit), "ephemeral-storage": _quantity(ephemeral)},
+                },
+                "volumeMounts": [
+                    {"name": "repo", "mountPath": MOUNTS["repo"], "readOnly": True},
+                    {"name": "out", "mountPath": MOUNTS["out"]},
+                    {"name": "scratch", "mountPath": MOUNTS["scratch"]},
+                    {"name": "control", "mountPath": MOUNTS["control"]},
+                    {"name": "tmp", "mountPath": MOUNTS["tmp"]},
+                ],
+            },
+            {
+                **common,
+                "name": COLLECTOR_CONTAINER,
+                "command": _wrapper_command(),
+                "args": ["hold", "--max-seconds", str(pod_deadline_seconds(request, config))],
+                "resources": small,
+                "volumeMounts": [
+                    {"name": "out", "mountPath": MOUNTS["out"], "readOnly": True},
+                    {"name": "control", "mountPath": MOUNTS["control"], "readOnly": True},
+                ],
+            },
+        ],
+        "volumes": [
+            {"name": "repo", "emptyDir": {"sizeLimit": _quantity(config.repo_size_limit_bytes * 2)}},
+            {"name": "out", "emptyDir": {"sizeLimit": _quantity(out_size)}},
+            {"name": "scratch", "emptyDir": {"sizeLimit": _quantity(limits.scratch_bytes)}},
+            {"name": "control", "emptyDir": {"sizeLimit": _quantity(control_size)}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": _quantity(config.tmp_size_limit_bytes)}},
+        ],
+    }
+    if config.runtime_class_name:
+        spec["runtimeClassName"] = config.runtime_class_name
+    if config.node_selector:
+        spec["nodeSelector"] = dict(config.node_selector)
+    if config.tolerations:
+        spec["tolerations"] = [dict(t) for t in config.tolerations]
+    metadata: dict[str, Any] = {"namespace": config.namespace, "labels": labels, "annotations": annotations}
+    if pod_name:
+        metadata["name"] = pod_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def build_repo_tarball(export_path: str, max_bytes: int) -> bytes:
+    """A deterministic tar of the export (regular files, directories, symlinks; owners and
+    times zeroed). Raises :class:`KubernetesSandboxError` naming the path when it is too big or
+    holds something else."""
+    root = Path(export_path)
+    if not root.is_dir():
+        raise KubernetesSandboxError(f"export path {export_path!r} is not a directory")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            dirnames.sort()
+            for name in sorted(dirnames) + sorted(filenames):
+                path = Path(dirpath) / name
+                rel = path.relative_to(root).as_posix()
+                info = tar.gettarinfo(str(path), arcname=rel)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.mtime = 0
+                if info.isdir():
+                    info.mode = 0o755
+                    tar.addfile(info)
+                elif info.issym():
+                    tar.addfile(info)
+                elif info.isreg():
+                    info.mode = 0o755 if info.mode & 0o111 else 0o644
+                    with open(path, "rb") as fh:
+                        tar.addfile(info, fh)
+                else:
+                    raise KubernetesSandboxError(f"export {export_path!r} holds {rel!r}, which is neither a file, a directory nor a symlink")
+                if buf.tell() > max_bytes:
+                    raise KubernetesSandboxError(f"export {export_path!r} exceeds repo_size_limit_bytes={max_bytes}")
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    """What one read of the pod status means for the controller."""
+
+    phase: str  # "waiting" | "deliver" | "running" | "main-exited" | "failed"
+    status: SandboxStatus | None = None
+    detail: str = ""
+    exit_code: int | None = None
+    reason: str = ""
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for attr in path:
+        if obj is None:
+            return None
+        obj = obj.get(attr) if isinstance(obj, dict) else getattr(obj, attr, None)
+    return obj
+
+
+def observe_pod(pod: Any, *, pull_error_since: float | None, unschedulable_since: float | None, now: float, config: KubernetesSandboxConfig) -> PodObservation:
+    """Classify one pod status (a ``V1Pod``). Time-bounded states use the ``*_since`` stamps
+    the caller keeps; pure otherwise."""
+    phase = _get(pod, "status", "phase") or "Pending"
+    reason = _get(pod, "status", "reason") or ""
+    message = _get(pod, "status", "message") or ""
+    if phase == "Failed" and reason == "DeadlineExceeded":
+        return PodObservation("failed", SandboxStatus.TIMEOUT, f"pod deadline exceeded (activeDeadlineSeconds): {message}".strip(": "), reason=reason)
+    if phase == "Failed" and reason == "Evicted":
+        return PodObservation("failed", SandboxStatus.CRASHED, f"pod evicted: {message}".strip(": "), reason=reason)
+    init = {s.name: s for s in (_get(pod, "status", "init_container_statuses") or [])}
+    main = {s.name: s for s in (_get(pod, "status", "container_statuses") or [])}
+    for status in list(init.values()) + list(main.values()):
+        waiting = _get(status, "state", "waiting")
+        wreason = _get(waiting, "reason") or ""
+        if wreason in PULL_ERRORS:
+            bounded = pull_error_since is not None and now - pull_error_since >= config.image_pull_timeout_seconds
+            if wreason in FATAL_PULL_ERRORS or bounded:
+                return PodObservation(
+                    "failed", SandboxStatus.CRASHED,
+                    f"image pull failed for {_get(status, 'image') or config.image!r} in container {status.name!r}: {wreason}: {_get(waiting, 'message') or ''}".rstrip(": "),
+                    reason=wreason,
+                )
+            return PodObservation("waiting", reason=wreason)
+        if wreason in CONFIG_ERRORS and pull_error_since is not None and now - pull_error_since >= config.image_pull_timeout_seconds:
+            return PodObservation("failed", SandboxStatus.CRASHED, f"container {status.name!r} cannot start: {wreason}: {_get(waiting, 'message') or ''}", reason=wreason)
+    receive = init.get(INIT_CONTAINER)
+    terminated = _get(receive, "state", "terminated")
+    if terminated is not None and terminated.exit_code != 0:
+        return PodObservation("failed", SandboxStatus.CRASHED, f"repository delivery failed: init container exited {terminated.exit_code} ({terminated.reason or ''} {terminated.message or ''})".strip(), reason="InitFailed")
+    sandbox = main.get(SANDBOX_CONTAINER)
+    sterm = _get(sandbox, "state", "terminated")
+    if sterm is not None:
+        return PodObservation("main-exited", exit_code=sterm.exit_code, reason=sterm.reason or "", detail=sterm.message or "")
+    if phase == "Failed":
+        return PodObservation("failed", SandboxStatus.CRASHED, f"pod failed: {reason or 'unknown reason'} {message}".strip(), reason=reason)
+    if _get(receive, "state", "running") is not None:
+        return PodObservation("deliver")
+    for cond in _get(pod, "status", "conditions") or []:
+        if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":
+            if unschedulable_since is not None and now - unschedulable_since >= config.schedule_timeout_seconds:
+                return PodObservation("failed", SandboxStatus.CRASHED, f"pod unschedulable for {config.schedule_timeout_seconds:g}s: {cond.message or ''}", reason="Unschedulable")
+            return PodObservation("waiting", reason="Unschedulable")
+    if _get(sandbox, "state", "running") is not None:
+        return PodObservation("running")
+    return PodObservation("waiting", reason=phase)
+
+
+def verify_collected(
+    stream: bytes, key: bytes, request: SandboxRequest
+) -> tuple[dict, bytes, dict[str, bytes], dict[str, str], bytes]:
+    """Parse and check the collector's stream: the result must carry our HMAC, every file its
+    digest, and the caps are enforced again here (the files are untrusted)."""
+    try:
+        records = pod_wrapper.read_records(stream)
+    except pod_wrapper.PayloadError as exc:
+        raise KubernetesSandboxError(f"collector stream malformed or truncated: {exc}") from exc
+    if not records or records[0][0].get("kind") != "result":
+        raise KubernetesSandboxError("collector stream does not start with the result record")
+    header, raw = records[0]
+    if header.get("missing"):
+        raise KubernetesSandboxError(f"the wrapper wrote no result.json ({header.get('reason')})")
+    result = json.loads(raw)
+    if [h.get("kind") for h, _ in records[1:3]] != ["stdout", "pipes"]:
+        raise KubernetesSandboxError("collector stream lacks the stdout and pipes records")
+    stdout, pipes = records[1][1], records[2][1]
+    expected = pod_wrapper.result_mac(key, result, stdout)
+    if not hmac.compare_digest(str(result.get("mac", "")), expected):
+        raise KubernetesSandboxError("result.json does not carry this pod's signature: written by something other than the wrapper")
+    if hashlib.sha256(pipes).hexdigest() != result.get("pipes_sha256"):
+        raise KubernetesSandboxError("pipes.jsonl differs from what the wrapper signed")
+    outputs: dict[str, bytes] = {}
+    rejected: dict[str, str] = {}
+    total = 0
+    ended = False
+    for header, data in records[3:]:
+        kind, name = header.get("kind"), str(header.get("name", ""))
+        if kind == "end":
+            ended = True
+            continue
+        if kind == "rejected":
+            rejected[name] = str(header.get("reason", "rejected by the collector"))
+            continue
+        if kind != "file":
+            raise KubernetesSandboxError(f"collector stream has an unknown record kind {kind!r}")
+        parts = Path(name).parts
+        if not name or name.startswith("/") or ".." in parts or "\0" in name:
+            rejected[name] = "unsafe name"
+        elif hashlib.sha256(data).hexdigest() != header.get("sha256"):
+            rejected[name] = "digest mismatch in transit"
+        elif len(outputs) >= request.limits.output_files:
+            rejected[name] = f"more than {request.limits.output_files} output files"
+        elif total + len(data) > request.limits.output_bytes:
+            rejected[name] = f"output cap of {request.limits.output_bytes} bytes reached"
+        else:
+            outputs[name] = data
+            total += len(data)
+    if not ended:
+        raise KubernetesSandboxError("collector stream ended before its end record (truncated)")
+    return result, stdout, outputs, rejected, pipes
+
+
+_WRAPPER_STATUS = {s.value: s for s in SandboxStatus}
+
+
+# --- the backend ----------------------------------------------------------------------------
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class KubernetesBackend(SandboxBackend):
+    """Runs each :class:`SandboxRequest` in its own pod (see the module docstring)."""
+
+    name = BACKEND_NAME
+
+    def __init__(
+        self,
+        config: KubernetesSandboxConfig | None = None,
+        *,
+        api_client: Any | None = None,
+        dagster_context: Any | None = None,
+        _slots: threading.Semaphore | None = None,
+        **fields: Any,
+    ) -> None:
+        # ``make_backend("kubernetes", image=..., namespace=...)`` passes config fields directly.
+        if config is None:
+            config = KubernetesSandboxConfig(**fields)
+        elif fields:
+            raise TypeError(f"pass either a KubernetesSandboxConfig or its fields, not both ({sorted(fields)})")
+        self.config = config
+        self._api_client = api_client
+        self._context = dagster_context
+        self._slots = _slots or threading.BoundedSemaphore(config.max_concurrent_pods)
+
+    def bind_context(self, context: Any) -> "KubernetesBackend":
+        """The same backend (sharing its concurrency slots), launching through PipesK8sClient
+        with ``context`` (an asset/op execution context)."""
+        return KubernetesBackend(self.config, api_client=self._api_client, dagster_context=context, _slots=self._slots)
+
+    # -- interface
+
+    def runtime_digest(self) -> str:
+        material = f"{BACKEND_NAME}\n{self.config.image}\nwrapper-protocol={pod_wrapper.PROTOCOL_VERSION}\n"
+        return hashlib.sha256(material.encode()).hexdigest()
+
+    def preflight(self) -> None:
+        try:
+            core = self._core()
+            core.list_namespaced_pod(self.config.namespace, limit=1)
+        except SandboxUnavailable:
+            raise
+        except Exception as exc:
+            raise SandboxUnavailable(
+                f"cannot list pods in namespace {self.config.namespace!r} ({exc}); apply deploy/k8s/ "
+                "and give the controller's service account the evalrunner-sandbox-controller Role, or set "
+                "KubernetesSandboxConfig.kubeconfig/in_cluster"
+            ) from exc
+
+    def run(self, request: SandboxRequest, cancel: threading.Event | None = None) -> SandboxResult:
+        cancel = cancel or threading.Event()
+        started = time.monotonic()
+        try:
+            tarball = build_repo_tarball(request.export.path, self.config.repo_size_limit_bytes)
+        except KubernetesSandboxError as exc:
+            return self._result(SandboxStatus.CRASHED, started, detail=str(exc))
+        while not self._slots.acquire(timeout=0.2):
+            if cancel.is_set():
+                return self._result(SandboxStatus.CANCELLED, started, detail="cancelled while waiting for a pod slot")
+        try:
+            run = _PodRun(self, request, tarball, cancel, started)
+            if self._context is not None and self.config.use_pipes:
+                return run.via_pipes(self._context)
+            return run.via_client()
+        finally:
+            self._slots.release()
+
+    # -- plumbing
+
+    def _core(self):
+        import kubernetes
+
+        if self._api_client is None:
+            self._api_client = make_api_client(self.config)
+        return kubernetes.client.CoreV1Api(self._api_client)
+
+    def _result(self, status: SandboxStatus, started: float, **kw: Any) -> SandboxResult:
+        base = dict(exit_code=None, stdout=b"", stdout_truncated=False, stderr_tail="", outputs={}, rejected_outputs={}, detail="")
+        base.update(kw)
+        return SandboxResult(status=status, duration_s=round(time.monotonic() - started, 3), backend=BACKEND_NAME, **base)
+
+
+def make_api_client(config: KubernetesSandboxConfig):
+    """An ApiClient from the in-cluster service account or a kubeconfig, per ``config``."""
+    import kubernetes
+
+    cfg = kubernetes.client.Configuration()
+    in_cluster = config.in_cluster
+    if in_cluster is None:
+        in_cluster = bool(os.getenv("KUBERNETES_SERVICE_HOST")) and not config.kubeconfig
+    try:
+        if in_cluster:
+            kubernetes.config.load_incluster_config(client_configuration=cfg)
+        else:
+            kubernetes.config.load_kube_config(config_file=config.kubeconfig, context=config.kube_context, client_configuration=cfg)
+    except Exception as exc:
+        where = "the in-cluster service account" if in_cluster else f"kubeconfig {config.kubeconfig or '~/.kube/config'!r}"
+        raise SandboxUnavailable(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
+    return kubernetes.client.ApiClient(cfg)
+
+
+class _PodRun:
+    """One request's pod, from creation to deletion."""
+
+    def __init__(self, backend: KubernetesBackend, request: SandboxRequest, tarball: bytes, cancel: threading.Event, started: float):
+        self.backend, self.config = backend, backend.config
+        self.request, self.tarball, self.cancel, self.started = request, tarball, cancel, started
+        self.core = backend._core()
+        self.sandbox_id = secrets.token_hex(8)
+        self.key = secrets.token_bytes(32)
+        self.pod_name = f"evalrunner-sbx-{self.sandbox_id}"
+        self.delivered = False
+        self.delivery_error = ""
+
+    # -- the two launch paths
+
+    def via_client(self) -> SandboxResult:
+        import kubernetes
+
+        try:
+            manifest = build_sandbox_pod(self.request, self.config, sandbox_id=self.sandbox_id, pod_name=self.pod_name)
+        except KubernetesSandboxError as exc:
+            return self.backend._result(SandboxStatus.CRASHED, self.started, detail=str(exc))
+        try:
+            self._create(manifest)
+        except _Cancelled:
+            return self.backend._result(SandboxStatus.CANCELLED, self.started, detail="cancelled before the pod was created")
+        except kubernetes.client.ApiException as exc:
+            return self.backend._result(SandboxStatus.CRASHED, self.started, detail=f"pod creation refused: {exc.status} {exc.reason}: {_api_message(exc)}")
+        try:
+            return self._wait_and_collect()
+        finally:
+            self._delete()
+
+    def via_pipes(self, context: Any) -> SandboxResult:
+        from dagster_k8s import PipesK8sClient
+
+        try:
+            manifest = build_sandbox_pod(self.request, self.config, sandbox_id=self.sandbox_id)
+        except KubernetesSandboxError as exc:
+            return self.backend._result(SandboxStatus.CRASHED, self.started, detail=str(exc))
+        self.collected: SandboxResult | None = None
+        client = PipesK8sClient(
+            # Not the pod-log reader: messages come from the signed, collected result instead.
+            message_reader=_CollectedMessageReader(self),
+            load_incluster_config=self.config.in_cluster,
+            kubeconfig_file=self.config.kubeconfig,
+            kube_context=self.config.kube_context,
+            poll_interval=self.config.poll_interval_seconds,
+        )
+        stop = threading.Event()
+        helper = threading.Thread(target=self._pipes_helper, args=(stop,), daemon=True)
+        helper.start()
+        pipes_error = ""
+        try:
+            client.run(
+                context=context,
+                namespace=self.config.namespace,
+                base_pod_meta={k: v for k, v in manifest["metadata"].items() if k != "namespace"},
+                base_pod_spec=manifest["spec"],
+                # The collector stays up until we have read the outputs through it.
+                ignore_containers={COLLECTOR_CONTAINER},
+                pod_wait_timeout=pod_deadline_seconds(self.request, self.config) + 60,
+                delete_pod_on_completion=False,
+            )
+        except Exception as exc:  # classified from the pod status below; the text is kept as detail
+            pipes_error = f"{type(exc).__name__}: {exc}"[:2000]
+        finally:
+            stop.set()
+            helper.join(timeout=10)
+        try:
+            if self.collected is not None:
+                return self.collected
+            if self.cancel.is_set():
+                return self.backend._result(SandboxStatus.CANCELLED, self.started, detail="cancelled; pod deleted")
+            pod = self._find_pod()
+            if pod is None:
+                return self.backend._result(SandboxStatus.CRASHED, self.started, detail=f"pod vanished: {pipes_error}")
+            obs = observe_pod(pod, pull_error_since=0.0, unschedulable_since=0.0, now=time.time(), config=self.config)
+            if obs.phase == "failed":
+                return self.backend._result(obs.status, self.started, detail=obs.detail)
+            return self.backend._result(SandboxStatus.CRASHED, self.started, detail=self.delivery_error or pipes_error or f"pod ended in state {obs.phase}")
+        finally:
+            self._delete()
+
+    def collect_in_session(self, handler: Any) -> None:
+        """Called by the message reader when PipesK8sClient saw the sandbox container exit:
+        collect, verify, then hand the wrapper's signed Pipes messages to Dagster."""
+        pod = self._find_pod()
+        if pod is None:
+            return
+        obs = observe_pod(pod, pull_error_since=0.0, unschedulable_since=0.0, now=time.time(), config=self.config)
+        if obs.phase != "main-exited":
+            return
+        self.collected, pipes_bytes = self._collect_with_pipes(obs)
+        for line in pipes_bytes.splitlines():
+            try:
+                handler.handle_message(json.loads(line))
+            except ValueError:
+                continue
+
+    def _pipes_helper(self, stop: threading.Event) -> None:
+        """Alongside PipesK8sClient.run: deliver the repository and honour cancellation."""
+        while not stop.wait(min(self.config.poll_interval_seconds, 0.5)):
+            if self.cancel.is_set():
+                self._find_pod()
+                self._delete()
+                return
+            if self.delivered:
+                continue
+            pod = self._find_pod()
+            if pod is None:
+                continue
+            if observe_pod(pod, pull_error_since=None, unschedulable_since=None, now=time.time(), config=self.config).phase == "deliver":
+                self._deliver()
+
+    # -- steps
+
+    def _create(self, manifest: dict) -> None:
+        import kubernetes
+
+        deadline = time.monotonic() + self.config.quota_wait_seconds
+        backoff = 0.5
+        while True:
+            if self.cancel.is_set():
+                raise _Cancelled()
+            try:
+                self.core.create_namespaced_pod(self.config.namespace, manifest)
+                return
+            except kubernetes.client.ApiException as exc:
+                # A full ResourceQuota is the cluster-wide concurrency cap: wait for a slot.
+                if exc.status == 403 and "exceeded quota" in _api_message(exc) and time.monotonic() < deadline:
+                    self.cancel.wait(backoff)
+                    backoff = min(backoff * 2, 15.0)
+                    continue
+                raise
+
+    def _wait_and_collect(self) -> SandboxResult:
+        pull_since = unsched_since = None
+        give_up = time.monotonic() + pod_deadline_seconds(self.request, self.config) + 60
+        while True:
+            if self.cancel.is_set():
+                return self.backend._result(SandboxStatus.CANCELLED, self.started, detail="cancelled; pod deleted")
+            pod = self._read_pod()
+            if pod is None:
+                return self.backend._result(SandboxStatus.CRASHED, self.started, detail="pod disappeared before it finished (deleted from outside?)")
+            now = time.time()
+            obs = observe_pod(pod, pull_error_since=pull_since, unschedulable_since=unsched_since, now=now, config=self.config)
+            if obs.phase == "waiting" and obs.reason in PULL_ERRORS | CONFIG_ERRORS:
+                pull_since = pull_since if pull_since is not None else now
+            elif obs.phase == "waiting" and obs.reason == "Unschedulable":
+                unsched_since = unsched_since if unsched_since is not None else now
+            if obs.phase == "failed":
+                return self.backend._result(obs.status, self.started, detail=obs.detail)
+            if obs.phase == "main-exited":
+                return self._collect(obs)
+            if obs.phase == "deliver" and not self.delivered:
+                if not self._deliver():
+                    return self.backend._result(SandboxStatus.CRASHED, self.started, detail=self.delivery_error)
+                continue
+            if time.monotonic() > give_up:
+                return self.backend._result(SandboxStatus.TIMEOUT, self.started, detail="pod did not finish within its deadline plus 60s")
+            self.cancel.wait(self.config.poll_interval_seconds)
+
+    def _deliver(self) -> bool:
+        from kubernetes.stream import stream
+
+        payload = pod_wrapper.encode_payload(self.tarball, self.request.stdin or b"", self.key)
+        try:
+            ws = stream(
+                self.core.connect_get_namespaced_pod_attach,
+                self._pod_name(),
+                self.config.namespace,
+                container=INIT_CONTAINER,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+                binary=True,
+            )
+            try:
+                for i in range(0, len(payload), 1 << 20):
+                    ws.write_stdin(payload[i : i + (1 << 20)])
+                ws.close_channel(0)
+                ws.run_forever(timeout=60)  # until the init container exits and the stream closes
+            finally:
+                ws.close()
+        except Exception as exc:
+            self.delivery_error = f"repository delivery through the attach API failed: {exc}"
+            return False
+        self.delivered = True
+        return True
+
+    def _collect(self, obs: PodObservation) -> SandboxResult:
+        return self._collect_with_pipes(obs)[0]
+
+    def _collect_with_pipes(self, obs: PodObservation) -> tuple[SandboxResult, bytes]:
+        result = self._collect_inner(obs)
+        return result, self._pipes_bytes
+
+    def _collect_inner(self, obs: PodObservation) -> SandboxResult:
+        self._pipes_bytes = b""
+        if obs.exit_code != 0:
+            if obs.reason == "OOMKilled":
+                return self.backend._result(SandboxStatus.KILLED, self.started, detail="sandbox container OOMKilled (memory limit)")
+            cause = {pod_wrapper.EXIT_NOT_DELIVERED: "the repository was never delivered"}.get(obs.exit_code, "the wrapper failed")
+            return self.backend._result(SandboxStatus.CRASHED, self.started, detail=f"sandbox container exited {obs.exit_code} ({obs.reason}): {cause}; {self._log_tail()}")
+        try:
+            raw = self._exec_collect()
+            result, stdout, outputs, rejected, self._pipes_bytes = verify_collected(raw, self.key, self.request)
+        except Exception as exc:
+            return self.backend._result(SandboxStatus.CRASHED, self.started, detail=f"collecting outputs failed: {exc}")
+        status = _WRAPPER_STATUS.get(str(result.get("status")), SandboxStatus.CRASHED)
+        return self.backend._result(
+            status,
+            self.started,
+            exit_code=result.get("exit_code"),
+            stdout=stdout,
+            stdout_truncated=bool(result.get("stdout_truncated")),
+            stderr_tail=str(result.get("stderr_tail", "")),
+            outputs=outputs,
+            rejected_outputs=rejected,
+            detail=str(result.get("detail", "")),
+        )
+
+    def _exec_collect(self) -> bytes:
+        from kubernetes.stream import stream
+
+        limits = self.request.limits
+        command = [*_wrapper_command(), "collect", "--out", MOUNTS["out"], "--control", MOUNTS["control"], "--max-files", str(limits.output_files), "--max-bytes", str(limits.output_bytes)]
+        ws = stream(
+            self.core.connect_get_namespaced_pod_exec,
+            self._pod_name(),
+            self.config.namespace,
+            container=COLLECTOR_CONTAINER,
+            command=command,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+            binary=True,
+        )
+        cap = limits.output_bytes + limits.stdout_bytes + (4 << 20)
+        out = bytearray()
+        deadline = time.monotonic() + self.config.collect_slack_seconds
+        try:
+            while ws.is_open():
+                if time.monotonic() > deadline:
+                    raise KubernetesSandboxError(f"collect did not finish within collect_slack_seconds={self.config.collect_slack_seconds:g}")
+                ws.update(timeout=1)
+                out += ws.read_channel(1, timeout=0)
+                if len(out) > cap:
+                    raise KubernetesSandboxError(f"collector stream exceeds {cap} bytes")
+            out += ws.read_channel(1, timeout=0)
+            status_raw = ws.read_channel(3, timeout=0)
+        finally:
+            ws.close()
+        if status_raw:
+            status = json.loads(status_raw)
+            if status.get("status") != "Success":
+                raise KubernetesSandboxError(f"collect exited unsuccessfully: {status.get('message') or status}")
+        return bytes(out)
+
+    def _pod_name(self) -> str:
+        return self.pod_name
+
+    def _read_pod(self):
+        import kubernetes
+
+        try:
+            return self.core.read_namespaced_pod(self.pod_name, self.config.namespace)
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _find_pod(self):
+        pods = self.core.list_namespaced_pod(self.config.namespace, label_selector=f"{SANDBOX_ID_LABEL}={self.sandbox_id}").items
+        if pods:
+            self.pod_name = pods[0].metadata.name  # PipesK8sClient names the pod itself
+            return pods[0]
+        return None
+
+    def _log_tail(self) -> str:
+        try:
+            text = self.core.read_namespaced_pod_log(self.pod_name, self.config.namespace, container=SANDBOX_CONTAINER, tail_lines=5, _preload_content=False).data
+            return "log: " + text.decode("utf-8", "replace").strip()[-1000:]
+        except Exception:
+            return "log unavailable"
+
+    def _delete(self) -> None:
+        import kubernetes
+
+        try:
+            self.core.delete_namespaced_pod(self.pod_name, self.config.namespace, grace_period_seconds=0)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        except Exception:
+            pass
+
+
+def _CollectedMessageReader(run: "_PodRun"):
+    """A Pipes message reader that does not parse the pod log: the wrapper writes its messages
+    to a file whose digest it signs, and they are read through the collector after the sandbox
+    container exited, inside the Pipes session (before PipesK8sClient.run returns).
+    Built on demand so this module imports no Dagster outside the Pipes path."""
+    from dagster._core.pipes.client import PipesMessageReader
+
+    class CollectedMessageReader(PipesMessageReader):
+        @contextmanager
+        def read_messages(self, handler):
+            try:
+                yield {"path": f"{MOUNTS['control']}/{pod_wrapper.PIPES_FILE}"}
+            finally:
+                try:
+                    run.collect_in_session(handler)
+                except Exception as exc:  # classified by the caller from the pod status
+                    run.delivery_error = run.delivery_error or f"collect failed: {exc}"
+
+        def no_messages_debug_text(self) -> str:
+            return "Messages are read from the sandbox wrapper's signed pipes.jsonl, collected through the exec API."
+
+    return CollectedMessageReader()
+
+
+def _api_message(exc: Any) -> str:
+    try:
+        return json.loads(exc.body).get("message", "") if exc.body else str(exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.body)

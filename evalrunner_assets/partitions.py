@@ -1,0 +1,23 @@
+"""The named dynamic partition sets, at the grain we schedule and backfill (DESIGN §4).
+
+- ``commits``: ``owner/repo@<40-hex sha>``
+- ``tasks``: task ids from manifests, e.g. ``triage/runbook_lookup``
+- ``comparisons``: ``owner/repo#<pr>@<head sha>``
+``task_samples`` is partitioned by the product ``commit × task``.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from evalrunner_assets.pipeline.keys import commit_key
+
+commits_partitions = dg.DynamicPartitionsDefinition(name="commits")
+tasks_partitions = dg.DynamicPartitionsDefinition(name="tasks")
+comparisons_partitions = dg.DynamicPartitionsDefinition(name="comparisons")
+commit_task_partitions = dg.MultiPartitionsDefinition(
+    {"commit": commits_partitions, "task": tasks_partitions}
+)
+
+def commit_task_key(repo: str, sha: str, task: str) -> dg.MultiPartitionKey:
+    return dg.MultiPartitionKey({"commit": commit_key(repo, sha), "task": task})

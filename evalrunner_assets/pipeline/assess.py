@@ -1,0 +1,361 @@
+"""One comparison's state, read from the lake alone, and the single answer to "what next".
+
+``assess`` is the one implementation of the adaptive loop's decision: the sampling sensor and
+the CLI both call it, and a restarted daemon reaches the same answer because everything it
+reads (request, commit facts, batch records, failure records) lives in the lake.
+
+Windows. A task's windows are fixed positions of its seeded sample order; their bounds depend
+only on the position (see :func:`window_bounds`), never on what was decided, so a base
+commit's windows are the same for every PR on it and are reused, never re-run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from evalrunner_assets import stats
+from evalrunner_assets.execution.inspect_runner import sample_order
+from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, load_facts
+from evalrunner_assets.pipeline.pricing import PriceTable
+from evalrunner_assets.pipeline.spec import ComparisonRequest
+from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, batch_state, read_failure
+from lake import LAYOUT, Lake, Window
+from lake.batch import BatchKey
+
+FIRST_WINDOW = 16  # pairs in the first window (>= min_pairs, so the first look can decide)
+SCHEMA_VERSION = 1
+
+
+def window_bounds(start: int, limit: int, first: int = FIRST_WINDOW) -> Window:
+    """The window that starts at ``start``: 16, 16, 32, 64, 128… pairs (doubling after the
+    first two), cut at ``limit``. Few windows keep the per-run overhead low; the sequence is
+    anytime-valid, so larger later windows cost only the overshoot past a decision."""
+    size = first if start < 2 * first else start
+    return Window(start, min(start + size, limit))
+
+
+def window_plan(limit: int, first: int = FIRST_WINDOW) -> list[Window]:
+    out, start = [], 0
+    while start < limit:
+        w = window_bounds(start, limit, first)
+        out.append(w)
+        start = w.stop
+    return out
+
+
+@dataclass(frozen=True)
+class PlannedWindow:
+    """Run ``window`` of ``task`` at ``commit`` (one arm)."""
+
+    arm: str  # "head" | "base"
+    commit: str
+    task: str
+    window: Window
+
+
+@dataclass
+class TaskProgress:
+    task: str
+    n_samples: int  # positions available on both arms
+    limit: int  # positions this comparison may use (dataset, cap + allowance)
+    landed: int = 0  # positions committed on both arms (a prefix)
+    windows: int = 0
+    keys: dict[str, list[BatchKey]] = field(default_factory=lambda: {"head": [], "base": []})
+    pending: list[PlannedWindow] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)  # arm -> first cause
+
+
+@dataclass
+class Assessment:
+    """Where a comparison stands and what to run next."""
+
+    request: ComparisonRequest
+    needs_facts: list[str]  # commits whose manifest/sample ids are not learnt yet
+    next_windows: list[PlannedWindow]
+    result: dict[str, Any] | None  # the comparison document (None until facts are known)
+
+    @property
+    def done(self) -> bool:
+        return not self.needs_facts and not self.next_windows
+
+
+def run_settings(request: ComparisonRequest) -> RunSettings:
+    return RunSettings(
+        model=request.model, model_args=dict(request.model_args), seed=request.seed, epochs=request.epochs
+    )
+
+
+def stats_params(request: ComparisonRequest) -> stats.StatsParams:
+    return stats.StatsParams(
+        alpha=request.alpha, margin=request.margin, min_pairs=request.min_pairs,
+        cap=request.cap + request.extra_samples, batch_size=FIRST_WINDOW,
+    )
+
+
+def affinity(tasks: Mapping[str, TaskFacts], changed: Iterable[str]) -> dict[str, bool]:
+    """Whether each task is touched by the changed files (a task without ``paths`` always is)."""
+    changed = list(changed)
+    out = {}
+    for task, facts in tasks.items():
+        if not facts.paths:
+            out[task] = True
+        else:
+            out[task] = any(fnmatch.fnmatchcase(f, g) for g in facts.paths for f in changed)
+    return out
+
+
+def _arm_rows(rows: list[dict[str, Any]], keys: list[BatchKey]) -> list[dict[str, Any]]:
+    wanted = {k.digest for k in keys}
+    return [r for r in rows if r["batch"] in wanted]
+
+
+def _p50(values: list[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _arm_accounting(rows: list[dict[str, Any]], prices: PriceTable) -> dict[str, Any]:
+    costs = [prices.cost(r) for r in rows]
+    known = [c for c in costs if c is not None]
+    samples = len(rows)
+    return {
+        "samples": samples,
+        "errors": sum(1 for r in rows if r.get("error")),
+        "input_tokens": sum(r.get("input_tokens") or 0 for r in rows),
+        "output_tokens": sum(r.get("output_tokens") or 0 for r in rows),
+        "total_tokens": sum(r.get("total_tokens") or 0 for r in rows),
+        # Unknown cost stays unknown: never shown as $0.00.
+        "cost_usd": round(sum(known), 6) if samples and len(known) == samples else None,
+        "cost_per_sample_usd": (sum(known) / samples) if samples and len(known) == samples else None,
+        "latency_p50_s": _p50([r.get("total_time_s") for r in rows]),
+    }
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def _load_rows(lake: Lake, keys: list[BatchKey]) -> list[dict[str, Any]]:
+    if not keys:
+        return []
+    from lake import duck
+
+    con = duck.connect(lake)
+    try:
+        table = con.execute(
+            _sql("comparison_samples"), {"batches": sorted({k.digest for k in keys})}
+        ).fetch_arrow_table()
+    finally:
+        con.close()
+    return table.to_pylist()
+
+
+def _sql(name: str) -> str:
+    import sql
+
+    return sql.load(name)
+
+
+def assess(
+    lake: Lake,
+    request: ComparisonRequest,
+    *,
+    backend_name: str,
+    runtime_digest: str,
+    prices: PriceTable | None = None,
+) -> Assessment:
+    """Read the comparison's state from the lake; decide each task; plan the next windows."""
+    prices = prices or PriceTable.default()
+    facts: dict[str, CommitFacts | None] = {
+        "head": load_facts(lake, request.repo, request.head_sha),
+        "base": load_facts(lake, request.repo, request.base_sha),
+    }
+    commits = {"head": request.head_sha, "base": request.base_sha}
+    missing = [commits[a] for a in ("base", "head") if facts[a] is None]
+    if missing:
+        return Assessment(request, sorted(set(missing), key=missing.index), [], None)
+    head_facts, base_facts = facts["head"], facts["base"]
+    assert head_facts is not None and base_facts is not None
+
+    settings = run_settings(request)
+    params = stats_params(request)
+    touched = affinity(head_facts.tasks, request.changed_files)
+    shared = sorted(set(head_facts.tasks) & set(base_facts.tasks))
+    skipped = [t for t in shared if request.affinity == "prune" and not touched[t]]
+    compared = [t for t in shared if t not in skipped]
+    if request.max_tasks is not None:
+        compared = compared[: request.max_tasks]
+    order = compared
+    if request.affinity in ("order", "prune"):
+        order = [t for t in compared if touched[t]] + [t for t in compared if not touched[t]]
+
+    progress: dict[str, TaskProgress] = {}
+    for task in compared:
+        hf, bf = head_facts.tasks[task], base_facts.tasks[task]
+        n = min(len(hf.sample_ids), len(bf.sample_ids))
+        p = TaskProgress(task=task, n_samples=n, limit=min(n, params.cap))
+        for arm, f in (("head", hf), ("base", bf)):
+            if f.failure:
+                p.failures[arm] = f"sample ids could not be listed: {f.failure}"
+        start = 0
+        while start < p.limit and not p.failures:
+            w = window_bounds(start, p.limit)
+            states = {}
+            for arm, f in (("head", hf), ("base", bf)):
+                key = batch_key_for(request.repo, commits[arm], f, settings, w,
+                                    backend_name=backend_name, runtime_digest=runtime_digest)
+                states[arm] = (key, batch_state(lake, key))
+            for arm, (key, state) in states.items():
+                if state == "failed":
+                    p.failures[arm] = read_failure(lake, key) or "infrastructure failure"
+            if p.failures:
+                break
+            if all(s == "committed" for _, s in states.values()):
+                for arm, (key, _) in states.items():
+                    p.keys[arm].append(key)
+                p.landed, p.windows = w.stop, p.windows + 1
+                start = w.stop
+                continue
+            p.pending = [PlannedWindow(arm, commits[arm], task, w)
+                         for arm, (_, s) in states.items() if s == "absent"]
+            break
+        progress[task] = p
+
+    all_keys = [k for p in progress.values() for arm in ("head", "base") for k in p.keys[arm]]
+    rows = _load_rows(lake, all_keys)
+    n_tasks = max(1, len(compared))
+    samples_run = len(rows)
+    budget = None
+    if request.budget_samples is not None:
+        budget = request.budget_samples + request.extra_samples
+    budget_left = None if budget is None else max(0, budget - samples_run)
+
+    decisions: dict[str, stats.TaskDecision] = {}
+    task_docs: dict[str, Any] = {}
+    failures: dict[str, str] = {}
+    plan_states: dict[str, stats.TaskPlanState] = {}
+    for task in compared:
+        p = progress[task]
+        hf, bf = head_facts.tasks[task], base_facts.tasks[task]
+        head_rows = _arm_rows(rows, p.keys["head"])
+        base_rows = _arm_rows(rows, p.keys["base"])
+        seq = sample_order(sorted(set(hf.sample_ids) | set(bf.sample_ids)), request.seed)
+        pairing = stats.pair_task(head_rows, base_rows, order=seq)
+        at_cap = p.landed >= p.limit
+        decision = stats.decide_task(
+            pairing, params, n_tasks,
+            at_cap=at_cap,
+            budget_exhausted=budget_left is not None and budget_left <= 0,
+            head_failed="head" in p.failures,
+            base_failed="base" in p.failures,
+        )
+        decisions[task] = decision
+        if "head" in p.failures and "base" not in p.failures:
+            failures[task] = f"failed on this PR's head: {p.failures['head']}"
+        elif "base" in p.failures:
+            failures[task] = f"failed on the base: {p.failures['base']}"
+        head_acc = _arm_accounting(head_rows, prices)
+        base_acc = _arm_accounting(base_rows, prices)
+        cost_per_pair = None
+        if head_acc["cost_per_sample_usd"] is not None and base_acc["cost_per_sample_usd"] is not None:
+            cost_per_pair = (head_acc["cost_per_sample_usd"] + base_acc["cost_per_sample_usd"]) / 2
+        task_docs[task] = {
+            "decision": decision.to_dict(),
+            "affinity": "matched" if touched[task] else "unmatched",
+            "pairs_possible": p.n_samples,
+            "pairs_limit": p.limit,
+            "positions_landed": p.landed,
+            "windows": p.windows,
+            "failures": dict(p.failures),
+            "head": head_acc,
+            "base": base_acc,
+            "cost_per_sample_delta_usd": _delta(head_acc["cost_per_sample_usd"], base_acc["cost_per_sample_usd"]),
+            "latency_p50_delta_s": _delta(head_acc["latency_p50_s"], base_acc["latency_p50_s"]),
+            "more_samples_hint": (
+                stats.describe_more_samples(decision.more_pairs_needed, cost_per_pair)
+                if decision.label in ("continue", "inconclusive") and decision.more_pairs_needed
+                else None
+            ),
+            "path": [list(step) for step in stats.confidence_path(pairing, params, n_tasks)],
+            "batches": {arm: [k.digest for k in p.keys[arm]] for arm in ("head", "base")},
+        }
+        if decision.label == "continue" and not p.failures and p.pending:
+            plan_states[task] = stats.TaskPlanState(
+                next_start=p.landed, n_samples=p.limit, label="continue",
+                cost_per_sample=cost_per_pair,
+            )
+
+    verdict = stats.run_verdict(decisions, failures)
+
+    # What next: the stats planner picks which undecided tasks get their next window (budget,
+    # affinity order); the window itself is the fixed window at that position.
+    planned = stats.plan_next_windows(
+        plan_states, params=params,
+        budget_remaining=None if budget_left is None else stats.Budget(samples=budget_left),
+        affinity_order=order,
+    )
+    next_windows: list[PlannedWindow] = []
+    for wp in planned:
+        next_windows.extend(progress[wp.task].pending)
+
+    possible = sum(2 * progress[t].limit for t in compared)
+    spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ("head", "base")]
+    result = {
+        "schema_version": SCHEMA_VERSION,
+        "comparison": request.key,
+        "repo": request.repo,
+        "pr": request.pr,
+        "head_sha": request.head_sha,
+        "base_sha": request.base_sha,
+        "base_ref": request.base_ref,
+        "head_ref": request.head_ref,
+        "model": request.model,
+        "status": "running" if next_windows else "complete",
+        "verdict": "RUNNING" if next_windows else verdict.verdict,
+        "final_verdict": verdict.to_dict(),
+        "params": params.to_dict(),
+        "tasks": task_docs,
+        "task_order": order,
+        "skipped_tasks": skipped,
+        "new_tasks": sorted(set(head_facts.tasks) - set(base_facts.tasks)),
+        "removed_tasks": sorted(set(base_facts.tasks) - set(head_facts.tasks)),
+        "samples_run": samples_run,
+        "samples_possible": possible,
+        "spend_usd": round(sum(s for s in spend if s is not None), 6) if spend and all(s is not None for s in spend) else None,
+        "spend_known": bool(spend) and all(s is not None for s in spend),
+        "next_windows": [
+            {"arm": w.arm, "commit": w.commit, "task": w.task, "window": w.window.name} for w in next_windows
+        ],
+        "trajectories": {
+            arm: lake.url(LAYOUT.raw_prefix(request.repo, commits[arm])) for arm in ("head", "base")
+        },
+        "computed_at": datetime.now(timezone.utc).isoformat(),
+    }
+    if next_windows:
+        result["final_verdict"]["verdict"] = "RUNNING"
+    return Assessment(request, [], next_windows, result)
+
+
+def save_result(lake: Lake, result: dict[str, Any]) -> str:
+    rel = LAYOUT.comparison(result["repo"], result["pr"], result["head_sha"])
+    return lake.write_bytes(rel, json.dumps(result, indent=2, sort_keys=True, default=_json_default).encode())
+
+
+def load_result(lake: Lake, repo: str, pr: str, head: str) -> dict[str, Any] | None:
+    rel = LAYOUT.comparison(repo, pr, head)
+    if not lake.exists(rel):
+        return None
+    return json.loads(lake.read_bytes(rel))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return str(value)

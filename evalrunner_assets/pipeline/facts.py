@@ -1,0 +1,156 @@
+"""What one commit declares, learnt in the sandbox once and kept in the lake.
+
+For a commit: the validated manifest (``raw/<repo>/<sha>/manifest.json``) and, per task, the
+Inspect task name, its sample ids (listed in the sandbox: task code is untrusted) and the digest
+of the agent configuration the task sees (``raw/<repo>/<sha>/tasks.json``). Both files are
+written once; a second materialization of the same commit reads them back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalrunner_assets.discovery import DiscoveryError, discover
+from evalrunner_assets.execution.inspect_runner import (
+    InspectRunError,
+    TaskRunConfig,
+    config_digest,
+    list_sample_ids,
+)
+from evalrunner_assets.execution.repo import RepoSource
+from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
+from lake import LAYOUT, Lake
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    task: str
+    spec: str
+    workdir: str
+    cohort: str
+    paths: tuple[str, ...]
+    inspect_task: str | None  # None when listing failed
+    sample_ids: tuple[str, ...]
+    config_digest: str
+    failure: str | None = None  # why the sample ids could not be listed
+
+
+@dataclass(frozen=True)
+class CommitFacts:
+    repo: str
+    commit: str
+    tree_digest: str
+    discovery_source: str
+    tasks: dict[str, TaskFacts] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        rec = asdict(self)
+        return json.dumps(rec, indent=2, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "CommitFacts":
+        rec = json.loads(data)
+        tasks = {
+            k: TaskFacts(**{**v, "paths": tuple(v["paths"]), "sample_ids": tuple(v["sample_ids"])})
+            for k, v in rec.pop("tasks").items()
+        }
+        return cls(tasks=tasks, **rec)
+
+
+def load_facts(lake: Lake, repo: str, commit: str) -> CommitFacts | None:
+    rel = LAYOUT.commit_tasks(repo, commit)
+    if not lake.exists(rel):
+        return None
+    return CommitFacts.from_json(lake.read_bytes(rel))
+
+
+def export_commit(source: RepoSource, commit: str, root: Path) -> RepoExport:
+    """Export ``commit`` under ``root/<repo>/<sha>``, reusing a finished export.
+
+    The export lands under a temporary name and is renamed into place, so a crash mid-export
+    never leaves a half tree that a later run would take for complete."""
+    sha = source.resolve_commit(commit)
+    dest = root / source.repo / sha
+    if dest.is_dir():
+        from evalrunner_assets.execution.repo import tree_digest
+
+        return RepoExport(repo=source.repo, commit=sha, path=str(dest), tree_digest=tree_digest(dest))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{sha}.tmp-{uuid.uuid4().hex}"
+    try:
+        export = source.export(sha, tmp)
+        os.rename(tmp, dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if dest.is_dir():  # another process finished the same export first
+            return export_commit(source, sha, root)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return RepoExport(repo=export.repo, commit=sha, path=str(dest), tree_digest=export.tree_digest)
+
+
+def learn_commit(
+    lake: Lake,
+    backend: SandboxBackend,
+    export: RepoExport,
+    *,
+    model: str,
+    cancel: threading.Event | None = None,
+) -> CommitFacts:
+    """Discover the commit's evals and list each task's sample ids, in the sandbox; land both.
+
+    Raises :class:`DiscoveryError` when the repository declares no usable evals. A task whose
+    ids cannot be listed is kept with its failure recorded (the comparison reports it)."""
+    existing = load_facts(lake, export.repo, export.commit)
+    if existing is not None:
+        return existing
+    result = discover(backend, export, cancel=cancel)
+    lake.write_bytes(LAYOUT.manifest(export.repo, export.commit), result.manifest.to_json_bytes())
+    tasks: dict[str, TaskFacts] = {}
+    for entry in result.manifest.tasks:
+        cfg = TaskRunConfig(repo=export.repo, task=entry.id, spec=entry.spec, model=model, workdir=entry.workdir)
+        digest = config_digest(export.path, entry.workdir, entry.spec)
+        try:
+            name, ids = list_sample_ids(backend, export, cfg, cancel)
+            failure = None
+        except InspectRunError as exc:
+            name, ids, failure = None, [], str(exc)
+        tasks[entry.id] = TaskFacts(
+            task=entry.id, spec=entry.spec, workdir=entry.workdir, cohort=entry.cohort,
+            paths=tuple(entry.paths), inspect_task=name, sample_ids=tuple(ids),
+            config_digest=digest, failure=failure,
+        )
+    facts = CommitFacts(
+        repo=export.repo, commit=export.commit, tree_digest=export.tree_digest,
+        discovery_source=result.source, tasks=tasks,
+    )
+    lake.write_bytes(LAYOUT.commit_tasks(export.repo, export.commit), facts.to_json())
+    return facts
+
+
+__all__ = [
+    "CommitFacts",
+    "DiscoveryError",
+    "TaskFacts",
+    "export_commit",
+    "learn_commit",
+    "load_facts",
+]
+
+
+def facts_summary(facts: CommitFacts) -> dict[str, Any]:
+    """Counts for asset metadata."""
+    return {
+        "tasks": len(facts.tasks),
+        "samples": sum(len(t.sample_ids) for t in facts.tasks.values()),
+        "listing_failures": sum(1 for t in facts.tasks.values() if t.failure),
+        "discovery_source": facts.discovery_source,
+    }

@@ -1,0 +1,73 @@
+"""Dollar cost of samples: Inspect's own figure when it knows the model's price, else ours.
+
+The price table maps a model name (or a ``provider/*`` glob) to US dollars per million input
+and output tokens. It is configurable (``$EVALRUNNER_PRICES``: a JSON file
+``{"openai/gpt-4o": {"input": 2.5, "output": 10}}``). A sample whose cost is neither logged nor
+priced has an unknown cost — shown as unknown, never as $0.00.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class PriceTableError(ValueError):
+    """The price table file is malformed (names the file and the entry)."""
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # model -> ($/Mtok in, out)
+
+    @classmethod
+    def default(cls) -> "PriceTable":
+        from evalrunner_assets.simagent import SIMAGENT_PRICE
+
+        prices = {"simagent/*": (SIMAGENT_PRICE.input_usd_per_mtok, SIMAGENT_PRICE.output_usd_per_mtok)}
+        path = os.environ.get("EVALRUNNER_PRICES")
+        if path:
+            prices.update(cls.from_file(path).prices)
+        return cls(prices)
+
+    @classmethod
+    def from_file(cls, path: str) -> "PriceTable":
+        try:
+            with open(path, encoding="utf-8") as fh:
+                raw = json.load(fh)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise PriceTableError(f"price table {path}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise PriceTableError(f"price table {path}: expected an object of model -> prices")
+        prices = {}
+        for model, entry in raw.items():
+            try:
+                prices[model] = (float(entry["input"]), float(entry["output"]))
+            except (TypeError, KeyError, ValueError) as exc:
+                raise PriceTableError(
+                    f"price table {path}: entry {model!r} needs numeric 'input' and 'output' $/Mtok"
+                ) from exc
+        return cls(prices)
+
+    def price(self, model: str | None) -> tuple[float, float] | None:
+        if not model:
+            return None
+        if model in self.prices:
+            return self.prices[model]
+        for pattern, price in self.prices.items():
+            if fnmatch.fnmatchcase(model, pattern):
+                return price
+        return None
+
+    def cost(self, row: Mapping[str, Any]) -> float | None:
+        """A sample's cost: the logged cost when present, else tokens × our price, else None."""
+        if row.get("cost_usd") is not None:
+            return float(row["cost_usd"])
+        price = self.price(row.get("model"))
+        if price is None or row.get("input_tokens") is None or row.get("output_tokens") is None:
+            return None
+        return (row["input_tokens"] * price[0] + row["output_tokens"] * price[1]) / 1e6

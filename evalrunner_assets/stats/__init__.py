@@ -1,0 +1,46 @@
+"""Paired sequential statistics: pairing, anytime-valid decisions, run verdicts, batch planning.
+
+Pure Python (numpy/scipy); the Dagster assets call these functions. See README.md for the
+method, its parameters and the simulation evidence from ``python -m bench stats``.
+"""
+
+from evalrunner_assets.stats._decide import (
+    LABELS,
+    Label,
+    TaskDecision,
+    confidence_path,
+    decide_task,
+    describe_more_samples,
+    estimated_cost,
+)
+from evalrunner_assets.stats._errors import PairingError, ParamsError, PlanError, StatsError
+from evalrunner_assets.stats._pairing import Pairing, pair_task, seeded_order
+from evalrunner_assets.stats._params import StatsParams
+from evalrunner_assets.stats._planner import ARMS, Budget, TaskPlanState, WindowPlan, plan_next_windows
+from evalrunner_assets.stats._verdict import RunVerdict, Verdict, run_verdict
+
+__all__ = [
+    "ARMS",
+    "LABELS",
+    "Budget",
+    "Label",
+    "Pairing",
+    "PairingError",
+    "ParamsError",
+    "PlanError",
+    "RunVerdict",
+    "StatsError",
+    "StatsParams",
+    "TaskDecision",
+    "TaskPlanState",
+    "Verdict",
+    "WindowPlan",
+    "confidence_path",
+    "decide_task",
+    "describe_more_samples",
+    "estimated_cost",
+    "pair_task",
+    "plan_next_windows",
+    "run_verdict",
+    "seeded_order",
+]

@@ -1,0 +1,302 @@
+"""Per-task decision: label, intervals, evidence and the numbers people read."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from evalrunner_assets.stats import _posterior, _sequence
+from evalrunner_assets.stats._classical import paired_t_interval
+from evalrunner_assets.stats._pairing import Pairing
+from evalrunner_assets.stats._params import StatsParams, check_n_tasks
+
+Label = Literal["improved", "regressed", "unchanged", "continue", "inconclusive"]
+LABELS: tuple[str, ...] = ("improved", "regressed", "unchanged", "continue", "inconclusive")
+
+_CODE_TO_LABEL = {
+    _sequence.CONTINUE: "continue",
+    _sequence.IMPROVED: "improved",
+    _sequence.REGRESSED: "regressed",
+    _sequence.UNCHANGED: "unchanged",
+    _sequence.CONTRADICTED: "inconclusive",
+}
+
+# Posterior-predictive paths used to estimate how many more pairs an undecided task needs.
+_FORECAST_PATHS = 64
+
+
+def _r(x: float | None, digits: int = 6) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+@dataclass(frozen=True)
+class TaskDecision:
+    """The comparison of one task at the current look (JSON via :meth:`to_dict`)."""
+
+    label: Label
+    reason: str | None
+    pairs: int
+    decided_at: int | None
+    n_tasks: int
+    task_alpha: float
+    base_mean: float | None
+    head_mean: float | None
+    delta: float | None
+    anytime_interval: tuple[float, float]
+    classical_interval: tuple[float, float] | None
+    head_better: int
+    base_better: int
+    ties: int
+    e_values: dict[str, float]
+    p_value: float
+    p_value_adjusted: float
+    p_improvement: float
+    p_above_margin: float
+    p_within_margin: float
+    p_below_margin: float
+    more_pairs_needed: int | None
+    head_failed: bool = False
+    base_failed: bool = False
+    pairing: dict[str, Any] = field(default_factory=dict)
+    # Posterior draws of delta, kept for the run-level headline; not serialized.
+    posterior_draws: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def comparable(self) -> bool:
+        """False when there is no baseline to compare with (the base arm failed, head did not)."""
+        return not (self.base_failed and not self.head_failed)
+
+    @property
+    def settled(self) -> bool:
+        return self.label != "continue"
+
+    def to_dict(self) -> dict[str, Any]:
+        lo, hi = self.anytime_interval
+        return {
+            "label": self.label,
+            "reason": self.reason,
+            "pairs": self.pairs,
+            "decided_at": self.decided_at,
+            "n_tasks": self.n_tasks,
+            "task_alpha": self.task_alpha,
+            "base_mean": _r(self.base_mean),
+            "head_mean": _r(self.head_mean),
+            "delta": _r(self.delta),
+            "anytime_interval": {
+                "lo": _r(lo), "hi": _r(hi), "level": _r(1.0 - self.task_alpha, 8),
+                "kind": "anytime-valid confidence sequence (betting, mixture over bet sizes), two-sided, Bonferroni over tasks",
+            },
+            "classical_interval": None if self.classical_interval is None else {
+                "lo": _r(self.classical_interval[0]), "hi": _r(self.classical_interval[1]), "level": 0.95,
+                "kind": "paired t, fixed-n reference only: not valid under repeated looks",
+            },
+            "head_better": self.head_better,
+            "base_better": self.base_better,
+            "ties": self.ties,
+            "e_values": {k: _r(v) for k, v in self.e_values.items()},
+            "p_value": _r(self.p_value, 8),
+            "p_value_adjusted": _r(self.p_value_adjusted, 8),
+            "p_improvement": _r(self.p_improvement, 4),
+            "p_above_margin": _r(self.p_above_margin, 4),
+            "p_within_margin": _r(self.p_within_margin, 4),
+            "p_below_margin": _r(self.p_below_margin, 4),
+            "more_pairs_needed": self.more_pairs_needed,
+            "head_failed": self.head_failed,
+            "base_failed": self.base_failed,
+            "comparable": self.comparable,
+            "pairing": dict(self.pairing),
+        }
+
+
+def _crossings(deltas: np.ndarray, margin: float, log_thr: float) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    paths: dict[str, np.ndarray] = {}
+    crossings: dict[str, int] = {}
+    for name, (d0, side) in zip(_sequence.TEST_NAMES, _sequence.test_boundaries(margin)):
+        path = _sequence.log_wealth_path(deltas, d0, side)
+        paths[name] = path
+        crossings[name] = int(_sequence.first_crossings(path, log_thr)) if path.size else 0
+    return paths, crossings
+
+
+def _settle(crossings: dict[str, int], min_pairs: int, n: int) -> tuple[int, int]:
+    code, at = _sequence.labels_from_crossings(
+        np.array(crossings["above_zero"]), np.array(crossings["below_zero"]),
+        np.array(crossings["above_minus_margin"]), np.array(crossings["below_plus_margin"]), min_pairs,
+    )
+    if int(at) > n:  # the first look that could carry the label has not happened yet
+        return _sequence.CONTINUE, 0
+    return int(code), int(at)
+
+
+def _forecast_more_pairs(deltas: np.ndarray, crossings: dict[str, int], params: StatsParams, log_thr: float) -> int | None:
+    """Median extra pairs until some label settles, over posterior-predictive continuations.
+
+    None when most continuations do not settle before the cap (more samples are unlikely to
+    help) or the cap is already reached.
+    """
+    n = deltas.size
+    horizon = params.cap - n
+    if horizon <= 0:
+        return None
+    values, counts, prior = _posterior.dirichlet_support(deltas)
+    rng = np.random.default_rng(12345)
+    probs = rng.dirichlet(counts + prior, size=_FORECAST_PATHS)  # (P, S)
+    cumprobs = np.cumsum(probs, axis=1)
+    u = rng.random((_FORECAST_PATHS, horizon))
+    cats = np.minimum((u[..., None] > cumprobs[:, None, :]).sum(axis=-1), values.size - 1)
+    onehot_cum = np.cumsum(np.eye(values.size)[cats], axis=1)  # (P, H, S)
+    future: dict[str, np.ndarray] = {}
+    for name, (d0, side) in zip(_sequence.TEST_NAMES, _sequence.test_boundaries(params.margin)):
+        past = np.sum(_sequence.bet_log_factors(deltas, d0, side), axis=0) if n else np.zeros(_sequence.BET_FRACTIONS.size)
+        per_value = _sequence.bet_log_factors(values, d0, side)  # (S, K)
+        log_w = _sequence.mixture_log_wealth(past + onehot_cum @ per_value)  # (P, H)
+        first = _sequence.first_crossings(log_w, log_thr)
+        future[name] = np.where(crossings[name] > 0, crossings[name], np.where(first > 0, first + n, 0))
+    code, at = _sequence.labels_from_crossings(
+        future["above_zero"], future["below_zero"], future["above_minus_margin"], future["below_plus_margin"], params.min_pairs
+    )
+    extra = np.where(code != _sequence.CONTINUE, at - n, np.iinfo(np.int64).max)
+    median = np.sort(extra)[(extra.size - 1) // 2]
+    if median == np.iinfo(np.int64).max:
+        return None
+    return int(max(median, 1))
+
+
+def decide_task(
+    pairing: Pairing,
+    params: StatsParams,
+    n_tasks: int,
+    *,
+    at_cap: bool = False,
+    budget_exhausted: bool = False,
+    head_failed: bool = False,
+    base_failed: bool = False,
+    forecast: bool = True,
+) -> TaskDecision:
+    """Decide one task from its pairs, consumed in their pre-committed order.
+
+    The label is the first one settled at any look (every prefix of at least ``min_pairs``
+    pairs), so adding pairs never changes a settled label. ``at_cap`` / ``budget_exhausted``
+    turn an undecided task into "inconclusive"; a failed arm makes the task "inconclusive"
+    with the reason. ``forecast=False`` skips the more-pairs estimate (it simulates continuations).
+    """
+    if not isinstance(pairing, Pairing):
+        raise TypeError(f"pairing must be a Pairing (from pair_task), got {type(pairing).__name__}")
+    if not isinstance(params, StatsParams):
+        raise TypeError(f"params must be StatsParams, got {type(params).__name__}")
+    check_n_tasks(n_tasks)
+    task_alpha = params.task_alpha(n_tasks)
+    log_thr = _sequence.log_threshold(params.alpha, n_tasks)
+    d = pairing.deltas
+    n = d.size
+    head = np.asarray(pairing.head, dtype=np.float64)
+    base = np.asarray(pairing.base, dtype=np.float64)
+
+    paths, crossings = _crossings(d, params.margin, log_thr)
+    code, settled_at = _settle(crossings, params.min_pairs, n) if n else (_sequence.CONTINUE, 0)
+    label = _CODE_TO_LABEL[code]
+    reason: str | None = None
+    if code == _sequence.CONTRADICTED:
+        reason = "evidence for both an improvement and a regression: the pairs do not share one mean (drift or a changed order)"
+    if n:
+        lo_arr, hi_arr = _sequence.interval_path(d, log_thr, looks=np.array([n]), margin=params.margin)
+        interval = (float(lo_arr[0]), float(hi_arr[0]))
+    else:
+        interval = (-1.0, 1.0)
+
+    if head_failed or base_failed:
+        label = "inconclusive"
+        settled_at = 0
+        if head_failed and base_failed:
+            reason = "failed on both head and base"
+        elif head_failed:
+            reason = "failed on head while base succeeded"
+        else:
+            reason = "failed on base while head succeeded: no baseline to compare with"
+    elif label == "continue" and (at_cap or budget_exhausted):
+        label = "inconclusive"
+        reason = (f"reached the per-task cap of {params.cap} pairs" if at_cap else "run budget exhausted") + " before the interval settled"
+
+    sup_e = 0.0
+    if n:
+        sup_e = float(np.exp(max(paths["above_zero"].max(), paths["below_zero"].max())))
+    p_value = min(1.0, 2.0 / sup_e) if sup_e > 0 else 1.0
+    post = _posterior.summarize(d, params.margin)
+    more = None
+    if label == "continue" and forecast:
+        more = _forecast_more_pairs(d, crossings, params, log_thr)
+        if more is not None and n < params.min_pairs:
+            more = max(more, params.min_pairs - n)
+    return TaskDecision(
+        label=label,  # type: ignore[arg-type]
+        reason=reason,
+        pairs=n,
+        decided_at=settled_at or None,
+        n_tasks=n_tasks,
+        task_alpha=task_alpha,
+        base_mean=float(base.mean()) if n else None,
+        head_mean=float(head.mean()) if n else None,
+        delta=float(d.mean()) if n else None,
+        anytime_interval=interval,
+        classical_interval=paired_t_interval(d),
+        head_better=int(np.sum(d > 0)),
+        base_better=int(np.sum(d < 0)),
+        ties=int(np.sum(d == 0)),
+        e_values={name: float(np.exp(path[-1])) if path.size else 1.0 for name, path in paths.items()},
+        p_value=p_value,
+        p_value_adjusted=min(1.0, p_value * n_tasks),
+        p_improvement=post.p_improvement,
+        p_above_margin=post.p_above_margin,
+        p_within_margin=post.p_within_margin,
+        p_below_margin=post.p_below_margin,
+        more_pairs_needed=more,
+        head_failed=head_failed,
+        base_failed=base_failed,
+        pairing=pairing.to_dict(),
+        posterior_draws=post.draws,
+    )
+
+
+def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list[tuple[int, float, float, float]]:
+    """(pairs, delta, lo, hi) at every batch boundary (and the current look), for the
+    "how many samples until we know" chart. Bounds are the anytime-valid running intersection."""
+    check_n_tasks(n_tasks)
+    d = pairing.deltas
+    n = d.size
+    if n == 0:
+        return []
+    looks = list(range(params.batch_size, n + 1, params.batch_size))
+    if not looks or looks[-1] != n:
+        looks.append(n)
+    lo, hi = _sequence.interval_path(d, _sequence.log_threshold(params.alpha, n_tasks), looks=np.array(looks), margin=params.margin)
+    running_mean = np.cumsum(d) / np.arange(1, n + 1)
+    return [(int(t), float(running_mean[t - 1]), float(a), float(b)) for t, a, b in zip(looks, lo, hi)]
+
+
+def estimated_cost(pairs: int, cost_per_sample: float | None, arms: int = 2) -> float | None:
+    """Dollars for ``pairs`` more pairs (each runs on every arm); None when the cost is unknown."""
+    if cost_per_sample is None or not math.isfinite(cost_per_sample) or cost_per_sample <= 0:
+        return None
+    return pairs * arms * float(cost_per_sample)
+
+
+def describe_more_samples(pairs: int | None, cost_per_sample: float | None, arms: int = 2) -> str:
+    """"run 32 more samples (~$1.40)"; a sample is one input run on both head and base.
+
+    An unknown or zero cost is reported as unknown, never as $0.00 (costs through a proxy or
+    for models without a price can read 0 without being free).
+    """
+    if pairs is None:
+        return "more samples are unlikely to settle this task before the cap"
+    if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 0:
+        raise ValueError(f"pairs must be a non-negative integer or None, got {pairs!r}")
+    cost = estimated_cost(pairs, cost_per_sample, arms)
+    noun = "sample" if pairs == 1 else "samples"
+    if cost is None:
+        return f"run {pairs} more {noun} (cost unknown)"
+    if cost < 0.01:
+        return f"run {pairs} more {noun} (~<$0.01)"
+    return f"run {pairs} more {noun} (~${cost:,.2f})"

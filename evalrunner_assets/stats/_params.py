@@ -1,0 +1,65 @@
+"""Parameters of the sequential comparison."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from evalrunner_assets.stats._errors import ParamsError
+
+
+@dataclass(frozen=True)
+class StatsParams:
+    """Parameters of one run's comparison.
+
+    alpha: family-wise error level of the run. Each of the T tasks gets a two-sided
+        anytime-valid interval at level alpha/T (Bonferroni), so a false REGRESSED run verdict
+        has probability <= alpha/2 and a false IMPROVED or REGRESSED task label <= alpha/T.
+    margin: equivalence margin on the mean paired difference; "unchanged" means the whole
+        interval lies inside (-margin, +margin).
+    min_pairs: no label before this many pairs.
+    cap: per-task pair cap; a task still undecided here is "inconclusive". 256 lets a
+        near-deterministic task (all ties) reach "unchanged" at margin 0.05 even with 20 tasks
+        in the run (measured in ``bench/stats.py``, see the README), in 32 windows of 8.
+    batch_size: pairs per sampling window (both arms run the same window).
+    budget_samples / budget_dollars: optional run budget across tasks and both arms.
+    """
+
+    alpha: float = 0.05
+    margin: float = 0.05
+    min_pairs: int = 8
+    cap: int = 256
+    batch_size: int = 8
+    budget_samples: int | None = None
+    budget_dollars: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 1.0):
+            raise ParamsError(f"alpha must be in (0, 1), got {self.alpha!r}")
+        if not (isinstance(self.margin, (int, float)) and 0.0 < self.margin < 1.0):
+            raise ParamsError(f"margin must be in (0, 1) on the [-1, 1] difference scale, got {self.margin!r}")
+        for name in ("min_pairs", "cap", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ParamsError(f"{name} must be a positive integer, got {value!r}")
+        if self.cap < self.min_pairs:
+            raise ParamsError(f"cap ({self.cap}) must be at least min_pairs ({self.min_pairs})")
+        if self.budget_samples is not None and (isinstance(self.budget_samples, bool) or not isinstance(self.budget_samples, int) or self.budget_samples < 0):
+            raise ParamsError(f"budget_samples must be a non-negative integer or None, got {self.budget_samples!r}")
+        if self.budget_dollars is not None and (not isinstance(self.budget_dollars, (int, float)) or not math.isfinite(self.budget_dollars) or self.budget_dollars < 0):
+            raise ParamsError(f"budget_dollars must be a non-negative number or None, got {self.budget_dollars!r}")
+
+    def task_alpha(self, n_tasks: int) -> float:
+        """Two-sided level of each task's interval: alpha / T."""
+        check_n_tasks(n_tasks)
+        return self.alpha / n_tasks
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_n_tasks(n_tasks: int) -> int:
+    if isinstance(n_tasks, bool) or not isinstance(n_tasks, int) or n_tasks < 1:
+        raise ParamsError(f"n_tasks must be a positive integer (the number of tasks in the run), got {n_tasks!r}")
+    return n_tasks

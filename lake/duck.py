@@ -1,0 +1,99 @@
+"""DuckDB over the lake: one connection helper that creates the views defined in ``sql/``.
+
+Views:
+- ``batches``  — one row per batch record (``sql/batches_view.sql``);
+- ``samples``  — rows of committed batches only (``sql/samples_view.sql``);
+- ``events``   — likewise (``sql/events_view.sql``);
+- ``input_scores`` — epochs averaged per input (``sql/input_scores_view.sql``).
+
+The set of Parquet files comes from the batch records, not from a glob: a table file whose
+record was never written (a landing that failed) is invisible, and the file list is bound to the
+connection as a DuckDB variable, never formatted into SQL. Each list starts with an empty Parquet
+file of the current schema, so an empty lake yields empty views with the right columns, and files
+written before a column existed read it as null. Call ``refresh(con, lake)`` to see batches landed
+after ``connect``.
+
+For ``gs://`` lakes the lake's gcsfs filesystem is registered on the connection (DuckDB's own
+cloud extensions are downloaded at run time and are unavailable offline).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import sql
+from lake.schema import EVENTS_SCHEMA, SAMPLES_SCHEMA, BatchRecord, batches_table
+from lake.storage import Lake
+
+VIEWS = ("batches_view", "samples_view", "events_view", "input_scores_view")
+
+
+def _schema_stub(name: str, schema: pa.Schema) -> str:
+    """A local, empty Parquet file with ``schema`` (cached by the schema's digest)."""
+    digest = hashlib.sha256(schema.serialize().to_pybytes()).hexdigest()[:16]
+    directory = os.path.join(tempfile.gettempdir(), "evalrunner-lake-schemas")
+    path = os.path.join(directory, f"{name}-{digest}.parquet")
+    if not os.path.exists(path):
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        pq.write_table(schema.empty_table(), tmp)
+        os.replace(tmp, path)
+    return path
+
+
+def read_records(lake: Lake) -> list[BatchRecord]:
+    """Every batch record in the lake, in path order."""
+    rels = lake.glob(lake.layout.batch_glob())
+    if not rels:
+        return []
+    paths = [lake.path(rel) for rel in rels]
+    blobs: Any = lake.fs.cat(paths) if not lake.is_local else None
+    records = []
+    for rel, path in zip(rels, paths):
+        if blobs is None:
+            data = lake.read_bytes(rel)
+        else:
+            data = blobs.get(path)
+            if data is None:  # fsspec may key by protocol-less or prefixed path
+                data = lake.read_bytes(rel)
+        records.append(BatchRecord.model_validate_json(data))
+    return records
+
+
+def refresh(con: duckdb.DuckDBPyConnection, lake: Lake) -> list[BatchRecord]:
+    """Point the views at the lake's current committed batches; returns the records read."""
+    records = read_records(lake)
+    committed = [r for r in records if r.status == "ok"]
+    samples = [_schema_stub("samples", SAMPLES_SCHEMA)]
+    events = [_schema_stub("events", EVENTS_SCHEMA)]
+    samples += [lake.url(r.samples_path) for r in committed if r.samples_path]
+    events += [lake.url(r.events_path) for r in committed if r.events_path]
+    con.execute("set variable samples_files = ?", [samples])
+    con.execute("set variable events_files = ?", [events])
+    con.register("batch_records", batches_table(records))
+    return records
+
+
+def connect(lake: Lake, *, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the lake's views (``batches``, ``samples``, ``events``, …)."""
+    con = duckdb.connect(database)
+    if not lake.is_local:
+        con.register_filesystem(lake.fs)
+    refresh(con, lake)
+    for name in VIEWS:
+        con.execute(sql.load(name))
+    return con
+
+
+def query(
+    con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None
+) -> pa.Table:
+    """Run the named query from ``sql/`` with bound ``params``; an Arrow table."""
+    return con.sql(sql.load(name), params=params or {}).to_arrow_table()

@@ -1,0 +1,591 @@
+"""Inspect log → lake: validate, land the raw log, write ``samples`` and ``events`` Parquet, commit.
+
+``land_batch`` writes, in order: the raw log (byte-for-byte) → the samples file → the events
+file → the batch record. The record is the commit marker: readers take the set of table files
+from the records (see ``lake.duck``), so a table file without a record is never read. Every file
+is written atomically under a name derived from the batch key, and a failure after a table file
+was written removes it again, so a failed landing leaves no Parquet file behind.
+
+Logs are read only through ``inspect_ai.log`` (its ``.eval`` format is versioned, not a frozen
+spec). Measured on a 2-core machine with 14-event samples: a full ``read_eval_log`` validates
+every sample and event with pydantic at ~0.9k samples/s, while
+``read_eval_log_sample_summaries`` (one JSON member, no events) reads ~12k samples/s. So the
+samples table alone comes from the summaries (``ingest_log_file(..., events=False)``), and a full
+landing, which needs the events, reads the whole log once and builds both tables from it.
+
+A log whose status is not ``success`` (``error``, ``cancelled``, or a never-finished
+``started``) is an infrastructure failure, not evidence about the agent: its raw log and a batch
+record with that status and the log's error message are landed, no rows are written, and
+``LogStatusError`` (carrying the record) is raised. A later landing of the same key replaces it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import ValidationError
+
+from lake.batch import BatchKey, canonical_json
+from lake.layout import Window
+from lake.schema import (
+    EVENTS_SCHEMA,
+    EXCERPT_CHARS,
+    SAMPLES_SCHEMA,
+    BatchRecord,
+)
+from lake.storage import Lake
+
+_ATTACHMENT = "attachment://"
+
+
+class LogIngestError(ValueError):
+    """An Inspect log could not be landed; the message names the file and the problem."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        super().__init__(f"{source}: {problem}")
+        self.source = source
+        self.problem = problem
+
+
+class LogStatusError(LogIngestError):
+    """The log's status is not ``success``; ``record`` is the error batch record that was landed."""
+
+    def __init__(self, source: str, problem: str, record: BatchRecord | None = None) -> None:
+        super().__init__(source, problem)
+        self.record = record
+
+
+class BatchConflictError(LogIngestError):
+    """A committed batch with the same key exists and holds a different log."""
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def _log_format(data: bytes) -> str:
+    if data[:4] == b"PK\x03\x04":
+        return "eval"
+    if data.lstrip()[:1] == b"{":
+        return "json"
+    return ""
+
+
+def _diagnose(source: str, data: bytes, exc: BaseException) -> LogIngestError:
+    """Name the first cause: empty, corrupt zip, zip without a log, bad UTF-8, bad JSON, not a log."""
+    fmt = _log_format(data)
+    if fmt == "eval":
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                bad = zf.testzip()
+                names = set(zf.namelist())
+        except Exception as zexc:  # BadZipFile, EOFError, zlib/zstd errors from damaged members
+            return LogIngestError(source, f"truncated or corrupt .eval zip ({_short(zexc)})")
+        if bad is not None:
+            return LogIngestError(source, f"corrupt .eval zip (member {bad!r} fails its CRC)")
+        if "header.json" not in names and "_journal/start.json" not in names:
+            return LogIngestError(
+                source, "zip is not an Inspect log (no header.json or _journal/start.json member)"
+            )
+        return LogIngestError(source, f"not a readable Inspect .eval log: {_short(exc)}")
+    if fmt == "json":
+        try:
+            json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as uexc:
+            return LogIngestError(source, f"not valid UTF-8 at byte {uexc.start}")
+        except json.JSONDecodeError as jexc:
+            return LogIngestError(source, f"not valid JSON at position {jexc.pos} ({jexc.msg})")
+        if isinstance(exc, ValidationError):
+            return LogIngestError(source, f"JSON is not an Inspect log: {_short(exc)}")
+        return LogIngestError(source, f"not a readable Inspect .json log: {_short(exc)}")
+    return LogIngestError(
+        source, f"not an Inspect log: neither a .eval zip nor JSON (starts with {data[:8]!r})"
+    )
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def read_log_bytes(data: bytes, source: str) -> tuple[str, Any]:
+    """Parse ``data`` with ``inspect_ai.log``; returns (format, EvalLog) or raises LogIngestError."""
+    from inspect_ai.log import read_eval_log
+
+    if not data:
+        raise LogIngestError(source, "empty file (0 bytes): the log was never written or was truncated")
+    fmt = _log_format(data)
+    if not fmt:
+        raise _diagnose(source, data, ValueError("unknown format"))
+    try:
+        log = read_eval_log(io.BytesIO(data), format=fmt)  # type: ignore[arg-type]
+    except Exception as exc:  # inspect raises assorted errors: classify them
+        raise _diagnose(source, data, exc) from exc
+    return fmt, log
+
+
+# -- rows --------------------------------------------------------------------------------------
+
+
+def _iso_ts(value: Any) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+def _error_text(err: Any) -> str | None:
+    if err is None:
+        return None
+    if isinstance(err, str):
+        return err
+    return getattr(err, "message", None) or str(err)
+
+
+def _sum_opt(values: Iterable[int | None]) -> int | None:
+    total, seen = 0, False
+    for v in values:
+        if v is not None:
+            total += v
+            seen = True
+    return total if seen else None
+
+
+class _SampleColumns:
+    """Column lists for the samples table, filled from EvalSample or EvalSampleSummary."""
+
+    def __init__(self, key: BatchKey, header: Any) -> None:
+        from inspect_ai.scorer import value_to_float
+
+        self.to_float = value_to_float()
+        self.cols: dict[str, list[Any]] = {f.name: [] for f in SAMPLES_SCHEMA}
+        kr = key.as_record()
+        self.const = {
+            "repo": key.repo,
+            "commit": key.commit,
+            "task": key.task,
+            "batch": key.digest,
+            "window": key.window.name,
+            "window_start": key.window.start,
+            "window_stop": key.window.stop,
+            "spec": kr["spec"],
+            "model_args": kr["model_args"],
+            "config_digest": kr["config_digest"],
+            "backend": kr["backend"],
+            "runtime_digest": kr["runtime_digest"],
+            "seed": kr["seed"],
+            "epochs": kr["epochs"],
+            "model": header.eval.model,
+            "log_status": header.status,
+            "eval_id": header.eval.eval_id,
+        }
+        self.errored = 0
+        self.n = 0
+
+    def score(self, scores: dict[str, Any] | None) -> tuple[Any, ...]:
+        if not scores:
+            return None, None, None, None
+        name, primary = next(iter(scores.items()))
+        raw = primary.value
+        value: float | None = None
+        if isinstance(raw, (str, int, float, bool)):
+            try:
+                mapped = float(self.to_float(raw))
+            except (TypeError, ValueError):
+                mapped = None
+            if mapped is not None and 0.0 <= mapped <= 1.0:
+                value = mapped
+        all_raw = {k: v.value for k, v in scores.items()}
+        return value, json.dumps(raw, sort_keys=True), name, json.dumps(all_raw, sort_keys=True)
+
+    def add(self, s: Any) -> None:
+        c = self.cols
+        self.n += 1
+        error = _error_text(s.error)
+        if error is not None:
+            self.errored += 1
+        value, raw, name, all_raw = self.score(None if error is not None else s.scores)
+        usages = list((s.model_usage or {}).values())
+        c["sample_id"].append(str(s.id))
+        c["epoch"].append(s.epoch)
+        c["score"].append(value)
+        c["score_raw"].append(raw)
+        c["scorer"].append(name)
+        c["scores"].append(all_raw)
+        c["error"].append(error)
+        limit = getattr(s, "limit", None)
+        c["limit_type"].append(limit if isinstance(limit, str) or limit is None else limit.type)
+        c["input_tokens"].append(sum(u.input_tokens for u in usages))
+        c["output_tokens"].append(sum(u.output_tokens for u in usages))
+        c["total_tokens"].append(sum(u.total_tokens for u in usages))
+        c["input_tokens_cache_read"].append(_sum_opt(u.input_tokens_cache_read for u in usages))
+        c["input_tokens_cache_write"].append(_sum_opt(u.input_tokens_cache_write for u in usages))
+        c["reasoning_tokens"].append(_sum_opt(u.reasoning_tokens for u in usages))
+        costs = [u.total_cost for u in usages]
+        c["cost_usd"].append(sum(costs) if costs and None not in costs else None)  # type: ignore[arg-type]
+        c["total_time_s"].append(s.total_time)
+        c["working_time_s"].append(s.working_time)
+        c["started_at"].append(_iso_ts(s.started_at))
+        c["completed_at"].append(_iso_ts(s.completed_at))
+        c["sample_uuid"].append(s.uuid)
+
+    def table(self) -> pa.Table:
+        # per-batch constants are filled once here rather than appended per row
+        cols = {**self.cols, **{k: [v] * self.n for k, v in self.const.items()}}
+        return pa.Table.from_pydict(cols, schema=SAMPLES_SCHEMA)
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for item in content:
+            text = getattr(item, "text", None)
+            if text is None:
+                text = getattr(item, "reasoning", None)
+            if text is not None:
+                parts.append(text)
+        return "\n".join(parts)
+    return str(content)
+
+
+def _jsonish(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+class _EventColumns:
+    def __init__(self, key: BatchKey) -> None:
+        self.cols: dict[str, list[Any]] = {f.name: [] for f in EVENTS_SCHEMA}
+        self.const = {"repo": key.repo, "commit": key.commit, "task": key.task, "batch": key.digest}
+        self.n = 0
+
+    def add_sample(self, sample: Any) -> None:
+        c = self.cols
+        sid = str(sample.id)
+        attachments = sample.attachments or {}
+        for seq, ev in enumerate(sample.events):
+            kind = ev.event
+            role = model = fn = args = calls = itok = otok = ttok = err = None
+            text: str | None = None
+            if kind == "model":
+                model = ev.model
+                out = ev.output
+                role = "assistant"
+                text = out.completion if out is not None else None
+                msg = out.message if out is not None and out.choices else None
+                tcs = (msg.tool_calls or []) if msg is not None else []
+                calls = len(tcs)
+                if tcs:
+                    fn, args = tcs[0].function, _jsonish(tcs[0].arguments)
+                usage = out.usage if out is not None else None
+                if usage is not None:
+                    itok, otok, ttok = usage.input_tokens, usage.output_tokens, usage.total_tokens
+                err = _error_text(ev.error)
+            elif kind == "tool":
+                role, fn, args = "tool", ev.function, _jsonish(ev.arguments)
+                text = _content_text(ev.result)
+                err = _error_text(ev.error)
+            elif kind == "score":
+                score = ev.score
+                text = _jsonish(score.value)
+                if score.explanation:
+                    text += f" {score.explanation}"
+            elif kind == "error":
+                err = _error_text(ev.error)
+                text = err
+            elif kind == "sample_init":
+                role = "user"
+                inp = ev.sample.input
+                text = inp if isinstance(inp, str) else "\n".join(m.text for m in inp)
+            elif kind == "input":
+                role, text = "user", ev.input
+            elif kind == "logger":
+                text = ev.message.message
+            elif kind == "info":
+                text = ev.data if isinstance(ev.data, str) else _jsonish(ev.data)
+            elif kind in ("span_begin", "subtask"):
+                text = ev.name
+            elif kind in ("state", "store"):
+                # the JSON-patch paths say what changed; the values can be whole transcripts
+                text = ", ".join(ch.path for ch in ev.changes)
+            elif kind == "sandbox":
+                text = " ".join(x for x in (ev.action, ev.cmd or ev.file or "") if x)
+            elif kind == "approval":
+                text = " ".join(x for x in (ev.decision, ev.explanation or "") if x)
+            truncated = False
+            if text is not None:
+                if text.startswith(_ATTACHMENT):
+                    text = attachments.get(text[len(_ATTACHMENT) :], text)
+                if len(text) > EXCERPT_CHARS:
+                    text, truncated = text[:EXCERPT_CHARS], True
+            self.n += 1
+            c["sample_id"].append(sid)
+            c["epoch"].append(sample.epoch)
+            c["seq"].append(seq)
+            c["event"].append(kind)
+            c["timestamp"].append(ev.timestamp)
+            c["working_start"].append(ev.working_start)
+            c["span_id"].append(ev.span_id)
+            c["role"].append(role)
+            c["model"].append(model)
+            c["tool_function"].append(fn)
+            c["tool_arguments"].append(args)
+            c["tool_calls"].append(calls)
+            c["input_tokens"].append(itok)
+            c["output_tokens"].append(otok)
+            c["total_tokens"].append(ttok)
+            c["error"].append(err)
+            c["text"].append(text)
+            c["text_truncated"].append(truncated)
+
+    def table(self) -> pa.Table:
+        cols = {**self.cols, **{k: [v] * self.n for k, v in self.const.items()}}
+        return pa.Table.from_pydict(cols, schema=EVENTS_SCHEMA)
+
+
+def _tables(key: BatchKey, log: Any, *, events: bool = True) -> tuple[pa.Table, pa.Table, int]:
+    samples = _SampleColumns(key, log)
+    evs = _EventColumns(key)
+    for s in log.samples or []:
+        samples.add(s)
+        if events:
+            evs.add_sample(s)
+    return samples.table(), evs.table(), samples.errored
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """Deterministic Parquet bytes: the same rows give the same file."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=True, store_schema=True)
+    return buf.getvalue()
+
+
+# -- landing -----------------------------------------------------------------------------------
+
+
+def _existing_record(lake: Lake, rel: str) -> BatchRecord | None:
+    if not lake.exists(rel):
+        return None
+    return BatchRecord.model_validate_json(lake.read_bytes(rel))
+
+
+def _record(
+    key: BatchKey,
+    log: Any,
+    *,
+    fmt: str,
+    sha: str,
+    size: int,
+    raw_path: str,
+    run_meta: dict[str, Any] | None,
+    **fields: Any,
+) -> BatchRecord:
+    stats = log.stats
+    return BatchRecord(
+        batch=key.digest,
+        key=json.loads(canonical_json(key.as_record())),
+        repo=key.repo,
+        commit=key.commit,
+        task=key.task,
+        window=key.window.name,
+        publishable=key.publishable,
+        missing_fields=key.missing_fields,
+        log_status=log.status,
+        log_format=fmt,  # type: ignore[arg-type]
+        log_sha256=sha,
+        log_bytes=size,
+        raw_path=raw_path,
+        eval_id=log.eval.eval_id,
+        inspect_task=log.eval.task,
+        model=log.eval.model,
+        inspect_version=(log.eval.packages or {}).get("inspect_ai"),
+        eval_created=str(log.eval.created) if log.eval.created else None,
+        started_at=str(stats.started_at) if stats and stats.started_at else None,
+        completed_at=str(stats.completed_at) if stats and stats.completed_at else None,
+        run_meta=json.loads(canonical_json(run_meta or {})),
+        **fields,
+    )
+
+
+def land_batch(
+    lake: Lake,
+    key: BatchKey,
+    log_bytes: bytes,
+    *,
+    run_meta: dict[str, Any] | None = None,
+    source: str | None = None,
+) -> BatchRecord:
+    """Validate an Inspect log, land it and its rows for ``key``, and commit the batch record.
+
+    ``source`` names the log in errors (default: its lake path). Landing a key that is already
+    committed with the same bytes returns the existing record and writes nothing; with other
+    bytes it raises ``BatchConflictError`` (a batch is reused, never re-run). Raises
+    ``LogIngestError`` for a log that cannot be read and ``LogStatusError`` (after landing the raw
+    log and an error record) for a log whose status is not ``success``.
+    """
+    layout = lake.layout
+    d = key.digest
+    fmt_guess = _log_format(log_bytes) or "eval"
+    src = source or lake.url(layout.raw_log(key.repo, key.commit, key.task, key.window, d, fmt_guess))
+    fmt, log = read_log_bytes(log_bytes, src)
+    raw_path = layout.raw_log(key.repo, key.commit, key.task, key.window, d, fmt)
+    rec_path = layout.batch_record(key.repo, key.commit, key.task, key.window, d)
+    sha = hashlib.sha256(log_bytes).hexdigest()
+
+    existing = _existing_record(lake, rec_path)
+    if existing is not None and existing.status == "ok":
+        if existing.log_sha256 == sha:
+            return existing
+        raise BatchConflictError(
+            src,
+            f"batch {d} is already committed with a different log "
+            f"(sha256 {existing.log_sha256[:12]}…, this one {sha[:12]}…); a batch is reused, never re-run",
+        )
+
+    common = dict(fmt=fmt, sha=sha, size=len(log_bytes), raw_path=raw_path, run_meta=run_meta)
+    if log.status != "success":
+        message = _error_text(log.error) or f"log status is {log.status!r} with no error message"
+        lake.write_bytes(raw_path, log_bytes)
+        record = _record(key, log, status=log.status, error=message, **common)  # type: ignore[arg-type]
+        lake.write_bytes(rec_path, record.to_json_bytes())
+        raise LogStatusError(
+            src, f"log status is {log.status!r} (infrastructure failure, no rows landed): {message}", record
+        )
+
+    samples, events, errored = _tables(key, log)
+    # encode before writing anything: an encoding failure leaves the lake untouched
+    samples_data, events_data = parquet_bytes(samples), parquet_bytes(events)
+    samples_path = layout.table_file("samples", key.repo, key.commit, key.task, key.window, d)
+    events_path = layout.table_file("events", key.repo, key.commit, key.task, key.window, d)
+    record = _record(
+        key,
+        log,
+        status="ok",
+        samples_path=samples_path,
+        events_path=events_path,
+        sample_rows=samples.num_rows,
+        event_rows=events.num_rows,
+        errored_samples=errored,
+        **common,  # type: ignore[arg-type]
+    )
+    written: list[str] = []
+    try:
+        lake.write_bytes(raw_path, log_bytes)
+        for rel, data in ((samples_path, samples_data), (events_path, events_data)):
+            written.append(rel)
+            lake.write_bytes(rel, data)
+        lake.write_bytes(rec_path, record.to_json_bytes())
+    except BaseException:
+        for rel in written:
+            _remove_quietly(lake, rel)
+        raise
+    return record
+
+
+def _remove_quietly(lake: Lake, rel: str) -> None:
+    try:
+        path = lake.path(rel)
+        if lake.fs.exists(path):
+            lake.fs.rm(path)
+    except Exception:  # the record was never written, so the file is invisible anyway
+        pass
+
+
+def ingest_log_file(
+    path: str | os.PathLike[str],
+    key: BatchKey | None = None,
+    *,
+    events: bool = True,
+) -> tuple[pa.Table, pa.Table]:
+    """Rows of one Inspect log file for ad-hoc use: (samples, events) Arrow tables.
+
+    Without ``key`` the batch-key columns are filled from the log (repo 'local/adhoc', a zero
+    commit, task = the log's task name). ``events=False`` reads only the sample summaries
+    (much faster) and returns an empty events table.
+    """
+    from inspect_ai.log import read_eval_log, read_eval_log_sample_summaries
+
+    src = str(path)
+    p = Path(src)
+    if not p.is_file():
+        raise LogIngestError(src, "no such file (never written?)")
+    if p.stat().st_size == 0:
+        raise LogIngestError(src, "empty file (0 bytes): the log was never written or was truncated")
+    try:
+        header = read_eval_log(src, header_only=True)
+    except Exception as exc:
+        raise _diagnose(src, p.read_bytes(), exc) from exc
+    if header.status != "success":
+        message = _error_text(header.error) or "no error message"
+        raise LogStatusError(src, f"log status is {header.status!r}: {message}")
+    key = key or _adhoc_key(header)
+    try:
+        if not events:
+            summaries = read_eval_log_sample_summaries(src)
+        else:
+            log = read_eval_log(src)
+    except Exception as exc:  # a damaged sample member surfaces only when it is read
+        raise _diagnose(src, p.read_bytes(), exc) from exc
+    if not events:
+        cols = _SampleColumns(key, header)
+        for s in summaries:
+            cols.add(s)
+        return cols.table(), EVENTS_SCHEMA.empty_table()
+    samples, evs, _ = _tables(key, log)
+    return samples, evs
+
+
+def _adhoc_key(header: Any) -> BatchKey:
+    import re
+
+    task = re.sub(r"[^A-Za-z0-9_.-]+", "_", header.eval.task or "task").strip(".") or "task"
+    n = max(1, len(header.eval.dataset.sample_ids or []) or header.eval.dataset.samples or 1)
+    return BatchKey(
+        repo="local/adhoc",
+        commit="0" * 40,
+        task=task,
+        spec=header.eval.task_file or header.eval.task or "",
+        model=header.eval.model,
+        window=Window(0, n),
+        seed=int(getattr(header.eval.model_generate_config, "seed", None) or 0),
+        epochs=int(header.eval.config.epochs or 1),
+    )
+
+
+def land_log_file(
+    lake: Lake, key: BatchKey, path: str | os.PathLike[str], *, run_meta: dict[str, Any] | None = None
+) -> BatchRecord:
+    """``land_batch`` for a log on local disk; errors name ``path``."""
+    src = str(path)
+    p = Path(src)
+    if not p.is_file():
+        raise LogIngestError(src, "no such file (the log was never written)")
+    return land_batch(lake, key, p.read_bytes(), run_meta=run_meta, source=src)
+
+
+__all__: Sequence[str] = (
+    "BatchConflictError",
+    "LogIngestError",
+    "LogStatusError",
+    "ingest_log_file",
+    "land_batch",
+    "land_log_file",
+    "parquet_bytes",
+    "read_log_bytes",
+)

@@ -1,0 +1,113 @@
+"""``evalrunner sql``: run SQL against the lake's views and render the result."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+import pyarrow.parquet as pq
+
+from lake.duck import connect
+from lake.storage import Lake
+
+Format = Literal["table", "csv", "json", "parquet"]
+FORMATS: tuple[str, ...] = ("table", "csv", "json", "parquet")
+
+
+class QueryError(ValueError):
+    """The SQL failed or the output request is invalid; the message says which."""
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return "NaN" if math.isnan(value) else f"{value:.6g}"
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def render_table(columns: list[str], rows: list[tuple[Any, ...]], max_width: int = 60) -> str:
+    """A plain aligned text table (cells cut to ``max_width`` characters)."""
+
+    def cut(text: str) -> str:
+        text = text.replace("\n", "\\n")
+        return text if len(text) <= max_width else text[: max_width - 1] + "…"
+
+    cells = [[cut(_cell(v)) for v in row] for row in rows]
+    widths = [len(c) for c in columns]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row)]
+    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()
+    rule = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
+    return "\n".join([line, rule, *body, footer]) + "\n"
+
+
+def run_sql(
+    lake: Lake,
+    sql_text: str,
+    fmt: Format = "table",
+    out: str | None = None,
+    params: dict[str, Any] | list[Any] | None = None,
+) -> str:
+    """Run ``sql_text`` over the lake's views; returns the rendered result.
+
+    ``fmt='parquet'`` needs ``out`` (a local path) and returns a one-line summary. With ``out``
+    the text formats are also written there. ``params`` are bound, never formatted in.
+    """
+    if fmt not in FORMATS:
+        raise QueryError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if fmt == "parquet" and not out:
+        raise QueryError("format 'parquet' needs an output path (out=...)")
+    con = connect(lake)
+    try:
+        try:
+            rel = con.sql(sql_text, params=params)
+        except Exception as exc:  # duckdb raises its own error classes per phase
+            raise QueryError(f"SQL failed: {exc}") from exc
+        if rel is None:  # a statement without a result (e.g. create view)
+            text = "OK\n"
+        elif fmt == "parquet":
+            table = rel.to_arrow_table()
+            pq.write_table(table, out)
+            return f"wrote {table.num_rows} rows to {out}\n"
+        else:
+            columns = list(rel.columns)
+            rows = rel.fetchall()
+            if fmt == "table":
+                text = render_table(columns, rows)
+            elif fmt == "csv":
+                buf = io.StringIO()
+                writer = csv.writer(buf, lineterminator="\n")
+                writer.writerow(columns)
+                writer.writerows([["" if v is None else _jsonable(v) for v in r] for r in rows])
+                text = buf.getvalue()
+            else:
+                records = [{c: _jsonable(v) for c, v in zip(columns, r)} for r in rows]
+                text = json.dumps(records, indent=1, default=str) + "\n"
+    finally:
+        con.close()
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return text

@@ -1,0 +1,474 @@
+"""The GitHub surface evalrunner uses, over PyGithub, without Dagster.
+
+``GitHubClient`` posts the check run ``evalrunner / evals`` on a PR's head SHA, keeps exactly
+one PR comment (found by a hidden ``<!-- evalrunner:… -->`` marker and edited in place), and
+lists a PR's changed files. Every operation is a whole find-or-write step run under one retry
+loop: rate limits (403/429 with rate-limit headers) and transient failures (5xx, connection
+errors) are retried with backoff, and because a retry re-runs the *find* too, a create whose
+response was lost (a 502 after GitHub acted) is found on the next attempt instead of duplicated.
+Anything else raises ``GitHubError`` naming the operation, repository and cause.
+
+Credentials come from the environment or mounted files only and are never logged:
+- GitHub App (preferred): ``EVALRUNNER_GITHUB_APP_ID`` + ``EVALRUNNER_GITHUB_PRIVATE_KEY`` or
+  ``EVALRUNNER_GITHUB_PRIVATE_KEY_FILE``; optional ``EVALRUNNER_GITHUB_INSTALLATION_ID``
+  (otherwise looked up per repository). Installation tokens are minted and refreshed by PyGithub.
+- a token: ``EVALRUNNER_GITHUB_TOKEN`` or ``EVALRUNNER_GITHUB_TOKEN_FILE``. GitHub lets only
+  Apps (including Actions' ``GITHUB_TOKEN``) write check runs; a personal token can comment.
+``EVALRUNNER_GITHUB_API_URL`` points at GitHub Enterprise (``https://host/api/v3``) or a test server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from itertools import islice
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+log = logging.getLogger("evalrunner.github")
+
+CHECK_RUN_NAME = "evalrunner / evals"
+DEFAULT_MARKER = "<!-- evalrunner:pr-report -->"
+DEFAULT_API_URL = "https://api.github.com"
+MAX_COMMENT_CHARS = 65536  # GitHub rejects longer comment bodies
+MAX_CHECK_TEXT_CHARS = 65535  # and longer check-run output fields
+
+_MARKER = re.compile(r"^<!-- evalrunner:[A-Za-z0-9_.:/#@-]{1,100} -->$")
+_STATUSES = ("queued", "in_progress", "completed")
+_CONCLUSIONS = ("success", "failure", "neutral", "cancelled", "skipped", "timed_out", "action_required")
+_TRANSIENT_STATUS = (500, 502, 503, 504)
+
+ENV_TOKEN = "EVALRUNNER_GITHUB_TOKEN"
+ENV_APP_ID = "EVALRUNNER_GITHUB_APP_ID"
+ENV_PRIVATE_KEY = "EVALRUNNER_GITHUB_PRIVATE_KEY"
+ENV_INSTALLATION_ID = "EVALRUNNER_GITHUB_INSTALLATION_ID"
+ENV_API_URL = "EVALRUNNER_GITHUB_API_URL"
+
+
+class GitHubError(RuntimeError):
+    """A GitHub call failed for good (or stayed rate-limited past the wait budget).
+
+    ``transient`` says whether trying again later may succeed; ``status`` is the HTTP status
+    when there was one. Callers report it on the run; nothing here crashes a sensor.
+    """
+
+    def __init__(self, message: str, *, operation: str, repo: str | None, status: int | None = None,
+                 transient: bool = False) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.repo = repo
+        self.status = status
+        self.transient = transient
+
+
+# -- the verdict → check-run mapping -----------------------------------------------------------
+_VERDICTS = {
+    "IMPROVED": ("success", "improved"),
+    "UNCHANGED": ("success", "no change"),
+    "INCONCLUSIVE": ("neutral", "inconclusive"),
+    "REGRESSED": ("failure", "regressed"),
+}
+
+
+def check_run_state(verdict: Any, samples_done: int, samples_planned: int) -> tuple[str, str | None, str]:
+    """``(status, conclusion, title)`` of the check run for a comparison's verdict.
+
+    RUNNING → in_progress "running · N of M samples"; IMPROVED/UNCHANGED → success;
+    INCONCLUSIVE → neutral; REGRESSED → failure. ``verdict`` may be a string or an enum.
+    """
+    name = str(getattr(verdict, "value", verdict)).upper()
+    if name == "RUNNING":
+        return "in_progress", None, f"running · {samples_done} of {samples_planned} samples"
+    if name not in _VERDICTS:
+        raise ValueError(
+            f"verdict {verdict!r} has no check-run mapping; expected RUNNING or one of {', '.join(_VERDICTS)}"
+        )
+    conclusion, word = _VERDICTS[name]
+    return "completed", conclusion, f"{word} · {samples_done} samples"
+
+
+# -- credentials -------------------------------------------------------------------------------
+def _secret_from(env: Mapping[str, str], name: str, file_path: str | None = None) -> str | None:
+    """``$NAME``, else the file at ``file_path`` or ``$NAME_FILE`` (trailing newline stripped)."""
+    value = env.get(name)
+    path = file_path or env.get(f"{name}_FILE")
+    if value and path:
+        raise GitHubError(f"set only one of {name} and a file for it ({name}_FILE), not both",
+                          operation="configure", repo=None)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read().strip()
+        except OSError as exc:
+            raise GitHubError(f"secret file {path!r} for {name} cannot be read: {exc.strerror}",
+                              operation="configure", repo=None) from exc
+        if not text:
+            raise GitHubError(f"secret file {path!r} for {name} is empty", operation="configure", repo=None)
+        return text
+    return value or None
+
+
+@dataclass(frozen=True)
+class GitHubCredentials:
+    """A token, or a GitHub App (id + private key, optional fixed installation)."""
+
+    token: str | None = field(default=None, repr=False)
+    app_id: str | None = None
+    private_key: str | None = field(default=None, repr=False)
+    installation_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.app_id and not self.private_key:
+            raise GitHubError(f"GitHub App {self.app_id} has no private key: set {ENV_PRIVATE_KEY} or "
+                              f"{ENV_PRIVATE_KEY}_FILE", operation="configure", repo=None)
+        if self.private_key and not self.app_id:
+            raise GitHubError(f"a GitHub App private key is set but no {ENV_APP_ID}",
+                              operation="configure", repo=None)
+
+    @property
+    def is_app(self) -> bool:
+        return bool(self.app_id)
+
+    @property
+    def configured(self) -> bool:
+        return self.is_app or bool(self.token)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, *, app_id: str | None = None,
+                 installation_id: int | None = None, private_key_file: str | None = None,
+                 token_file: str | None = None) -> "GitHubCredentials":
+        env = os.environ if env is None else env
+        app_id = app_id or env.get(ENV_APP_ID) or None
+        inst = installation_id
+        if inst is None and env.get(ENV_INSTALLATION_ID):
+            raw = env[ENV_INSTALLATION_ID]
+            if not raw.isdigit():
+                raise GitHubError(f"{ENV_INSTALLATION_ID}={raw!r} is not a number", operation="configure", repo=None)
+            inst = int(raw)
+        if app_id:
+            return cls(app_id=str(app_id), private_key=_secret_from(env, ENV_PRIVATE_KEY, private_key_file),
+                       installation_id=inst)
+        return cls(token=_secret_from(env, ENV_TOKEN, token_file))
+
+
+@dataclass(frozen=True)
+class PullRequestInfo:
+    repo: str
+    number: int
+    head_sha: str
+    base_sha: str
+    base_ref: str
+    state: str
+
+
+# -- the client --------------------------------------------------------------------------------
+class GitHubClient:
+    """PyGithub behind typed, retried operations. Construct once and reuse (tokens are cached)."""
+
+    def __init__(
+        self,
+        credentials: GitHubCredentials,
+        *,
+        base_url: str = DEFAULT_API_URL,
+        timeout: int = 15,
+        max_attempts: int = 5,
+        backoff_seconds: float = 1.0,
+        backoff_max_seconds: float = 30.0,
+        max_rate_limit_wait_seconds: float = 120.0,
+        throttle: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not credentials.configured:
+            raise GitHubError(f"no GitHub credentials: set {ENV_APP_ID} + {ENV_PRIVATE_KEY}(_FILE) for a "
+                              f"GitHub App, or {ENV_TOKEN}(_FILE)", operation="configure", repo=None)
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        self.credentials = credentials
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.backoff_max_seconds = backoff_max_seconds
+        self.max_rate_limit_wait_seconds = max_rate_limit_wait_seconds
+        # PyGithub's own spacing of requests/writes (0.25 s / 1 s) follows GitHub's advice for
+        # avoiding secondary rate limits; tests switch it off.
+        self.throttle = throttle
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._clients: dict[Any, Any] = {}
+        self._installations: dict[str, int] = {}
+        self._login: dict[Any, str | None] = {}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> "GitHubClient":
+        env = os.environ if env is None else env
+        kwargs.setdefault("base_url", env.get(ENV_API_URL) or DEFAULT_API_URL)
+        return cls(GitHubCredentials.from_env(env), **kwargs)
+
+    # -- public operations ---------------------------------------------------------------------
+    def start_check_run(self, repo: str, head_sha: str, title: str, summary: str,
+                        details_url: str | None = None) -> int:
+        """Mark ``evalrunner / evals`` on ``head_sha`` in progress; returns the check run id.
+
+        An open (queued/in-progress) run of ours on that SHA is reused rather than duplicated;
+        a completed one is left as history and a new run is created (a re-evaluation).
+        """
+        _check_repo(repo)
+        _check_sha(head_sha)
+        output = _output(title, summary, None)
+
+        def op() -> int:
+            r = self._repo(repo)
+            for run in self._our_check_runs(repo, head_sha):
+                if run.status != "completed":
+                    run.edit(status="in_progress", output=output, **_opt(details_url=details_url))
+                    return int(run.id)
+            created = r.create_check_run(name=CHECK_RUN_NAME, head_sha=head_sha, status="in_progress",
+                                         started_at=_utcnow(), output=output, **_opt(details_url=details_url))
+            return int(created.id)
+
+        return self._call("start check run", repo, op)
+
+    def update_check_run(self, repo: str, check_run_id: int, status: str, conclusion: str | None = None, *,
+                         title: str, summary: str, text: str | None = None) -> None:
+        """Set a check run's status (and conclusion when completed) and its output."""
+        _check_repo(repo)
+        if status not in _STATUSES:
+            raise ValueError(f"check run status {status!r} is not one of {_STATUSES}")
+        if status == "completed" and conclusion not in _CONCLUSIONS:
+            raise ValueError(f"a completed check run needs a conclusion in {_CONCLUSIONS}, got {conclusion!r}")
+        if status != "completed" and conclusion is not None:
+            raise ValueError(f"conclusion {conclusion!r} given for a check run that is still {status!r}")
+        kwargs: dict[str, Any] = {"status": status, "output": _output(title, summary, text)}
+        if status == "completed":
+            kwargs.update(conclusion=conclusion, completed_at=_utcnow())
+
+        def op() -> None:
+            self._repo(repo).get_check_run(int(check_run_id)).edit(**kwargs)
+
+        self._call(f"update check run {check_run_id}", repo, op)
+
+    def upsert_pr_comment(self, repo: str, pr: int, body: str, marker: str = DEFAULT_MARKER) -> int:
+        """Create or edit in place the one comment on ``pr`` carrying ``marker``; returns its id."""
+        _check_repo(repo)
+        if not _MARKER.match(marker):
+            raise ValueError(f"comment marker {marker!r} must look like '<!-- evalrunner:name -->'")
+        if marker not in body:
+            body = f"{marker}\n{body}"
+        if len(body) > MAX_COMMENT_CHARS:
+            raise GitHubError(f"comment for {repo}#{pr} is {len(body)} characters; GitHub accepts at most "
+                              f"{MAX_COMMENT_CHARS}", operation="upsert comment", repo=repo)
+
+        def op() -> int:
+            me = self._whoami(repo)
+            issue = self._repo(repo).get_issue(int(pr))
+            for comment in issue.get_comments():
+                if marker in (comment.body or "") and (me is None or comment.user.login == me):
+                    if comment.body != body:
+                        comment.edit(body)
+                    return int(comment.id)
+            return int(issue.create_comment(body).id)
+
+        return self._call(f"upsert comment on #{pr}", repo, op)
+
+    def changed_files(self, repo: str, pr: int, cap: int = 300) -> list[str]:
+        """Paths changed by ``pr``, in GitHub's order, at most ``cap``."""
+        _check_repo(repo)
+
+        def op() -> list[str]:
+            files = self._repo(repo).get_pull(int(pr)).get_files()
+            return [f.filename for f in islice(files, max(0, cap))]
+
+        return self._call(f"list changed files of #{pr}", repo, op)
+
+    def pull_request(self, repo: str, pr: int) -> PullRequestInfo:
+        """The PR's current head/base (e.g. to find the latest comparison for ``/eval more``)."""
+        _check_repo(repo)
+
+        def op() -> PullRequestInfo:
+            p = self._repo(repo).get_pull(int(pr))
+            return PullRequestInfo(repo, int(pr), p.head.sha, p.base.sha, p.base.ref, p.state)
+
+        return self._call(f"get pull request #{pr}", repo, op)
+
+    # -- PyGithub plumbing ---------------------------------------------------------------------
+    def _github_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = dict(base_url=self.base_url, timeout=self.timeout, retry=None, per_page=100, lazy=True)
+        if not self.throttle:
+            kw.update(seconds_between_requests=None, seconds_between_writes=None)
+        return kw
+
+    def _app_auth(self) -> Any:
+        from github import Auth
+
+        return Auth.AppAuth(self.credentials.app_id, self.credentials.private_key)
+
+    def _integration(self) -> Any:
+        from github import GithubIntegration
+
+        with self._lock:
+            if "integration" not in self._clients:
+                kw = self._github_kwargs()
+                kw.pop("per_page")
+                self._clients["integration"] = GithubIntegration(auth=self._app_auth(), **kw)
+            return self._clients["integration"]
+
+    def _installation_for(self, repo: str) -> int:
+        if self.credentials.installation_id is not None:
+            return self.credentials.installation_id
+        if repo not in self._installations:
+            owner, name = repo.split("/")
+            self._installations[repo] = int(self._integration().get_repo_installation(owner, name).id)
+        return self._installations[repo]
+
+    def _gh(self, repo: str) -> Any:
+        from github import Auth, Github
+
+        key: Any = "token" if not self.credentials.is_app else self._installation_for(repo)
+        with self._lock:
+            if key not in self._clients:
+                if self.credentials.is_app:
+                    auth = self._app_auth().get_installation_auth(key)
+                else:
+                    auth = Auth.Token(self.credentials.token)
+                self._clients[key] = Github(auth=auth, **self._github_kwargs())
+            return self._clients[key]
+
+    def _repo(self, repo: str) -> Any:
+        return self._gh(repo).get_repo(repo)
+
+    def _whoami(self, repo: str) -> str | None:
+        """Our own login, so a marker pasted into someone else's comment is never ours to edit."""
+        from github import GithubException
+
+        key: Any = "token" if not self.credentials.is_app else "app"
+        if key not in self._login:
+            try:
+                if self.credentials.is_app:
+                    self._login[key] = f"{self._integration().get_app().slug}[bot]"
+                else:
+                    self._login[key] = self._gh(repo).get_user().login
+            except GithubException as exc:
+                if exc.status not in (403, 404):
+                    raise
+                # Some tokens (e.g. Actions' GITHUB_TOKEN) may not read their own identity:
+                # fall back to matching the marker alone.
+                self._login[key] = None
+        return self._login[key]
+
+    def _our_check_runs(self, repo: str, head_sha: str) -> list[Any]:
+        runs = self._repo(repo).get_commit(head_sha).get_check_runs(check_name=CHECK_RUN_NAME)
+        ours = []
+        for run in runs:
+            app_id = getattr(getattr(run, "app", None), "id", None)
+            if self.credentials.is_app and app_id is not None and str(app_id) != str(self.credentials.app_id):
+                continue  # another app's run with the same name is not ours to edit
+            ours.append(run)
+        return ours
+
+    # -- retries -------------------------------------------------------------------------------
+    def _call(self, operation: str, repo: str, fn: Callable[[], T]) -> T:
+        from github import GithubException
+        from requests.exceptions import ConnectionError as RequestsConnectionError
+        from requests.exceptions import Timeout
+
+        last = ""
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return fn()
+            except GithubException as exc:
+                status = exc.status
+                headers = {str(k).lower(): v for k, v in (exc.headers or {}).items()}
+                message = _message(exc)
+                wait = self._rate_limit_wait(status, headers, message, attempt)
+                if wait is not None:
+                    if wait > self.max_rate_limit_wait_seconds:
+                        raise GitHubError(
+                            f"{operation} on {repo}: rate limited for {wait:.0f}s more (budget "
+                            f"{self.max_rate_limit_wait_seconds:.0f}s): {message}",
+                            operation=operation, repo=repo, status=status, transient=True) from exc
+                    last = f"HTTP {status} rate limited: {message}"
+                elif status in _TRANSIENT_STATUS:
+                    wait = self._backoff(attempt)
+                    last = f"HTTP {status}: {message}"
+                else:
+                    raise GitHubError(_explain(operation, repo, status, message), operation=operation,
+                                      repo=repo, status=status) from exc
+            except (RequestsConnectionError, Timeout) as exc:
+                wait = self._backoff(attempt)
+                last = f"{type(exc).__name__}: {exc}"
+            if attempt < self.max_attempts:
+                log.warning("github %s on %s: %s; retry %d/%d in %.2fs", operation, repo, last, attempt,
+                            self.max_attempts - 1, wait)
+                self._sleep(wait)
+        raise GitHubError(f"{operation} on {repo} failed after {self.max_attempts} attempts; last: {last}",
+                          operation=operation, repo=repo, transient=True)
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.backoff_max_seconds, self.backoff_seconds * 2 ** (attempt - 1))
+        return base * (0.5 + random.random() / 2)  # jitter, so replicas do not retry in step
+
+    def _rate_limit_wait(self, status: int, headers: dict[str, Any], message: str, attempt: int) -> float | None:
+        """Seconds to wait if this is a rate limit (403/429 with rate-limit signs), else None."""
+        lowered = message.lower()
+        limited = status == 429 or (status == 403 and (
+            headers.get("x-ratelimit-remaining") == "0" or "retry-after" in headers or "rate limit" in lowered))
+        if not limited:
+            return None
+        if "retry-after" in headers and str(headers["retry-after"]).isdigit():
+            return float(headers["retry-after"])
+        if headers.get("x-ratelimit-remaining") == "0" and str(headers.get("x-ratelimit-reset", "")).isdigit():
+            return max(0.0, int(headers["x-ratelimit-reset"]) - time.time()) + 1.0
+        # A secondary limit without a hint: GitHub asks for at least a minute between tries.
+        return max(60.0, self._backoff(attempt))
+
+
+def _message(exc: Any) -> str:
+    data = exc.data if isinstance(exc.data, dict) else {}
+    msg = data.get("message") or str(exc.data or "") or type(exc).__name__
+    errors = data.get("errors")
+    return f"{msg} {errors}" if errors else str(msg)
+
+
+def _explain(operation: str, repo: str, status: int, message: str) -> str:
+    hint = {
+        401: "the credentials were rejected: check the token or the GitHub App id/private key",
+        403: "the credentials lack permission (check runs need a GitHub App with checks:write; "
+             "comments need pull_requests or issues write)",
+        404: "not found: the repository, pull request or check run does not exist, or the "
+             "credentials cannot see it (is the app installed on this repository?)",
+        422: "GitHub rejected the request's content",
+    }.get(status, "GitHub refused the request")
+    return f"{operation} on {repo} failed with HTTP {status}: {hint} ({message})"
+
+
+def _output(title: str, summary: str, text: str | None) -> dict[str, str]:
+    out = {"title": title[:255], "summary": summary[:MAX_CHECK_TEXT_CHARS]}
+    if text is not None:
+        out["text"] = text[:MAX_CHECK_TEXT_CHARS]
+    return out
+
+
+def _opt(**kwargs: Any) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _check_repo(repo: str) -> None:
+    if not isinstance(repo, str) or repo.count("/") != 1 or not all(repo.split("/")):
+        raise ValueError(f"repo {repo!r} must look like 'owner/name'")
+
+
+def _check_sha(sha: str) -> None:
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        raise ValueError(f"head sha {sha!r} is not a full 40-hex lowercase SHA")

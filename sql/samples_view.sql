@@ -1,0 +1,43 @@
+-- samples: one row per (sample id, epoch) of every committed batch.
+-- The file list comes from the batch records (a table file without a record is never read) and
+-- always starts with an empty file of the current schema, so an empty lake still has columns.
+create or replace view samples as
+select
+    repo,
+    "commit",
+    task,
+    batch,
+    "window",
+    window_start,
+    window_stop,
+    sample_id,
+    epoch,
+    score,
+    score_raw,
+    scorer,
+    scores,
+    error,
+    limit_type,
+    input_tokens,
+    output_tokens,
+    total_tokens,
+    input_tokens_cache_read,
+    input_tokens_cache_write,
+    reasoning_tokens,
+    cost_usd,
+    total_time_s,
+    working_time_s,
+    started_at,
+    completed_at,
+    model,
+    spec,
+    model_args,
+    config_digest,
+    backend,
+    runtime_digest,
+    seed,
+    epochs,
+    log_status,
+    eval_id,
+    sample_uuid
+from read_parquet(getvariable('samples_files'), union_by_name = true, hive_partitioning = false)

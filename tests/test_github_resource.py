@@ -1,0 +1,220 @@
+"""The GitHub client and resource (PyGithub) against a GitHub REST stand-in on loopback."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from github_standin import GitHubStandin
+from resources._github_client import (
+    CHECK_RUN_NAME,
+    DEFAULT_MARKER,
+    GitHubClient,
+    GitHubCredentials,
+    GitHubError,
+    check_run_state,
+)
+from resources.github import GitHubResource
+
+REPO = "acme/support-agent"
+TOKEN = "ghp_standin_token_value"
+PR = 7
+HEADS = ["1" * 40, "2" * 40, "3" * 40]
+BASE = "b" * 40
+
+
+@pytest.fixture
+def gh():
+    standin = GitHubStandin(token=TOKEN)
+    standin.add_repo(REPO)
+    standin.add_pull(REPO, PR, HEADS[0], BASE, files=[f"skills/s{i:03d}/SKILL.md" for i in range(350)])
+    with standin:
+        yield standin
+
+
+def make_client(gh: GitHubStandin, **kw) -> GitHubClient:
+    kw.setdefault("backoff_seconds", 0.01)
+    kw.setdefault("throttle", False)
+    return GitHubClient(GitHubCredentials(token=TOKEN), base_url=gh.base_url, **kw)
+
+
+def report(client: GitHubClient, head: str, verdict: str, done: int, planned: int) -> tuple[int, int]:
+    """What the report step does for one push: check run through completion, comment upserted."""
+    status, conclusion, title = check_run_state("RUNNING", 0, planned)
+    run_id = client.start_check_run(REPO, head, title, "sampling head and base")
+    client.update_check_run(REPO, run_id, *check_run_state("RUNNING", done // 2, planned)[:2],
+                            title=check_run_state("RUNNING", done // 2, planned)[2], summary="halfway")
+    status, conclusion, title = check_run_state(verdict, done, planned)
+    comment_id = client.upsert_pr_comment(REPO, PR, f"## evalrunner\n{verdict} at `{head[:7]}`")
+    client.update_check_run(REPO, run_id, status, conclusion, title=title, summary=f"verdict {verdict}",
+                            text="| task | delta |\n|---|---|")
+    return run_id, comment_id
+
+
+def test_three_pushes_keep_one_comment_and_complete_each_check_run(gh):
+    client = make_client(gh)
+    gh.add_comment(REPO, PR, "unrelated review comment")
+    outcomes = []
+    for head, verdict in zip(HEADS, ["IMPROVED", "REGRESSED", "UNCHANGED"]):
+        gh.push(REPO, PR, head)
+        outcomes.append(report(client, head, verdict, done=40, planned=40))
+
+    comment_ids = {c for _, c in outcomes}
+    ours = [c for c in gh.comments_on(REPO, PR) if DEFAULT_MARKER in c["body"]]
+    assert len(comment_ids) == 1 and [c["id"] for c in ours] == list(comment_ids)
+    assert len(gh.comments_on(REPO, PR)) == 2  # ours + the unrelated one
+    assert ours[0]["body"].startswith(DEFAULT_MARKER) and "UNCHANGED at `3333333`" in ours[0]["body"]
+    assert len(gh.calls("POST", "/comments")) == 1 and len(gh.calls("PATCH", "/issues/comments/")) == 2
+
+    expected = {HEADS[0]: "success", HEADS[1]: "failure", HEADS[2]: "success"}
+    for head, conclusion in expected.items():
+        (run,) = gh.check_runs_for(REPO, head)
+        assert run["name"] == CHECK_RUN_NAME
+        assert run["_history"][0] == ("in_progress", None)
+        assert run["_history"][-1] == ("completed", conclusion)
+        assert run["completed_at"] is not None
+    assert gh.check_runs_for(REPO, HEADS[1])[0]["output"]["title"] == "regressed · 40 samples"
+    assert gh.check_runs_for(REPO, HEADS[2])[0]["output"]["text"].startswith("| task")
+
+
+def test_check_run_is_reused_while_open_and_renewed_after_completion(gh):
+    client = make_client(gh)
+    first = client.start_check_run(REPO, HEADS[0], "running · 0 of 8 samples", "s")
+    assert client.start_check_run(REPO, HEADS[0], "running · 0 of 8 samples", "s") == first
+    client.update_check_run(REPO, first, "completed", "neutral", title="inconclusive", summary="s")
+    again = client.start_check_run(REPO, HEADS[0], "running · 8 of 16 samples", "more samples")
+    assert again != first
+    assert len(gh.check_runs_for(REPO, HEADS[0])) == 2
+
+
+def test_check_run_state_mapping():
+    assert check_run_state("RUNNING", 3, 10) == ("in_progress", None, "running · 3 of 10 samples")
+    assert check_run_state("IMPROVED", 10, 10)[:2] == ("completed", "success")
+    assert check_run_state("unchanged", 10, 10)[:2] == ("completed", "success")
+    assert check_run_state("INCONCLUSIVE", 10, 10)[:2] == ("completed", "neutral")
+    assert check_run_state("REGRESSED", 10, 10)[:2] == ("completed", "failure")
+    with pytest.raises(ValueError, match="'MAYBE'"):
+        check_run_state("MAYBE", 1, 1)
+
+
+def test_a_marker_in_someone_elses_comment_is_not_edited(gh):
+    client = make_client(gh)
+    gh.add_comment(REPO, PR, f"quoting the bot: {DEFAULT_MARKER}", login="reviewer")
+    cid = client.upsert_pr_comment(REPO, PR, "verdict")
+    assert gh.state.comments[cid]["user"]["login"] == "evalrunner-user"
+    assert client.upsert_pr_comment(REPO, PR, "verdict 2") == cid
+    assert len(gh.comments_on(REPO, PR)) == 2
+
+
+def test_changed_files_are_paginated_and_capped(gh):
+    client = make_client(gh)
+    files = client.changed_files(REPO, PR)
+    assert files == [f"skills/s{i:03d}/SKILL.md" for i in range(300)]
+    assert len(gh.calls("GET", "/files")) == 3  # 100 per page
+    assert client.changed_files(REPO, PR, cap=5) == files[:5]
+
+
+def test_transient_502s_and_rate_limits_are_retried(gh):
+    slept: list[float] = []
+    client = make_client(gh, sleep=slept.append)
+    gh.inject(502, times=2, method="POST", path="/check-runs$")
+    run_id = client.start_check_run(REPO, HEADS[0], "t", "s")
+    assert len(gh.check_runs_for(REPO, HEADS[0])) == 1 and len(slept) == 2
+
+    gh.inject(kind="primary", method="GET", path="/comments$")
+    gh.inject(kind="secondary", method="PATCH", path="/check-runs/")
+    gh.inject(kind="429", method="GET", path="/files$")
+    client.upsert_pr_comment(REPO, PR, "x")
+    client.update_check_run(REPO, run_id, "in_progress", title="t", summary="s")
+    assert len(client.changed_files(REPO, PR, cap=1)) == 1
+    primary_wait = slept[2]
+    assert 0 < primary_wait <= 2.5  # until x-ratelimit-reset (the stand-in resets in ~1 s)
+    assert slept[3:] == [0.0, 0.0]  # retry-after: 0
+
+
+def test_a_create_whose_response_was_lost_is_not_duplicated(gh):
+    client = make_client(gh, sleep=lambda s: None)
+    gh.inject(kind="after", method="POST", path="/check-runs$")
+    gh.inject(kind="after", method="POST", path="/comments$")
+    run_id = client.start_check_run(REPO, HEADS[0], "t", "s")
+    cid = client.upsert_pr_comment(REPO, PR, "body")
+    assert [r["id"] for r in gh.check_runs_for(REPO, HEADS[0])] == [run_id]
+    assert [c["id"] for c in gh.comments_on(REPO, PR)] == [cid]
+
+
+def test_permanent_404_is_a_clear_github_error_without_retries(gh):
+    client = make_client(gh, sleep=lambda s: pytest.fail("a 404 must not be retried"))
+    with pytest.raises(GitHubError) as info:
+        client.upsert_pr_comment(REPO, 999, "body")
+    err = info.value
+    assert err.status == 404 and not err.transient and err.repo == REPO
+    assert "#999" in str(err) and REPO in str(err) and "not found" in str(err)
+    assert len(gh.calls("GET", "/issues/999/comments")) == 1
+
+
+def test_bad_credentials_are_a_clear_github_error(gh):
+    client = GitHubClient(GitHubCredentials(token="wrong"), base_url=gh.base_url, throttle=False)
+    with pytest.raises(GitHubError, match="HTTP 401: the credentials were rejected"):
+        client.changed_files(REPO, PR)
+
+
+def test_exhausted_retries_and_long_rate_limits_are_transient_errors(gh, caplog):
+    client = make_client(gh, max_attempts=3, sleep=lambda s: None)
+    gh.inject(503, times=3, path="/files$")
+    with caplog.at_level(logging.WARNING, logger="evalrunner.github"):
+        with pytest.raises(GitHubError, match="after 3 attempts") as info:
+            client.changed_files(REPO, PR)
+    assert info.value.transient
+    assert TOKEN not in caplog.text and "HTTP 503" in caplog.text
+
+    impatient = make_client(gh, max_rate_limit_wait_seconds=0.1)
+    gh.inject(kind="primary", path="/files$")
+    with pytest.raises(GitHubError, match="rate limited") as info:
+        impatient.changed_files(REPO, PR)
+    assert info.value.transient and info.value.status == 403
+
+
+def test_github_app_auth_mints_an_installation_token(tmp_path, monkeypatch):
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    standin = GitHubStandin(token=None, app_id=321, app_public_key=public, app_slug="evalrunner-app")
+    standin.add_repo(REPO)
+    standin.add_pull(REPO, PR, HEADS[0], BASE)
+    key_file = tmp_path / "app.pem"
+    key_file.write_text(pem)
+    with standin:
+        monkeypatch.setenv("EVALRUNNER_GITHUB_APP_ID", "321")
+        monkeypatch.setenv("EVALRUNNER_GITHUB_PRIVATE_KEY_FILE", str(key_file))
+        monkeypatch.setenv("EVALRUNNER_GITHUB_API_URL", standin.base_url)
+        resource = GitHubResource(throttle=False, backoff_seconds=0.01)
+        assert resource.is_configured() and resource.describe()["auth"] == "app"
+        run_id = resource.start_check_run(REPO, HEADS[0], "running · 0 of 4 samples", "s")
+        resource.update_check_run(REPO, run_id, "completed", "success", title="improved", summary="s")
+        cid = resource.upsert_pr_comment(REPO, PR, "hello")
+        assert resource.upsert_pr_comment(REPO, PR, "hello again") == cid
+    assert standin.state.comments[cid]["user"]["login"] == "evalrunner-app[bot]"
+    assert len(standin.calls("POST", "/access_tokens")) == 1  # one token, reused
+    assert len(standin.calls("GET", "/installation")) == 1
+    assert standin.check_runs_for(REPO, HEADS[0])[0]["_history"][-1] == ("completed", "success")
+    assert pem not in repr(resource.credentials())
+
+
+def test_resource_reads_a_mounted_token_file_and_is_unconfigured_without_one(gh, tmp_path, monkeypatch):
+    for name in ("EVALRUNNER_GITHUB_TOKEN", "EVALRUNNER_GITHUB_TOKEN_FILE", "EVALRUNNER_GITHUB_APP_ID",
+                 "EVALRUNNER_GITHUB_PRIVATE_KEY", "EVALRUNNER_GITHUB_PRIVATE_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    assert not GitHubResource().is_configured()
+    with pytest.raises(GitHubError, match="no GitHub credentials"):
+        GitHubResource().get_client()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    resource = GitHubResource(base_url=gh.base_url, token_file=str(token_file), throttle=False)
+    assert resource.describe() == {"auth": "token", "base_url": gh.base_url, "check_run": CHECK_RUN_NAME}
+    assert resource.pull_request(REPO, PR).head_sha == HEADS[0]
+    assert len(resource.changed_files(REPO, PR, cap=10)) == 10

@@ -1,0 +1,93 @@
+"""The same landing and SQL round trip on a gs:// lake, against a real GCS JSON API on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from _inspect_models import EXPECTED_PAIRS, probe_logs
+from lake import BatchKey, Lake, LogStatusError, Window, connect, land_batch, view_command
+from lake.duck import query
+from lake.storage import gcs_filesystem
+
+REPO = "acme/agent"
+HEAD = "a" * 40
+BASE = "b" * 40
+BUCKET = "evalrunner-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def gcs_endpoint() -> Iterator[str]:
+    """gcp-storage-emulator, in memory, on a loopback port; stopped after the module."""
+    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"  # else a gRPC probe stalls 60 s
+    from gcp_storage_emulator.server import create_server
+
+    port = _free_port()
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def gs_lake(endpoint: str, prefix: str) -> Lake:
+    fs = gcs_filesystem(endpoint_url=endpoint, token="anon", skip_instance_cache=True)
+    return Lake(root=f"gs://{BUCKET}/{prefix}", fs=fs)
+
+
+def key(commit: str, epochs: int) -> BatchKey:
+    return BatchKey(
+        repo=REPO, commit=commit, task="qa/probe", spec="evals/probe.py@lake_probe",
+        model="lakeprobe/probe-1", window=Window(0, 4), seed=7, epochs=epochs,
+        config_digest="cfg", backend="local-unsafe", runtime_digest="rt",
+    )
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory):
+    return probe_logs(tmp_path_factory.mktemp("inspect-logs"))
+
+
+def test_gs_lake_lands_and_pairs_like_a_local_one(gcs_endpoint, logs):
+    lake = gs_lake(gcs_endpoint, "round-trip")
+    empty = connect(lake)
+    assert empty.execute("select count(*) from samples").fetchall() == [(0,)]
+
+    head = land_batch(lake, key(HEAD, 2), logs["head"].read_bytes())
+    base = land_batch(lake, key(BASE, 1), logs["base"].read_bytes())
+    assert lake.read_bytes(head.raw_path) == logs["head"].read_bytes()
+    assert land_batch(lake, key(HEAD, 2), logs["head"].read_bytes()) == head  # idempotent
+
+    con = connect(lake)
+    rows = query(con, "paired_samples", {"repo": REPO, "head": HEAD, "base": BASE}).to_pylist()
+    got = [
+        (r["sample_id"], r["head_score"], r["base_score"], r["delta"], r["head_errors"],
+         r["base_errors"], r["head_epochs"], r["base_epochs"])
+        for r in rows
+    ]
+    assert got == EXPECTED_PAIRS
+    assert con.execute("select count(*) from events").fetchall() == [(head.event_rows + base.event_rows,)]
+    assert con.execute('select count(*), sum(sample_rows) from batches').fetchall() == [(2, 11)]
+    # the objects really are in the bucket, under the layout's names
+    listed = lake.fs.find(f"{BUCKET}/round-trip")
+    assert sum(p.endswith(".parquet") for p in listed) == 4
+    assert view_command(lake)[view_command(lake).index("--log-dir") + 1] == f"gs://{BUCKET}/round-trip/raw"
+
+
+def test_gs_error_log_lands_a_record_and_no_parquet(gcs_endpoint, logs):
+    lake = gs_lake(gcs_endpoint, "failed")
+    with pytest.raises(LogStatusError, match="gs://evalrunner-test/failed/raw/"):
+        land_batch(lake, key(HEAD, 1), logs["failed"].read_bytes())
+    listed = lake.fs.find(f"{BUCKET}/failed")
+    assert not [p for p in listed if p.endswith(".parquet")]
+    assert connect(lake).execute("select status from batches").fetchall() == [("error",)]

@@ -1,0 +1,127 @@
+"""SQL over a local lake: views, the paired head/base join, summaries and `evalrunner sql` output."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import sql
+from _inspect_models import EXPECTED_PAIRS, probe_logs
+from lake import BatchKey, QueryError, Window, connect, land_batch, open_lake, refresh, run_sql, view_command
+from lake.duck import query
+
+REPO = "acme/agent"
+HEAD = "a" * 40
+BASE = "b" * 40
+
+
+def key(commit: str, epochs: int) -> BatchKey:
+    return BatchKey(
+        repo=REPO, commit=commit, task="qa/probe", spec="evals/probe.py@lake_probe",
+        model="lakeprobe/probe-1", window=Window(0, 4), seed=7, epochs=epochs,
+        config_digest="cfg", backend="local-unsafe", runtime_digest="rt",
+    )
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return probe_logs(tmp_path_factory.mktemp("inspect-logs"))
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory, logs):
+    lake = open_lake(str(tmp_path_factory.mktemp("lake")))
+    land_batch(lake, key(HEAD, 2), logs["head"].read_bytes())
+    land_batch(lake, key(BASE, 1), logs["base"].read_bytes())
+    return lake
+
+
+def test_paired_samples_average_each_arms_epochs_per_input(lake):
+    con = connect(lake)
+    rows = query(con, "paired_samples", {"repo": REPO, "head": HEAD, "base": BASE}).to_pylist()
+    got = [
+        (r["sample_id"], r["head_score"], r["base_score"], r["delta"], r["head_errors"],
+         r["base_errors"], r["head_epochs"], r["base_epochs"])
+        for r in rows
+    ]
+    assert got == EXPECTED_PAIRS
+    assert {r["task"] for r in rows} == {"qa/probe"}
+
+
+def test_parameters_are_bound_not_formatted(lake):
+    con = connect(lake)
+    hostile = {"repo": "' or 1=1 --", "head": HEAD, "base": BASE}
+    assert query(con, "paired_samples", hostile).num_rows == 0
+    for name in sql.names():
+        text = sql.load(name)
+        assert "{" not in text and "%s" not in text, name  # nothing to format into
+
+
+def test_task_arm_summary_counts_errors_tokens_and_unknown_cost(lake):
+    con = connect(lake)
+    rows = query(con, "task_arm_summary", {"repo": REPO}).to_pylist()
+    head, base = rows
+    assert (head["commit"], head["samples"], head["sample_epochs"], head["errors"]) == (HEAD, 4, 8, 2)
+    assert head["mean_score"] == pytest.approx(0.5)  # 3 right of 6 scored epochs
+    assert (head["total_tokens"], head["cost_usd"], head["cost_unknown_rows"]) == (160, None, 8)
+    assert head["p50_total_time_s"] > 0
+    assert (base["commit"], base["samples"], base["sample_epochs"], base["errors"]) == (BASE, 3, 3, 0)
+    assert base["mean_score"] == pytest.approx(2 / 3)
+    assert (base["total_tokens"], base["cost_usd"]) == (80, None)
+
+
+def test_tool_usage_and_batches_views(lake):
+    con = connect(lake)
+    tools = query(con, "tool_usage", {"repo": REPO}).to_pylist()
+    assert [(t["commit"], t["tool_function"], t["calls"], t["failed_calls"]) for t in tools] == [
+        (HEAD, "lookup", 2, 0), (BASE, "lookup", 1, 0)]
+    batches = con.sql(
+        'select "commit", status, sample_rows, errored_samples, log_format, publishable from batches order by "commit"'
+    ).fetchall()
+    assert batches == [(HEAD, "ok", 8, 2, "eval", True), (BASE, "ok", 3, 0, "json", True)]
+
+
+def test_refresh_makes_new_batches_visible(tmp_path, logs):
+    fresh = open_lake(str(tmp_path / "fresh"))
+    con = connect(fresh)
+    assert con.execute("select count(*) from samples").fetchall() == [(0,)]
+    land_batch(fresh, key(BASE, 1), logs["base"].read_bytes())
+    assert con.execute("select count(*) from samples").fetchall() == [(0,)]
+    refresh(con, fresh)
+    assert con.execute("select count(*) from samples").fetchall() == [(3,)]
+
+
+def test_run_sql_renders_table_csv_json_and_parquet(tmp_path, lake):
+    q = "select sample_id, head_score, delta from (" + sql.load("paired_samples") + ")"
+    params = {"repo": REPO, "head": HEAD, "base": BASE}
+    table = run_sql(lake, q, "table", params=params)
+    lines = table.splitlines()
+    assert lines[0].split() == ["sample_id", "head_score", "delta"]
+    assert lines[2].split() == ["s1", "0.5", "-0.5"] and lines[5].split() == ["s4", "NULL", "NULL"]
+    assert lines[-1] == "(4 rows)"
+    rows = list(csv.reader(io.StringIO(run_sql(lake, q, "csv", params=params))))
+    assert rows[0] == ["sample_id", "head_score", "delta"] and rows[1] == ["s1", "0.5", "-0.5"]
+    assert rows[4] == ["s4", "", ""]
+    as_json = json.loads(run_sql(lake, q, "json", params=params))
+    assert as_json[3] == {"sample_id": "s4", "head_score": None, "delta": None}
+    out = tmp_path / "pairs.parquet"
+    assert run_sql(lake, q, "parquet", out=str(out), params=params) == f"wrote 4 rows to {out}\n"
+    assert pq.read_table(out).column("sample_id").to_pylist() == ["s1", "s2", "s3", "s4"]
+    with pytest.raises(QueryError, match="needs an output path"):
+        run_sql(lake, q, "parquet")
+    with pytest.raises(QueryError, match="SQL failed"):
+        run_sql(lake, "select no_such_column from samples")
+
+
+def test_view_command_opens_inspect_view_on_raw_logs(tmp_path):
+    lake = open_lake(str(tmp_path / "lake"))
+    cmd = view_command(lake, port=7999)
+    assert cmd[:5] == [sys.executable, "-m", "inspect_ai", "view", "start"]
+    assert cmd[cmd.index("--log-dir") + 1] == str(tmp_path / "lake" / "raw")
+    assert "--recursive" in cmd and "--no-trust-content" in cmd and cmd[-2:] == ["--port", "7999"]

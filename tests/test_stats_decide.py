@@ -1,0 +1,179 @@
+"""Per-task decisions: classical cross-checks, anytime-valid labels and their properties."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from evalrunner_assets.stats import (
+    Pairing,
+    ParamsError,
+    StatsParams,
+    confidence_path,
+    decide_task,
+    describe_more_samples,
+)
+from evalrunner_assets.stats import _sequence
+from evalrunner_assets.stats._classical import paired_t_interval
+
+PARAMS = StatsParams()
+FLIP = {"improved": "regressed", "regressed": "improved"}
+
+
+def pairing_from_deltas(deltas) -> Pairing:
+    """Scores whose differences are exactly ``deltas`` (head = base + delta)."""
+    base = [0.0 if d >= 0 else 1.0 for d in deltas]
+    head = [b + d for b, d in zip(base, deltas)]
+    return Pairing.from_scores(head, base)
+
+
+def test_classical_interval_matches_scipy_paired_t():
+    rng = np.random.default_rng(3)
+    head = rng.random(37)
+    base = np.clip(head - rng.normal(0.05, 0.2, 37), 0, 1)
+    lo, hi = paired_t_interval(head - base)
+    ref = sps.ttest_rel(head, base).confidence_interval(0.95)
+    assert (lo, hi) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    decision = decide_task(Pairing.from_scores(head, base), PARAMS, 1, forecast=False)
+    assert decision.classical_interval == pytest.approx((ref.low, ref.high), abs=1e-12)
+
+
+def test_classical_interval_edge_cases():
+    assert paired_t_interval(np.array([0.5])) is None
+    assert paired_t_interval(np.zeros(10)) == (0.0, 0.0)
+
+
+def test_clear_improvement_is_labelled_with_consistent_numbers():
+    deltas = [1.0] * 30 + [0.0] * 10
+    d = decide_task(pairing_from_deltas(deltas), PARAMS, 3)
+    assert d.label == "improved"
+    assert d.decided_at is not None and d.decided_at >= PARAMS.min_pairs
+    assert d.anytime_interval[0] >= 0.0
+    assert (d.head_better, d.base_better, d.ties) == (30, 0, 10)
+    assert d.p_value_adjusted <= PARAMS.alpha
+    assert d.p_improvement > 0.99 and d.p_above_margin > 0.99
+    assert d.delta == pytest.approx(0.75)
+    json.dumps(d.to_dict(), allow_nan=False)
+
+
+def test_no_label_before_min_pairs_even_with_overwhelming_evidence():
+    params = StatsParams(min_pairs=20)
+    assert decide_task(pairing_from_deltas([1.0] * 19), params, 1, forecast=False).label == "continue"
+    assert decide_task(pairing_from_deltas([1.0] * 20), params, 1, forecast=False).label == "improved"
+
+
+def test_all_ties_settle_unchanged_only_after_many_pairs():
+    decision = decide_task(pairing_from_deltas([0.0] * 256), PARAMS, 1, forecast=False)
+    assert decision.label == "unchanged"
+    # +-0.05 is a narrow band: well over 100 pairs even when every pair ties.
+    assert decision.decided_at > 100
+    assert -PARAMS.margin <= decision.anytime_interval[0] and decision.anytime_interval[1] <= PARAMS.margin
+    assert decide_task(pairing_from_deltas([0.0] * 60), PARAMS, 1, forecast=False).label == "continue"
+
+
+def test_undecided_task_at_cap_or_out_of_budget_is_inconclusive():
+    p = pairing_from_deltas([1.0, -1.0] * 10)
+    assert decide_task(p, PARAMS, 1, forecast=False).label == "continue"
+    capped = decide_task(p, PARAMS, 1, at_cap=True)
+    assert capped.label == "inconclusive" and "cap" in capped.reason
+    assert decide_task(p, PARAMS, 1, budget_exhausted=True).reason.startswith("run budget")
+
+
+def test_failed_arms_make_the_task_inconclusive_with_the_reason():
+    p = pairing_from_deltas([1.0] * 40)
+    head_failed = decide_task(p, PARAMS, 1, head_failed=True)
+    assert head_failed.label == "inconclusive" and "head" in head_failed.reason and head_failed.comparable
+    base_failed = decide_task(p, PARAMS, 1, base_failed=True)
+    assert base_failed.label == "inconclusive" and not base_failed.comparable
+
+
+def test_undecided_task_estimates_more_pairs_and_their_cost():
+    d = decide_task(pairing_from_deltas([1.0, 0.0, 0.0, 1.0, -1.0, 1.0, 0.0, 1.0, 0.0, 1.0]), PARAMS, 1)
+    assert d.label == "continue"
+    assert isinstance(d.more_pairs_needed, int) and 0 < d.more_pairs_needed <= PARAMS.cap - d.pairs
+    assert describe_more_samples(32, 0.021875) == "run 32 more samples (~$1.40)"
+    assert describe_more_samples(32, None) == "run 32 more samples (cost unknown)"
+    assert describe_more_samples(32, 0.0) == "run 32 more samples (cost unknown)"
+    assert "unlikely" in describe_more_samples(None, 0.1)
+
+
+def test_empty_pairing_is_undecided():
+    d = decide_task(Pairing.from_scores([], []), PARAMS, 2, forecast=False)
+    assert d.label == "continue" and d.delta is None and d.anytime_interval == (-1.0, 1.0)
+    json.dumps(d.to_dict(), allow_nan=False)
+
+
+def test_confidence_path_reports_every_batch_boundary_and_narrows():
+    p = pairing_from_deltas([1.0, 0.0, 0.0, -1.0, 0.0, 1.0, 0.0] * 10)  # 70 pairs
+    path = confidence_path(p, PARAMS, 3)
+    assert [t for t, *_ in path] == [8, 16, 24, 32, 40, 48, 56, 64, 70]
+    widths = [hi - lo for _, _, lo, hi in path]
+    assert all(b <= a + 1e-12 for a, b in zip(widths, widths[1:]))
+    assert all(lo <= hi for _, _, lo, hi in path)
+
+
+def test_bad_parameters_are_named():
+    with pytest.raises(ParamsError, match="alpha"):
+        StatsParams(alpha=0)
+    with pytest.raises(ParamsError, match="cap"):
+        StatsParams(cap=4, min_pairs=8)
+    with pytest.raises(ParamsError, match="n_tasks"):
+        decide_task(pairing_from_deltas([0.0]), PARAMS, 0)
+
+
+def test_mixture_e_process_keeps_false_verdicts_below_alpha_under_no_change():
+    # Mean-zero paired differences with ties, monitored after every pair up to 200.
+    rng = np.random.default_rng(11)
+    deltas = rng.choice([-1.0, 0.0, 1.0], p=[0.2, 0.6, 0.2], size=(400, 200))
+    thr = _sequence.log_threshold(0.05, 1)
+    cum = np.cumsum(_sequence.bet_log_factors(deltas, 0.0, +1), axis=1)
+    crossed = (_sequence.mixture_log_wealth(cum) >= thr).any(axis=1)
+    assert crossed.mean() <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / 400)
+
+
+deltas_strategy = st.lists(
+    st.one_of(st.sampled_from([-1.0, 0.0, 1.0]), st.sampled_from([-2 / 3, -1 / 3, 1 / 3, 2 / 3])),
+    min_size=0, max_size=60,
+)
+biased_strategy = st.tuples(st.integers(0, 40), st.integers(0, 20), st.integers(0, 10), st.randoms(use_true_random=False)).map(
+    lambda t: t[3].sample([1.0] * t[0] + [0.0] * t[1] + [-1.0] * t[2], t[0] + t[1] + t[2])
+)
+fast = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@fast
+@given(st.one_of(deltas_strategy, biased_strategy), st.integers(1, 5))
+def test_swapping_head_and_base_flips_the_label_and_negates_delta(deltas, n_tasks):
+    p = pairing_from_deltas(deltas)
+    a = decide_task(p, PARAMS, n_tasks, forecast=False)
+    b = decide_task(p.swapped(), PARAMS, n_tasks, forecast=False)
+    assert b.label == FLIP.get(a.label, a.label)
+    assert b.decided_at == a.decided_at
+    if a.delta is not None:
+        assert b.delta == pytest.approx(-a.delta, abs=1e-12)
+        assert b.anytime_interval == pytest.approx((-a.anytime_interval[1], -a.anytime_interval[0]), abs=1e-5)
+        assert (b.head_better, b.base_better) == (a.base_better, a.head_better)
+        assert b.p_value == pytest.approx(a.p_value)
+
+
+@fast
+@given(st.one_of(deltas_strategy, biased_strategy), deltas_strategy)
+def test_adding_pairs_never_moves_a_settled_label(deltas, more):
+    before = decide_task(pairing_from_deltas(deltas), PARAMS, 1, forecast=False)
+    after = decide_task(pairing_from_deltas(deltas + more), PARAMS, 1, forecast=False)
+    if before.settled:
+        assert (after.label, after.decided_at) == (before.label, before.decided_at)
+
+
+@fast
+@given(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=0, max_size=300), st.integers(1, 20))
+def test_all_tie_data_never_yields_improved_or_regressed(scores, n_tasks):
+    d = decide_task(Pairing.from_scores(scores, scores), PARAMS, n_tasks, forecast=False)
+    assert d.label in ("continue", "unchanged")
+    assert d.p_value == 1.0

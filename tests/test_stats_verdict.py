@@ -1,0 +1,68 @@
+"""Run verdict rules (issue 4, point 3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from evalrunner_assets.stats import Pairing, StatsParams, decide_task, run_verdict
+
+_BASE = decide_task(Pairing.from_scores([1.0] * 40, [0.0] * 40), StatsParams(), 1, forecast=False)
+
+
+def task(label: str, **changes):
+    return dataclasses.replace(_BASE, label=label, **changes)
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        (["continue", "improved"], "RUNNING"),
+        (["continue", "regressed"], "RUNNING"),
+        (["regressed", "improved"], "REGRESSED"),
+        (["regressed", "inconclusive"], "REGRESSED"),
+        (["improved", "inconclusive"], "INCONCLUSIVE"),
+        (["unchanged", "inconclusive"], "INCONCLUSIVE"),
+        (["improved", "unchanged"], "IMPROVED"),
+        (["improved", "improved"], "IMPROVED"),
+        (["unchanged", "unchanged"], "UNCHANGED"),
+        ([], "INCONCLUSIVE"),
+    ],
+)
+def test_run_verdict_rules(labels, expected):
+    decisions = {f"t{i}": task(label) for i, label in enumerate(labels)}
+    verdict = run_verdict(decisions)
+    assert verdict.verdict == expected
+    assert verdict.reasons
+    json.dumps(verdict.to_dict(), allow_nan=False)
+
+
+def test_candidate_failure_caps_the_verdict_at_inconclusive_with_the_reason():
+    verdict = run_verdict({"a": task("improved")}, failures={"b": "sandbox exceeded its memory limit"})
+    assert verdict.verdict == "INCONCLUSIVE"
+    assert any("b: failed on head while base succeeded (sandbox exceeded its memory limit)" in r for r in verdict.reasons)
+    assert run_verdict({"a": task("regressed")}, failures={"b": "x"}).verdict == "REGRESSED"
+
+
+def test_head_failed_decision_caps_the_verdict():
+    failed = task("inconclusive", head_failed=True, reason="failed on head while base succeeded")
+    verdict = run_verdict({"a": task("unchanged"), "b": failed})
+    assert verdict.verdict == "INCONCLUSIVE"
+    assert any(r.startswith("b: failed on head") for r in verdict.reasons)
+
+
+def test_task_without_a_baseline_is_reported_but_not_compared():
+    no_base = task("inconclusive", base_failed=True, reason="failed on base while head succeeded: no baseline to compare with")
+    verdict = run_verdict({"a": task("unchanged"), "new": no_base})
+    assert verdict.verdict == "UNCHANGED"
+    assert any(r.startswith("new: not compared") for r in verdict.reasons)
+
+
+def test_headline_p_improvement_combines_task_posteriors():
+    up = decide_task(Pairing.from_scores([1.0] * 30, [0.0] * 30), StatsParams(), 2, forecast=False)
+    down = decide_task(Pairing.from_scores([0.0] * 30, [1.0] * 30), StatsParams(), 2, forecast=False)
+    assert run_verdict({"a": up, "b": up}).p_improvement > 0.99
+    assert run_verdict({"a": down, "b": down}).p_improvement < 0.01
+    assert 0.3 < run_verdict({"a": up, "b": down}).p_improvement < 0.7
