@@ -1,16 +1,225 @@
-"""`evalrunner` command line."""
+"""`evalrunner` command line: demo, compare, sql, view, serve, example-repo."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
+import subprocess
 import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from evalrunner_assets import home
+
+
+def _repo_id(source: str, explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    m = re.search(r"[:/]([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$", source)
+    if "://" in source or source.startswith("git@"):
+        if not m:
+            raise SystemExit(f"evalrunner: cannot tell owner/name from {source!r}; pass --repo-id owner/name")
+        return f"{m.group(1)}/{m.group(2)}"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(source).resolve().name) or "repo"
+    return f"local/{name}"
+
+
+def _progress_printer() -> Any:
+    started = time.monotonic()
+
+    def on_step(step: Any, result: dict[str, Any] | None) -> None:
+        elapsed = time.monotonic() - started
+        if step.kind == "manifest":
+            print(f"[{elapsed:6.1f}s] learnt evals of {step.commit}", flush=True)
+        elif step.kind == "samples":
+            print(f"[{elapsed:6.1f}s] ran {step.task} @ {step.commit.split('@')[1][:7]} windows {', '.join(step.windows)}",
+                  flush=True)
+        elif result is not None:
+            spend = result.get("spend_usd")
+            money = f"${spend:,.2f}" if result.get("spend_known") and spend is not None else "unknown"
+            labels = ", ".join(f"{t.split('/')[-1]}={d['decision']['label']}" for t, d in result["tasks"].items())
+            print(f"[{elapsed:6.1f}s] {result['verdict']}: samples {result['samples_run']} of "
+                  f"{result['samples_possible']} planned at most · spend {money} · {labels}", flush=True)
+
+    return on_step
+
+
+def _print_outcome(result: dict[str, Any]) -> None:
+    from evalrunner_assets.report import render_summary
+    from lake import LAYOUT, open_lake
+
+    the_lake = open_lake(home.lake_root())
+    repo, pr, head = result["repo"], result["pr"], result["head_sha"]
+    print()
+    print(render_summary(result))
+    print()
+    print(f"comparison JSON : {the_lake.url(LAYOUT.comparison(repo, pr, head))}")
+    print(f"PR comment      : {the_lake.url(LAYOUT.comparison_artifact(repo, pr, head, 'comment.md'))}")
+    print(f"chart           : {the_lake.url(LAYOUT.comparison_artifact(repo, pr, head, 'chart.png'))}")
+    print(f"Inspect logs    : {the_lake.url(LAYOUT.raw_prefix(repo))}  (evalrunner view)")
+    print(f"Dagster instance: {home.dagster_home()}  (evalrunner serve)")
+    print('SQL             : evalrunner sql "select task, commit, avg(score) from samples group by all"')
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from evalrunner_assets.driver import run_comparison
+    from evalrunner_assets.execution.repo import RepoSource
+    from evalrunner_assets.pipeline.spec import ComparisonRequest
+    from resources import SandboxResource
+
+    repo_id = _repo_id(args.repo, args.repo_id)
+    source = RepoSource(repo_id, args.repo, cache_dir=str(home.repo_cache()))
+    source.ensure_mirror()
+    base, head = source.resolve_ref(args.base), source.resolve_ref(args.head)
+    changed = tuple(source.changed_files(base, head))
+    request = ComparisonRequest(
+        repo=repo_id, source=args.repo, pr=args.pr, base_sha=base, head_sha=head,
+        base_ref=args.base, head_ref=args.head, model=args.model, seed=args.seed, epochs=args.epochs,
+        affinity=args.affinity, changed_files=changed, cap=args.cap, budget_samples=args.budget,
+        requested_at=datetime.now(timezone.utc).isoformat(),
+    )
+    print(f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
+          f"with {args.model} in a {args.backend} sandbox; {len(changed)} changed file(s)", flush=True)
+    resources = None
+    if args.backend != "bubblewrap":
+        from evalrunner_assets.driver import default_resources
+
+        resources = default_resources(sandbox=SandboxResource(backend_name=args.backend))
+    result = run_comparison(request, resources=resources, on_step=_progress_printer())
+    _print_outcome(result)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from evalrunner_assets.example_repo import build_example_repo
+
+    path = home.home() / "example-repo"
+    if not (path / ".git").is_dir():
+        print(f"building the example agent repo at {path}", flush=True)
+        build_example_repo(path)
+    args.repo, args.repo_id, args.base, args.head = str(path), "example/support-agent", "main", args.variant
+    args.pr = "demo"
+    return cmd_compare(args)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from lake import open_lake
+    from lake.query import QueryError, run_sql
+
+    text = args.query if args.query != "-" else sys.stdin.read()
+    try:
+        out = run_sql(open_lake(home.lake_root()), text, args.format, args.out)
+    except QueryError as exc:
+        print(f"evalrunner sql: {exc}", file=sys.stderr)
+        return 2
+    if out:
+        print(out)
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from lake import open_lake
+    from lake.viewer import view_command
+
+    cmd = view_command(open_lake(home.lake_root()), host=args.host, port=args.port)
+    print(" ".join(cmd), flush=True)
+    return subprocess.call(cmd)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from sensors.webhook import serve
+
+    dagster = None
+    if not args.webhook_only:
+        env = dict(os.environ, DAGSTER_HOME=str(home.dagster_home()))
+        home.dagster_home().mkdir(parents=True, exist_ok=True)
+        dagster = subprocess.Popen(
+            ["dagster", "dev", "-m", "evalrunner_assets.definitions", "-p", str(args.dagster_port)], env=env
+        )
+    try:
+        serve(host=args.host, port=args.port, insecure=args.insecure)
+    finally:
+        if dagster is not None:
+            dagster.terminate()
+            dagster.wait(timeout=30)
+    return 0
+
+
+def cmd_example_repo(args: argparse.Namespace) -> int:
+    from evalrunner_assets.example_repo import VARIANTS, build_example_repo
+
+    ex = build_example_repo(Path(args.dest), args.variant or VARIANTS)
+    print(json.dumps({"path": str(ex.path), "base": ex.base_sha,
+                      **{name: v.sha for name, v in ex.variants.items()}}, indent=2))
+    return 0
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
+
+    p.add_argument("--model", default=DEFAULT_MODEL, help="Inspect model, e.g. openai/gpt-4o (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample order and the model")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--cap", type=int, default=256, help="most pairs per task (default: %(default)s)")
+    p.add_argument("--budget", type=int, default=None, help="most samples in all (both arms)")
+    p.add_argument("--affinity", choices=("off", "order", "prune"), default="order",
+                   help="changed-file affinity: run matched tasks first, or skip unmatched ones")
+    p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap",
+                   help="sandbox backend (unsafe-local has no isolation and is refused under CI)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evalrunner", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="judge the bundled example agent's PR variant against its base")
+    p.add_argument("--variant", default="improve-runbook",
+                   choices=("improve-runbook", "regress-escalation", "no-op-wording"))
+    _add_run_options(p)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("compare", help="judge HEAD against BASE of a repository")
+    p.add_argument("--repo", required=True, help="local path or clone URL")
+    p.add_argument("--repo-id", default=None, help="owner/name (default: from the URL, or local/<dir>)")
+    p.add_argument("--base", required=True, help="base ref or SHA")
+    p.add_argument("--head", required=True, help="head ref or SHA")
+    p.add_argument("--pr", default="local", help="PR number or a name for this comparison")
+    _add_run_options(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("sql", help="run SQL over the lake's tables (samples, events, batches, …)")
+    p.add_argument("query", help="SQL text, or - to read it from stdin")
+    p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
+    p.add_argument("--out", default=None, help="write to this file (required for parquet)")
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("view", help="open Inspect's log viewer on the lake's raw logs")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.set_defaults(func=cmd_view)
+
+    p = sub.add_parser("serve", help="run the GitHub webhook receiver beside `dagster dev`")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8787)
+    p.add_argument("--dagster-port", type=int, default=3000)
+    p.add_argument("--webhook-only", action="store_true", help="only the receiver (e.g. in Kubernetes)")
+    p.add_argument("--insecure", action="store_true", help="accept unsigned deliveries (loopback only)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("example-repo", help="build the example agent repo with its PR variants")
+    p.add_argument("dest")
+    p.add_argument("--variant", action="append", default=None)
+    p.set_defaults(func=cmd_example_repo)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="evalrunner")
-    parser.add_subparsers(dest="command", required=True)
-    parser.parse_args(argv)
-    return 0
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

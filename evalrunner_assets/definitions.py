@@ -2,4 +2,20 @@
 
 import dagster as dg
 
-defs = dg.Definitions(assets=[])
+from evalrunner_assets.assets.evals import ASSETS
+from evalrunner_assets.jobs import JOBS
+from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
+from sensors.pr import pr_sensor
+from sensors.sampling import sampling_sensor
+
+defs = dg.Definitions(
+    assets=ASSETS,
+    jobs=JOBS,
+    sensors=[pr_sensor, sampling_sensor],
+    resources={
+        "lake": LakeResource(),
+        "sandbox": SandboxResource(),
+        "repos": RepoResource(),
+        "github": GitHubResource(),
+    },
+)

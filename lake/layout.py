@@ -171,6 +171,11 @@ class LakeLayout:
         _check_segments("artifact name", name)
         return f"comparisons/{check_repo(repo)}/{_pr(pr)}/{check_commit(head)}.{name}"
 
+    def repo_source(self, repo: str) -> str:
+        """Where a repository is fetched from (clone URL or local path), recorded when it is
+        first asked for, so assets partitioned only by commit can export it."""
+        return f"repos/{check_repo(repo)}.json"
+
     def inbox(self, source: str, delivery_id: str) -> str:
         _check_segments("inbox source", source)
         if not _DELIVERY.match(delivery_id or ""):

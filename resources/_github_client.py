@@ -31,6 +31,8 @@ from datetime import datetime, timezone
 from itertools import islice
 from typing import Any, TypeVar
 
+from evalrunner_assets.report.checks import check_run_state  # re-exported for callers
+
 T = TypeVar("T")
 log = logging.getLogger("evalrunner.github")
 
@@ -69,31 +71,6 @@ class GitHubError(RuntimeError):
 
 
 # -- the verdict → check-run mapping -----------------------------------------------------------
-_VERDICTS = {
-    "IMPROVED": ("success", "improved"),
-    "UNCHANGED": ("success", "no change"),
-    "INCONCLUSIVE": ("neutral", "inconclusive"),
-    "REGRESSED": ("failure", "regressed"),
-}
-
-
-def check_run_state(verdict: Any, samples_done: int, samples_planned: int) -> tuple[str, str | None, str]:
-    """``(status, conclusion, title)`` of the check run for a comparison's verdict.
-
-    RUNNING → in_progress "running · N of M samples"; IMPROVED/UNCHANGED → success;
-    INCONCLUSIVE → neutral; REGRESSED → failure. ``verdict`` may be a string or an enum.
-    """
-    name = str(getattr(verdict, "value", verdict)).upper()
-    if name == "RUNNING":
-        return "in_progress", None, f"running · {samples_done} of {samples_planned} samples"
-    if name not in _VERDICTS:
-        raise ValueError(
-            f"verdict {verdict!r} has no check-run mapping; expected RUNNING or one of {', '.join(_VERDICTS)}"
-        )
-    conclusion, word = _VERDICTS[name]
-    return "completed", conclusion, f"{word} · {samples_done} samples"
-
-
 # -- credentials -------------------------------------------------------------------------------
 def _secret_from(env: Mapping[str, str], name: str, file_path: str | None = None) -> str | None:
     """``$NAME``, else the file at ``file_path`` or ``$NAME_FILE`` (trailing newline stripped)."""

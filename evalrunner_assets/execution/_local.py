@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import posixpath
 import queue
@@ -27,18 +26,12 @@ from evalrunner_assets.execution._process import (
     make_preexec,
 )
 from evalrunner_assets.execution.sandbox import (
-    SANDBOX_HOME_DIR,
-    SANDBOX_OUT_DIR,
-    SANDBOX_REPO_DIR,
     Limits,
     SandboxBackend,
     SandboxRequest,
     SandboxResult,
     SandboxStatus,
-    SandboxUnavailable,
 )
-
-log = logging.getLogger(__name__)
 
 # Names that look like credentials are refused outright: nothing secret enters a sandbox.
 _SECRET_NAME = re.compile(
@@ -374,10 +367,6 @@ class LocalWarmSession:
         self.close()
 
 
-def unavailable(message: str) -> SandboxUnavailable:
-    return SandboxUnavailable(message)
-
-
 __all__ = [
     "LocalBackend",
     "LocalWarmSession",
@@ -386,7 +375,4 @@ __all__ = [
     "check_workdir",
     "sandbox_env",
     "versions",
-    "SANDBOX_HOME_DIR",
-    "SANDBOX_OUT_DIR",
-    "SANDBOX_REPO_DIR",
 ]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from evalrunner_assets.execution.sandbox import Limits, SandboxResult, SandboxStatus
+from evalrunner_assets.execution.sandbox import Limits, SandboxStatus
 
 STDERR_TAIL_BYTES = 16 * 1024
 REPLY_LINE_BYTES = 1024 * 1024  # a warm worker's reply line; the log itself travels as a file
@@ -130,7 +130,7 @@ class Cgroup:
         return out
 
     def kill_all(self) -> None:
-        for _ in range(50):
+        for _ in range(250):  # up to ~5 s: dying processes leave the cgroup only once torn down
             pids = self.pids()
             if not pids:
                 return

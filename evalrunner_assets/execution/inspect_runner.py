@@ -8,11 +8,16 @@ added (a new id slots in without moving the others' relative order) — and a wi
 Cold and warm. Cold: one ``inspect eval`` process per window. Warm: one long-lived sandboxed
 worker per (commit, task) that imports Inspect once and runs successive windows in-process
 (:class:`WarmTaskRunner`); never shared across commits or tasks. Measured on this 2-core
-machine (bubblewrap, trivial 4-sample windows of a no-model task, see
-``tests/test_inspect_runner.py::test_warm_windows_are_faster_than_cold``):
+machine (bubblewrap, 4-sample windows of a trivial no-model task, sample ids already known;
+``tests/test_inspect_runner.py::test_warm_windows_match_cold_and_are_faster`` prints them):
 
-    cold: ~5.0 s per window (sandbox + interpreter + Inspect import + task load + run)
-    warm: ~0.35 s per window after a ~3.5 s session start (about 14x less per window)
+    cold: 4.5–6.5 s per window (sandbox + interpreter + Inspect import + task load + run)
+    warm: ~2 s to start the session, 0.9–1.5 s for its first window (ids listed, task loaded),
+          then 0.09–0.18 s per window — 25–50x less per window than cold
+
+Listing a task's ids in its own sandbox costs about as much as a cold window (~4 s); a warm
+session lists them in-process. Inspect's ``started_at``/``completed_at`` have one-second
+resolution, so ``timings["run_s"]`` is coarse for short windows.
 
 Classification. ``inspect eval`` exits 0 even when its log's status is ``error``, so the exit
 code is never the verdict: the log header is. No log, an empty file, a file that is not an

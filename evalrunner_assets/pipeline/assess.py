@@ -149,18 +149,10 @@ def _load_rows(lake: Lake, keys: list[BatchKey]) -> list[dict[str, Any]]:
 
     con = duck.connect(lake)
     try:
-        table = con.execute(
-            _sql("comparison_samples"), {"batches": sorted({k.digest for k in keys})}
-        ).fetch_arrow_table()
+        table = duck.query(con, "comparison_samples", {"batches": sorted({k.digest for k in keys})})
     finally:
         con.close()
     return table.to_pylist()
-
-
-def _sql(name: str) -> str:
-    import sql
-
-    return sql.load(name)
 
 
 def assess(

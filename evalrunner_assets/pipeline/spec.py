@@ -47,6 +47,7 @@ class ComparisonRequest:
     budget_samples: int | None = None  # most samples (both arms) the whole comparison may run
     extra_samples: int = 0  # raised by `/eval more N`
     max_tasks: int | None = None
+    requested_at: str = ""  # ISO 8601, when the comparison was first asked for
 
     def __post_init__(self) -> None:
         check_repo(self.repo)
@@ -111,3 +112,24 @@ def load_request(lake: Lake, repo: str, pr: str, head: str) -> ComparisonRequest
     if not lake.exists(rel):
         raise ComparisonRequestError(f"no comparison request at {lake.url(rel)}")
     return ComparisonRequest.from_json(lake.read_bytes(rel))
+
+
+def open_comparison(lake: Lake, request: ComparisonRequest) -> ComparisonRequest:
+    """Write the request unless this comparison already has one (a redelivery or a restart
+    keeps the original, including any `/eval more` allowance). Returns the request in force."""
+    rel = request_path(request.repo, request.pr, request.head_sha)
+    if lake.write_once(rel, request.to_json()):
+        return request
+    return ComparisonRequest.from_json(lake.read_bytes(rel))
+
+
+def latest_request(lake: Lake, repo: str, pr: str) -> ComparisonRequest | None:
+    """The most recently requested comparison of a PR (its newest head)."""
+    prefix = LAYOUT.comparison(repo, pr, "0" * 40).rsplit("/", 1)[0]
+    requests = [
+        ComparisonRequest.from_json(lake.read_bytes(rel))
+        for rel in lake.glob(f"{prefix}/*.request.json")
+    ]
+    if not requests:
+        return None
+    return max(requests, key=lambda r: (r.requested_at, r.head_sha))

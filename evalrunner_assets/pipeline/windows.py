@@ -20,6 +20,7 @@ from evalrunner_assets.execution.inspect_runner import (
     run_window_cold,
 )
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
+from evalrunner_assets.execution.warm_pool import WarmPool
 from evalrunner_assets.pipeline.facts import TaskFacts
 from lake import LAYOUT, Lake, Window
 from lake.batch import BatchKey, canonical_json
@@ -157,10 +158,15 @@ def run_task_windows(
     windows: Sequence[Window],
     *,
     warm: bool = True,
+    pool: WarmPool | None = None,
     cancel: threading.Event | None = None,
     on_window: Callable[[WindowOutcome], None] | None = None,
 ) -> list[WindowOutcome]:
-    """Run every window not yet committed; reuse the rest. Outcomes in window order."""
+    """Run every window not yet committed; reuse the rest. Outcomes in window order.
+
+    With a ``pool``, windows run in a warm sandbox that outlives this call (later windows of
+    the same commit and task skip sandbox and Inspect start-up); without one, several windows
+    share a warm sandbox for this call only, and a single window runs cold."""
     runtime = backend.runtime_digest()
     cfg = TaskRunConfig(
         repo=export.repo, task=facts.task, spec=facts.spec, model=settings.model,
@@ -188,7 +194,18 @@ def run_task_windows(
         if on_window is not None:
             on_window(outcome)
 
-    if warm and len(todo) > 1:
+    if pool is not None and warm and WarmPool.supports(backend):
+        with pool.session(backend, export, cfg) as runner:
+            for i, window in todo:
+                if cancel is not None and cancel.is_set():
+                    break
+                run = runner.run_window(window, cancel=cancel)
+                finish(i, _land(lake, run, cancel))
+                if not run.ok:
+                    break
+        if any(o is not None and o.status in ("failed", "cancelled") for o in outcomes):
+            pool.discard(backend, export, cfg)  # its state is in doubt after a failure
+    elif warm and len(todo) > 1:
         with WarmTaskRunner(backend, export, cfg) as runner:
             for i, window in todo:
                 if cancel is not None and cancel.is_set():

@@ -1,0 +1,249 @@
+"""The comparison pipeline's assets: manifest → samples → comparison → PR report.
+
+Each asset body is a short narrative; the steps live in ``evalrunner_assets.pipeline``,
+``lake`` and ``report`` (plain Python).
+"""
+
+
+import base64
+import json
+from collections import Counter
+
+import dagster as dg
+
+from evalrunner_assets.partitions import (
+    commit_task_partitions,
+    commits_partitions,
+    comparisons_partitions,
+)
+from evalrunner_assets.pipeline import assess as assess_mod
+from evalrunner_assets.pipeline.facts import facts_summary, learn_commit, load_facts
+from evalrunner_assets.pipeline.keys import parse_commit_key, parse_comparison_key
+from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, load_request
+from evalrunner_assets.pipeline.windows import batch_state, run_task_windows
+from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
+from lake import LAYOUT, Window
+from lake.schema import BatchRecord
+from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
+
+GROUP = "evals"
+
+REPRODUCIBILITY_CHECK = "reproducibility_fields_present"
+ERROR_LOG_CHECK = "no_error_logs"
+
+
+@dg.asset(
+    partitions_def=commits_partitions,
+    group_name=GROUP,
+    kinds={"inspect", "bubblewrap"},
+    backfill_policy=dg.BackfillPolicy.multi_run(1),
+)
+def eval_manifest(
+    context: dg.AssetExecutionContext, lake: LakeResource, sandbox: SandboxResource, repos: RepoResource
+) -> dg.MaterializeResult:
+    """One partition is one commit (``owner/repo@sha``): its `.evals/list` manifest (or Inspect's
+    own task listing) and each task's sample ids, learnt in the sandbox from a read-only export."""
+    repo, sha = parse_commit_key(context.partition_key)
+    the_lake = lake.open()
+    export = repos.export(the_lake, repo, sha)
+    facts = learn_commit(the_lake, sandbox.backend(context), export, model=DEFAULT_MODEL)
+    context.instance.add_dynamic_partitions("tasks", sorted(facts.tasks))
+    summary = facts_summary(facts)
+    return dg.MaterializeResult(
+        metadata={
+            "tasks": dg.MetadataValue.int(summary["tasks"]),
+            "samples": dg.MetadataValue.int(summary["samples"]),
+            "discovery": dg.MetadataValue.text(summary["discovery_source"]),
+            "listing_failures": dg.MetadataValue.int(summary["listing_failures"]),
+            "manifest": dg.MetadataValue.path(the_lake.url(LAYOUT.manifest(repo, sha))),
+            "task_ids": dg.MetadataValue.md("\n".join(f"- `{t}`" for t in sorted(facts.tasks))),
+        }
+    )
+
+
+class TaskSamplesConfig(dg.Config):
+    """Which windows to run, for which comparison (its request fixes model, seed and epochs)."""
+
+    comparison: str
+    windows: list[str] = []
+
+
+@dg.asset(
+    partitions_def=commit_task_partitions,
+    group_name=GROUP,
+    kinds={"inspect", "parquet"},
+    deps=[
+        dg.AssetDep(
+            eval_manifest,
+            partition_mapping=dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="commit"),
+        )
+    ],
+    check_specs=[
+        dg.AssetCheckSpec(REPRODUCIBILITY_CHECK, asset="task_samples",
+                          description="Every batch of this materialization records all reproducibility fields."),
+        dg.AssetCheckSpec(ERROR_LOG_CHECK, asset="task_samples",
+                          description="No window of this materialization ended in an infrastructure failure "
+                          "(log status error, no log, sandbox crash)."),
+    ],
+)
+def task_samples(
+    context: dg.AssetExecutionContext,
+    config: TaskSamplesConfig,
+    lake: LakeResource,
+    sandbox: SandboxResource,
+    repos: RepoResource,
+) -> dg.MaterializeResult:
+    """One partition is one task at one commit; each materialization adds sample windows
+    (one row per sample × epoch in `samples`, one per trajectory event in `events`),
+    idempotently: a window already landed with the same batch key is reused, never re-run."""
+    keys = context.partition_key.keys_by_dimension  # type: ignore[union-attr]
+    repo, sha = parse_commit_key(keys["commit"])
+    task = keys["task"]
+    the_lake = lake.open()
+    c_repo, pr, head = parse_comparison_key(config.comparison)
+    request = load_request(the_lake, c_repo, pr, head)
+    facts = load_facts(the_lake, repo, sha)
+    if facts is None or task not in facts.tasks:
+        raise dg.Failure(f"task {task!r} is not in the learnt manifest of {repo}@{sha}; materialize eval_manifest first")
+    windows = [Window.parse(w) for w in config.windows]
+    backend = sandbox.backend(context)
+    export = repos.export(the_lake, repo, sha)
+    outcomes = run_task_windows(
+        the_lake, backend, export, facts.tasks[task], assess_mod.run_settings(request), windows,
+        pool=sandbox.warm_pool(),
+        on_window=lambda o: context.log.info(f"{task} {o.key.window.name}: {o.status} ({o.samples} samples)"),
+    )
+    status = Counter(o.status for o in outcomes)
+    failed = [o for o in outcomes if o.status == "failed"]
+    missing = sorted({f for o in outcomes for f in o.key.missing_fields})
+    records = _records(the_lake, outcomes)
+    return dg.MaterializeResult(
+        metadata={
+            "windows": dg.MetadataValue.int(len(outcomes)),
+            "windows_run": dg.MetadataValue.int(status["landed"]),
+            "windows_reused": dg.MetadataValue.int(status["reused"]),
+            "windows_failed": dg.MetadataValue.int(len(failed)),
+            "samples": dg.MetadataValue.int(sum(r.sample_rows for r in records)),
+            "errors": dg.MetadataValue.int(sum(r.errored_samples for r in records)),
+            "batches": dg.MetadataValue.json([o.key.digest for o in outcomes]),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=REPRODUCIBILITY_CHECK, passed=not missing,
+                metadata={"missing_fields": dg.MetadataValue.json(missing)},
+                description="unpublishable: missing " + ", ".join(missing) if missing else None,
+            ),
+            dg.AssetCheckResult(
+                check_name=ERROR_LOG_CHECK, passed=not failed,
+                severity=dg.AssetCheckSeverity.ERROR,
+                metadata={"failures": dg.MetadataValue.json({o.key.window.name: o.failure for o in failed})},
+            ),
+        ],
+    )
+
+
+def _records(the_lake, outcomes) -> list[BatchRecord]:
+    out = []
+    for o in outcomes:
+        k = o.key
+        rel = LAYOUT.batch_record(k.repo, k.commit, k.task, k.window, k.digest)
+        if batch_state(the_lake, k) == "committed":
+            out.append(BatchRecord.model_validate_json(the_lake.read_bytes(rel)))
+    return out
+
+
+@dg.asset(
+    partitions_def=comparisons_partitions,
+    group_name=GROUP,
+    kinds={"duckdb", "altair"},
+    deps=[dg.AssetDep(task_samples, partition_mapping=dg.AllPartitionMapping())],
+)
+def comparison(
+    context: dg.AssetExecutionContext, lake: LakeResource, sandbox: SandboxResource
+) -> dg.MaterializeResult:
+    """One partition is one PR head (``owner/repo#pr@head``) judged against its base: per-task
+    paired deltas with anytime-valid intervals, labels, the run verdict and P(improvement)."""
+    repo, pr, head = parse_comparison_key(context.partition_key)
+    the_lake = lake.open()
+    request = load_request(the_lake, repo, pr, head)
+    backend = sandbox.backend()
+    assessment = assess_mod.assess(
+        the_lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest()
+    )
+    if assessment.result is None:
+        return dg.MaterializeResult(
+            metadata={"verdict": "RUNNING", "waiting_for": dg.MetadataValue.json(assessment.needs_facts)}
+        )
+    result = assessment.result
+    url = assess_mod.save_result(the_lake, result)
+    chart = render_chart(result)
+    for ext, data in chart.items():
+        the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, f"chart.{ext}"), data)
+    png = base64.b64encode(chart["png"]).decode()
+    return dg.MaterializeResult(
+        metadata={
+            "verdict": dg.MetadataValue.text(result["verdict"]),
+            "p_improvement": result["final_verdict"].get("p_improvement"),
+            "pairs": dg.MetadataValue.int(sum(t["decision"]["pairs"] for t in result["tasks"].values())),
+            "labels": dg.MetadataValue.json({t: d["decision"]["label"] for t, d in result["tasks"].items()}),
+            "samples_run": dg.MetadataValue.int(result["samples_run"]),
+            "spend_usd": result["spend_usd"],
+            "comparison_json": dg.MetadataValue.path(url),
+            "summary": dg.MetadataValue.md(render_comment(result)),
+            "chart": dg.MetadataValue.md(f"![how many samples until we know](data:image/png;base64,{png})"),
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=comparisons_partitions,
+    group_name=GROUP,
+    kinds={"github"},
+    deps=[comparison],
+)
+def pr_report(
+    context: dg.AssetExecutionContext, lake: LakeResource, github: GitHubResource
+) -> dg.MaterializeResult:
+    """One partition is one PR head: the PR comment (one, edited in place) and the check run
+    `evalrunner / evals`. Without GitHub configured both are written to the lake and printed."""
+    repo, pr, head = parse_comparison_key(context.partition_key)
+    the_lake = lake.open()
+    result = assess_mod.load_result(the_lake, repo, pr, head)
+    if result is None:
+        raise dg.Failure(f"no comparison for {context.partition_key} yet; materialize comparison first")
+    body = render_comment(result)
+    status, conclusion, title = check_run_state(
+        result["verdict"], result["samples_run"], result["samples_possible"]
+    )
+    check = {"name": "evalrunner / evals", "head_sha": head, "status": status, "conclusion": conclusion,
+             "title": title, "summary": render_summary(result)}
+    comment_url = the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, "comment.md"), body.encode())
+    the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, "check_run.json"),
+                         json.dumps(check, indent=2).encode())
+    metadata: dict = {
+        "check_run": dg.MetadataValue.json(check),
+        "comment_file": dg.MetadataValue.path(comment_url),
+        "comment": dg.MetadataValue.md(body),
+    }
+    if github.is_configured() and pr.isdigit():
+        from resources.github import GitHubError
+
+        try:
+            client = github.get_client()
+            run_id = client.start_check_run(repo, head, title=title, summary=check["summary"])
+            client.update_check_run(repo, run_id, status, conclusion, title=title,
+                                    summary=check["summary"], text=body)
+            comment_id = client.upsert_pr_comment(repo, int(pr), body)
+            metadata["github_comment_id"] = dg.MetadataValue.int(comment_id)
+            metadata["github_check_run_id"] = dg.MetadataValue.int(run_id)
+        except GitHubError as exc:
+            # A permanent GitHub error is reported on the run, never hidden; the report files
+            # in the lake are still complete.
+            context.log.error(f"posting to GitHub failed: {exc}")
+            metadata["github_error"] = dg.MetadataValue.text(str(exc))
+    else:
+        context.log.info(f"GitHub not configured: comment written to {comment_url}\n{body}")
+    return dg.MaterializeResult(metadata=metadata)
+
+
+ASSETS = [eval_manifest, task_samples, comparison, pr_report]

@@ -1,0 +1,11 @@
+"""Jobs the sensors and the CLI launch: one per partition grain."""
+
+import dagster as dg
+
+from evalrunner_assets.assets.evals import comparison, eval_manifest, pr_report, task_samples
+
+eval_manifest_job = dg.define_asset_job("eval_manifest_job", selection=[eval_manifest])
+task_samples_job = dg.define_asset_job("task_samples_job", selection=[task_samples])
+comparison_job = dg.define_asset_job("comparison_job", selection=[comparison, pr_report])
+
+JOBS = [eval_manifest_job, task_samples_job, comparison_job]

@@ -1,0 +1,57 @@
+""""How many samples until we know?": Δ and its anytime-valid interval against pairs run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+
+
+def _path_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for task, doc in (result.get("tasks") or {}).items():
+        for pairs, delta, lo, hi in doc.get("path") or []:
+            rows.append({"task": task, "pairs": pairs, "delta": delta, "lo": lo, "hi": hi})
+    return rows
+
+
+def comparison_chart(result: dict[str, Any]) -> alt.Chart:
+    """One panel per task: the running Δ, its interval, the ±margin band and where sampling stopped."""
+    margin = (result.get("params") or {}).get("margin", 0.05)
+    rows = [{**r, "kind": "path"} for r in _path_rows(result)]
+    rows += [
+        {"task": t, "pairs": doc["decision"].get("pairs", 0), "label": doc["decision"]["label"], "kind": "stop"}
+        for t, doc in (result.get("tasks") or {}).items()
+    ]
+    # Facets need every layer to read the same data, so paths and stop markers share one table.
+    base = alt.Chart().encode(x=alt.X("pairs:Q", title="pairs run"))
+    path = base.transform_filter(alt.datum.kind == "path")
+    band = base.mark_rect(opacity=0.12, color="gray").encode(
+        x=alt.value(0), x2=alt.value(260), y=alt.datum(-margin), y2=alt.datum(margin)
+    )
+    interval = path.mark_area(opacity=0.3).encode(
+        y=alt.Y("lo:Q", title="Δ (head − base)", scale=alt.Scale(domain=[-1, 1])), y2="hi:Q"
+    )
+    line = path.mark_line().encode(y="delta:Q")
+    zero = base.mark_rule(strokeDash=[4, 4]).encode(x=alt.value(0), x2=alt.value(260), y=alt.datum(0))
+    stop = base.transform_filter(alt.datum.kind == "stop").mark_rule(color="black").encode(
+        tooltip=["task:N", "label:N", "pairs:Q"]
+    )
+    layered = alt.layer(band, interval, line, zero, stop, data=alt.Data(values=rows)).properties(
+        width=260, height=180
+    )
+    return layered.facet(facet=alt.Facet("task:N", title=None), columns=3).properties(
+        title=f"{result['head_sha'][:7]} vs {result.get('base_ref') or result['base_sha'][:7]}: "
+        "how many samples until we know?"
+    )
+
+
+def render_chart(result: dict[str, Any]) -> dict[str, bytes]:
+    """The chart as PNG and SVG bytes (rendered offline by vl-convert)."""
+    import vl_convert as vlc
+
+    spec = comparison_chart(result).to_json()
+    return {
+        "png": vlc.vegalite_to_png(spec, scale=1.5),
+        "svg": vlc.vegalite_to_svg(spec).encode(),
+    }

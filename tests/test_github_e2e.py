@@ -1,0 +1,456 @@
+"""From signed GitHub deliveries to the verdict on the PR, through the real pieces.
+
+The receiver runs as a real uvicorn server on loopback and writes the inbox; the real
+``pr_sensor`` and ``sampling_sensor`` are evaluated on a temporary Dagster instance, and every
+run they request is executed with ``dg.materialize`` (skipping run keys already used by the same
+sensor, as the sensor daemon does); the sandboxes are bubblewrap; GitHub is the REST stand-in in
+``tests/github_standin.py``.
+
+One pull request lives through four stages, each a module-scoped fixture that builds on the
+previous one, so every test below reads the state its stage left behind:
+
+1. ``opened`` — a signed ``pull_request``/``opened`` delivery for the improving variant;
+2. ``synchronized`` — a signed ``synchronize`` delivery moving the head to the regressing variant;
+3. ``redelivered`` — GitHub redelivers the first delivery (same ``X-GitHub-Delivery``);
+4. ``more_samples`` — a member comments ``/eval more 16``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from evalrunner_assets.assets.evals import ASSETS
+from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
+from evalrunner_assets.jobs import JOBS
+from evalrunner_assets.pipeline.assess import load_result
+from evalrunner_assets.pipeline.keys import comparison_key
+from evalrunner_assets.pipeline.spec import load_request
+from evalrunner_assets.report.markdown import MARKER
+from github_standin import GitHubStandin, LoopbackServer
+from lake.storage import Lake
+from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
+from sensors.pr import pr_sensor
+from sensors.sampling import sampling_sensor
+from sensors.webhook import ReceiverConfig, create_app, sign
+
+pytestmark = pytest.mark.slow
+
+FIXTURES = Path("/work/shared/fixtures/github-webhooks")
+FIXTURE_REPO = "Codertocat/Hello-World"
+REPO = "example/support-agent"
+PR = 7
+SECRET = b"e2e-webhook-secret"
+TOKEN = "e2e-github-token"
+IMPROVING, REGRESSING = "improve-runbook", "regress-escalation"
+JOBS_BY_NAME = {job.name: job for job in JOBS}
+MAX_SAMPLING_TICKS = 40
+
+
+# -- deliveries built from GitHub's own payload examples -----------------------------------------
+def _fixture_text(name: str) -> str:
+    return (FIXTURES / f"{name}.json").read_text()
+
+
+def _retarget(payload: dict[str, Any]) -> dict[str, Any]:
+    """Move a fixture from Codertocat/Hello-World to the example repository (URLs included)."""
+    payload = json.loads(json.dumps(payload).replace(FIXTURE_REPO, REPO))
+    owner, name = REPO.split("/")
+    payload["repository"]["name"] = name
+    payload["repository"]["owner"]["login"] = owner
+    payload["repository"]["default_branch"] = "main"
+    return payload
+
+
+def pull_request_delivery(action: str, *, head: str, base: str, head_ref: str) -> dict[str, Any]:
+    """GitHub's ``pull_request.<action>`` example, for PR ``PR`` of the example repo at these SHAs."""
+    raw = _fixture_text(f"pull_request.{action}")
+    old = json.loads(raw)
+    raw = raw.replace(old["pull_request"]["head"]["sha"], head).replace(old["pull_request"]["base"]["sha"], base)
+    payload = _retarget(json.loads(raw))
+    payload["number"] = PR
+    pr = payload["pull_request"]
+    pr["number"] = PR
+    pr["head"]["ref"], pr["base"]["ref"] = head_ref, "main"
+    assert (pr["head"]["sha"], pr["base"]["sha"]) == (head, base)
+    return payload
+
+
+def eval_more_delivery(body: str, association: str) -> dict[str, Any]:
+    """GitHub's ``issue_comment.created`` example as a comment on PR ``PR`` (the example's issue
+    is a plain issue; a PR's issue carries ``pull_request``)."""
+    payload = _retarget(json.loads(_fixture_text("issue_comment.created")))
+    payload["issue"]["number"] = PR
+    payload["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{PR}"}
+    payload["comment"]["body"] = body
+    payload["comment"]["author_association"] = association
+    return payload
+
+
+def deliver(server: LoopbackServer, event: str, payload: dict[str, Any] | bytes, delivery: str) -> tuple[int, dict]:
+    """POST a delivery signed as GitHub signs it; returns (status, answer)."""
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("POST", "/webhooks/github", body=body, headers={
+            "Content-Type": "application/json", "X-GitHub-Event": event, "X-GitHub-Delivery": delivery,
+            "X-Hub-Signature-256": sign(SECRET, body), "User-Agent": "GitHub-Hookshot/e2e",
+        })
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+# -- the sensors, evaluated and their runs executed ------------------------------------------------
+@dataclass
+class RunOutcome:
+    sensor: str
+    run_key: str
+    job: str
+    partition: str
+    success: bool
+    seconds: float
+    errors: list[str]
+    windows: tuple[str, ...] = ()
+
+
+@dataclass
+class Harness:
+    """A temporary Dagster instance plus what a sensor daemon keeps between ticks."""
+
+    instance: dg.DagsterInstance
+    resources: dict[str, Any]
+    lake: Lake
+    pr_cursor: str | None = None
+    used_run_keys: dict[str, set[str]] = field(default_factory=dict)
+    outcomes: list[RunOutcome] = field(default_factory=list)
+
+    def _apply(self, name: str, result: dg.SensorResult) -> list[dg.RunRequest]:
+        for req in result.dynamic_partitions_requests or []:
+            assert isinstance(req, dg.AddDynamicPartitionsRequest), req
+            self.instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+        used = self.used_run_keys.setdefault(name, set())
+        fresh = []
+        for req in result.run_requests or []:
+            if req.run_key is not None and req.run_key in used:
+                continue  # the daemon skips a run key this sensor already used
+            if req.run_key is not None:
+                used.add(req.run_key)
+            fresh.append(req)
+        return fresh
+
+    def _execute(self, sensor: str, req: dg.RunRequest) -> RunOutcome:
+        job = JOBS_BY_NAME[req.job_name]
+        run_config = req.run_config if req.run_config else None
+        started = time.monotonic()
+        result = dg.materialize(
+            ASSETS,
+            selection=job.selection,
+            partition_key=req.partition_key,
+            run_config=run_config,
+            instance=self.instance,
+            resources=self.resources,
+            tags={**(req.tags or {}), "dagster/sensor_name": sensor, "dagster/run_key": req.run_key or ""},
+            raise_on_error=False,
+        )
+        errors = [
+            str(e.event_specific_data.error.message).strip()  # type: ignore[union-attr]
+            for e in result.all_events
+            if e.is_step_failure and e.event_specific_data is not None
+        ]
+        windows = ((run_config or {}).get("ops", {}).get("task_samples", {}).get("config", {}).get("windows", ()))
+        outcome = RunOutcome(sensor, req.run_key or "", req.job_name or "", str(req.partition_key),
+                             result.success, time.monotonic() - started, errors, tuple(windows))
+        self.outcomes.append(outcome)
+        return outcome
+
+    def tick_pr_sensor(self) -> tuple[list[dg.RunRequest], list[RunOutcome]]:
+        context = dg.build_sensor_context(instance=self.instance, cursor=self.pr_cursor, resources=self.resources)
+        result = pr_sensor(context)
+        assert isinstance(result, dg.SensorResult)
+        self.pr_cursor = result.cursor
+        fresh = self._apply("pr_sensor", result)
+        return fresh, [self._execute("pr_sensor", r) for r in fresh]
+
+    def evaluate_sampling_sensor(self) -> dg.SensorResult:
+        context = dg.build_sensor_context(instance=self.instance, resources=self.resources)
+        result = sampling_sensor(context)
+        assert isinstance(result, dg.SensorResult)
+        return result
+
+    def drive_sampling_sensor(self) -> list[RunOutcome]:
+        """Tick the sampling sensor, running what it asks for, until it asks for nothing new."""
+        done: list[RunOutcome] = []
+        for _ in range(MAX_SAMPLING_TICKS):
+            fresh = self._apply("sampling_sensor", self.evaluate_sampling_sensor())
+            if not fresh:
+                return done
+            done += [self._execute("sampling_sensor", r) for r in fresh]
+        raise AssertionError(f"sampling sensor still requesting runs after {MAX_SAMPLING_TICKS} ticks")
+
+
+def _changed_files(repo: Path, base: str, head: str) -> list[str]:
+    out = subprocess.run(["git", "diff", "--name-only", base, head], cwd=repo, check=True,
+                         capture_output=True, text=True).stdout
+    return out.split()
+
+
+# -- the stages --------------------------------------------------------------------------------
+@dataclass
+class World:
+    example: ExampleRepo
+    standin: GitHubStandin
+    receiver: LoopbackServer
+    harness: Harness
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, bwrap_backend) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("github-e2e")
+    example = build_example_repo(root / "example-repo", [IMPROVING, REGRESSING])
+    token_file = root / "github-token"
+    token_file.write_text(TOKEN + "\n")
+    (root / "dagster").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVALRUNNER_HOME", str(root / "home"))
+        for name in ("EVALRUNNER_LAKE", "EVALRUNNER_GITHUB_TOKEN", "EVALRUNNER_GITHUB_TOKEN_FILE",
+                     "EVALRUNNER_GITHUB_APP_ID", "EVALRUNNER_GITHUB_PRIVATE_KEY",
+                     "EVALRUNNER_GITHUB_PRIVATE_KEY_FILE", "EVALRUNNER_GITHUB_API_URL"):
+            mp.delenv(name, raising=False)
+        with GitHubStandin(token=TOKEN) as standin, dg.instance_for_test(temp_dir=str(root / "dagster")) as instance:
+            standin.add_repo(REPO)
+            lake_resource = LakeResource(root=str(root / "lake"))
+            lake = lake_resource.open()
+            resources = {
+                "lake": lake_resource,
+                "sandbox": SandboxResource(),
+                "repos": RepoResource(cache_dir=str(root / "repos"), export_dir=str(root / "exports")),
+                "github": GitHubResource(base_url=standin.base_url, token_file=str(token_file),
+                                         backoff_seconds=0.05, throttle=False),
+            }
+            # The example repo is a local git repository, not on a Git host: record it as the source.
+            resources["repos"].register(lake, REPO, str(example.path))
+            config = ReceiverConfig(secret=SECRET, allowed_repos=frozenset({REPO}))
+            with LoopbackServer(create_app(config, lake)) as receiver:
+                yield World(example, standin, receiver, Harness(instance, resources, lake))
+
+
+@dataclass
+class Stage:
+    delivery: str = ""
+    answer: tuple[int, dict] = (0, {})
+    pr_runs: list[dg.RunRequest] = field(default_factory=list)
+    pr_outcomes: list[RunOutcome] = field(default_factory=list)
+    sampling_outcomes: list[RunOutcome] = field(default_factory=list)
+    comments: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _snapshot_comments(world: World) -> list[dict[str, Any]]:
+    return [dict(c) for c in world.standin.comments_on(REPO, PR)]
+
+
+def _evaluate(world: World, event: str, payload: dict[str, Any], delivery: str) -> Stage:
+    started = time.monotonic()
+    stage = Stage(delivery=delivery)
+    stage.answer = deliver(world.receiver, event, payload, delivery)
+    stage.pr_runs, stage.pr_outcomes = world.harness.tick_pr_sensor()
+    stage.sampling_outcomes = world.harness.drive_sampling_sensor()
+    stage.comments = _snapshot_comments(world)
+    stage.seconds = time.monotonic() - started
+    return stage
+
+
+@pytest.fixture(scope="module")
+def opened(world: World) -> Stage:
+    head, base = world.example.sha(IMPROVING), world.example.base_sha
+    world.standin.add_pull(REPO, PR, head, base, files=_changed_files(world.example.path, base, head),
+                           head_ref=IMPROVING)
+    payload = pull_request_delivery("opened", head=head, base=base, head_ref=IMPROVING)
+    stage = _evaluate(world, "pull_request", payload, str(uuid.uuid4()))
+    world.timings["opened"] = stage.seconds
+    return stage
+
+
+@pytest.fixture(scope="module")
+def synchronized(world: World, opened: Stage) -> Stage:
+    head, base = world.example.sha(REGRESSING), world.example.base_sha
+    world.standin.add_pull(REPO, PR, head, base, files=_changed_files(world.example.path, base, head),
+                           head_ref=REGRESSING)  # the PR's head moved: new SHA, new changed files
+    payload = pull_request_delivery("synchronize", head=head, base=base, head_ref=REGRESSING)
+    stage = _evaluate(world, "pull_request", payload, str(uuid.uuid4()))
+    world.timings["synchronized"] = stage.seconds
+    return stage
+
+
+@pytest.fixture(scope="module")
+def redelivered(world: World, opened: Stage, synchronized: Stage) -> Stage:
+    head, base = world.example.sha(IMPROVING), world.example.base_sha
+    payload = pull_request_delivery("opened", head=head, base=base, head_ref=IMPROVING)
+    return _evaluate(world, "pull_request", payload, opened.delivery)
+
+
+@dataclass
+class MoreStage:
+    answer: tuple[int, dict]
+    pr_runs: list[dg.RunRequest]
+    sampling_after: dg.SensorResult
+
+
+@pytest.fixture(scope="module")
+def more_samples(world: World, redelivered: Stage) -> MoreStage:
+    answer = deliver(world.receiver, "issue_comment", eval_more_delivery("/eval more 16", "MEMBER"),
+                     str(uuid.uuid4()))
+    pr_runs, _ = world.harness.tick_pr_sensor()
+    # Only look at what the woken sampling loop would ask for next; running it is the loop's
+    # own business, tested above.
+    return MoreStage(answer, pr_runs, world.harness.evaluate_sampling_sensor())
+
+
+def _key(world: World, variant: str) -> str:
+    return comparison_key(REPO, str(PR), world.example.sha(variant))
+
+
+def _result(world: World, variant: str) -> dict[str, Any] | None:
+    return load_result(world.harness.lake, REPO, str(PR), world.example.sha(variant))
+
+
+def _ours(comments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in comments if MARKER in c["body"]]
+
+
+# -- 1. opened -----------------------------------------------------------------------------------
+def test_signed_pull_request_delivery_is_queued_and_starts_the_comparison_for_its_head(world, opened):
+    assert opened.answer[0] == 202 and opened.answer[1]["status"] == "queued"
+    key = _key(world, IMPROVING)
+    assert [(r.job_name, r.partition_key, r.run_key) for r in opened.pr_runs] == [
+        ("comparison_job", key, f"{REPO}#{PR}@{world.example.sha(IMPROVING)}")
+    ]
+    instance = world.harness.instance
+    assert key in instance.get_dynamic_partitions("comparisons")
+    assert {f"{REPO}@{world.example.base_sha}", f"{REPO}@{world.example.sha(IMPROVING)}"} <= set(
+        instance.get_dynamic_partitions("commits"))
+    request = load_request(world.harness.lake, REPO, str(PR), world.example.sha(IMPROVING))
+    assert (request.base_sha, request.base_ref, request.extra_samples) == (world.example.base_sha, "main", 0)
+    assert request.changed_files, "changed files come from the PR on the GitHub stand-in"
+
+
+def test_sampling_loop_finishes_the_improving_comparison_with_every_run_succeeding(world, opened):
+    result = _result(world, IMPROVING)
+    assert result is not None
+    assert result["status"] == "complete"
+    assert result["verdict"] == "IMPROVED"
+    kinds = {o.job for o in opened.sampling_outcomes}
+    assert {"eval_manifest_job", "task_samples_job", "comparison_job"} <= kinds
+    failed = [o for o in opened.sampling_outcomes if not o.success]
+    assert not failed, failed
+
+
+def test_improving_head_gets_one_marked_comment_with_the_verdict(world, opened):
+    ours = _ours(opened.comments)
+    assert len(opened.comments) == 1 and len(ours) == 1
+    body = ours[0]["body"]
+    assert body.startswith(MARKER)
+    assert "IMPROVED" in body
+    assert ours[0]["user"]["login"] == world.standin.token_login
+
+
+def test_improving_head_check_run_completes_with_success(world, opened):
+    (run,) = world.standin.check_runs_for(REPO, world.example.sha(IMPROVING))
+    assert run["name"] == "evalrunner / evals"
+    assert (run["status"], run["conclusion"]) == ("completed", "success")
+    assert run["completed_at"]
+    assert run["_history"][0] == ("in_progress", None), run["_history"]
+    assert run["_history"][-1] == ("completed", "success")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "pr_sensor requests comparison_job (comparison + pr_report) before either commit's manifest "
+    "is learnt; comparison then saves no document and pr_report raises "
+    "'no comparison for … yet; materialize comparison first', so the run the PR sensor starts "
+    "for every new head fails"))
+def test_run_requested_by_the_pr_sensor_for_a_new_head_succeeds(opened):
+    assert len(opened.pr_outcomes) == 1
+    outcome = opened.pr_outcomes[0]
+    assert outcome.success, outcome.errors
+
+
+# -- 2. synchronize --------------------------------------------------------------------------------
+def test_synchronize_to_a_new_head_starts_a_new_comparison(world, synchronized):
+    assert synchronized.answer[0] == 202 and synchronized.answer[1]["status"] == "queued"
+    assert [(r.partition_key, r.run_key) for r in synchronized.pr_runs] == [
+        (_key(world, REGRESSING), f"{REPO}#{PR}@{world.example.sha(REGRESSING)}")
+    ]
+    assert not [o for o in synchronized.sampling_outcomes if not o.success]
+
+
+def _windows_run(outcomes: list[RunOutcome], commit: str) -> set[tuple[str, str]]:
+    return {(o.partition, w) for o in outcomes if o.job == "task_samples_job" and commit in o.partition
+            for w in o.windows}
+
+
+def test_regressing_head_reuses_the_base_commits_manifest_and_windows(world, opened, synchronized):
+    base = f"{REPO}@{world.example.base_sha}"
+    before = _windows_run(opened.sampling_outcomes, base)
+    again = _windows_run(synchronized.sampling_outcomes, base)
+    assert before and not (before & again), sorted(before & again)
+    assert _windows_run(synchronized.sampling_outcomes, world.example.sha(REGRESSING))
+    assert not [o for o in synchronized.sampling_outcomes if o.job == "eval_manifest_job" and o.partition == base]
+
+
+def test_synchronize_edits_the_same_comment_in_place_with_the_new_verdict(world, opened, synchronized):
+    (before,) = _ours(opened.comments)
+    assert len(synchronized.comments) == 1
+    (after,) = _ours(synchronized.comments)
+    assert after["id"] == before["id"]
+    assert "REGRESSED" in after["body"] and after["body"] != before["body"]
+    assert world.standin.calls("PATCH", f"/issues/comments/{before['id']}")
+    assert len(world.standin.calls("POST", f"/issues/{PR}/comments")) == 1
+
+
+def test_regressing_head_check_run_concludes_failure_and_the_first_heads_stays_success(world, synchronized):
+    assert _result(world, REGRESSING)["verdict"] == "REGRESSED"
+    (run,) = world.standin.check_runs_for(REPO, world.example.sha(REGRESSING))
+    assert (run["status"], run["conclusion"]) == ("completed", "failure")
+    (first,) = world.standin.check_runs_for(REPO, world.example.sha(IMPROVING))
+    assert first["conclusion"] == "success"
+
+
+# -- 3. redelivery ---------------------------------------------------------------------------------
+def test_redelivery_of_the_first_delivery_processes_nothing_new(world, synchronized, redelivered):
+    assert redelivered.answer[0] == 200 and redelivered.answer[1]["status"] == "duplicate"
+    assert redelivered.pr_runs == [] and redelivered.pr_outcomes == []
+    assert redelivered.sampling_outcomes == []
+    assert redelivered.comments == synchronized.comments
+    assert len(world.standin.check_runs_for(REPO, world.example.sha(IMPROVING))) == 1
+
+
+# -- 4. /eval more ---------------------------------------------------------------------------------
+def test_eval_more_from_a_member_raises_the_latest_comparisons_allowance(world, more_samples):
+    assert more_samples.answer[0] == 202 and more_samples.answer[1]["kind"] == "more_samples"
+    assert more_samples.pr_runs == []
+    lake = world.harness.lake
+    latest = load_request(lake, REPO, str(PR), world.example.sha(REGRESSING))
+    first = load_request(lake, REPO, str(PR), world.example.sha(IMPROVING))
+    assert (latest.extra_samples, first.extra_samples) == (16, 0)
+
+
+def _comparison_of(request: dg.RunRequest) -> str:
+    return (request.tags or {}).get("evalrunner/comparison") or str(request.partition_key)
+
+
+def test_raised_allowance_wakes_the_sampling_loop_for_that_comparison_only(world, more_samples):
+    woken = {_comparison_of(r) for r in more_samples.sampling_after.run_requests or []}
+    assert woken == {_key(world, REGRESSING)}
