@@ -70,7 +70,10 @@ def _naive_rows(path: Path) -> int:
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench ingest")
     parser.add_argument("--samples", type=int, default=10_000)
+    parser.add_argument("--quick", action="store_true", help="a small log (2,000 samples), for a smoke run")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.samples = 2_000
 
     from lake import BatchKey, Window, open_lake
     from lake.ingest import _tables, ingest_log_file, land_batch, parquet_bytes, read_log_bytes

@@ -110,7 +110,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--inputs", type=int, default=250_000, help="inputs per arm (rows = 2 × inputs × epochs)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="25,000 inputs per arm, for a smoke run")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.inputs = 25_000
 
     from inspect_ai.log import read_eval_log
 

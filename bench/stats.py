@@ -15,7 +15,7 @@ Methods, run on the same simulated pairs:
               (or lies inside +-margin: "unchanged") -- the rule DESIGN §6 warns against
 
 `python -m bench stats` runs the full evidence (2,000 repetitions per row, 40,000 null
-tasks); `python -m bench.stats --quick` a small smoke run (`python -m bench` passes no flags).
+tasks); `python -m bench stats --quick` a small smoke run.
 """
 
 from __future__ import annotations

@@ -170,16 +170,15 @@ def comparison(
     assessment = assess_mod.assess(
         the_lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest()
     )
-    if assessment.result is None:
-        return dg.MaterializeResult(
-            metadata={"verdict": "RUNNING", "waiting_for": dg.MetadataValue.json(assessment.needs_facts)}
-        )
     result = assessment.result
     url = assess_mod.save_result(the_lake, result)
-    chart = render_chart(result)
-    for ext, data in chart.items():
-        the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, f"chart.{ext}"), data)
-    png = base64.b64encode(chart["png"]).decode()
+    metadata = {}
+    if result["tasks"]:
+        chart = render_chart(result)
+        for ext, data in chart.items():
+            the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, f"chart.{ext}"), data)
+        png = base64.b64encode(chart["png"]).decode()
+        metadata["chart"] = dg.MetadataValue.md(f"![how many samples until we know](data:image/png;base64,{png})")
     return dg.MaterializeResult(
         metadata={
             "verdict": dg.MetadataValue.text(result["verdict"]),
@@ -190,7 +189,7 @@ def comparison(
             "spend_usd": result["spend_usd"],
             "comparison_json": dg.MetadataValue.path(url),
             "summary": dg.MetadataValue.md(render_comment(result)),
-            "chart": dg.MetadataValue.md(f"![how many samples until we know](data:image/png;base64,{png})"),
+            **metadata,
         }
     )
 

@@ -1,7 +1,7 @@
 """Run an Inspect task over one sample window in a sandbox and classify what came back.
 
 Windows. A task's sample ids are listed *in the sandbox* (task code is untrusted), ordered by
-``sha256(f"{seed}:{id}")`` — the same order for head and base, and stable when samples are
+``stats.seeded_order`` (sha256 of seed and id) — the same order for head and base, and stable when samples are
 added (a new id slots in without moving the others' relative order) — and a window
 ``[start, stop)`` of that order is run.
 
@@ -56,6 +56,7 @@ from evalrunner_assets.execution.sandbox import (
     SANDBOX_OUT_DIR,
     WarmSession,
 )
+from evalrunner_assets.stats import seeded_order
 from lake.batch import BatchKey, canonical_json
 from lake.layout import Window
 
@@ -83,15 +84,16 @@ class InspectRunError(RuntimeError):
 
 
 def sample_order(sample_ids: list[str], seed: int) -> list[str]:
-    """Ids ordered by ``sha256(f"{seed}:{id}")`` (ties, impossible in practice, by id).
+    """Ids in the seeded, pre-committed order shared by execution and statistics.
 
     The order of any two ids depends only on those ids and the seed, so it is identical for
-    head and base and adding samples never reorders existing ones."""
+    head and base and adding samples never reorders existing ones. Duplicate ids are refused:
+    a window of a list with duplicates would not be a set of distinct inputs."""
     ids = [str(i) for i in sample_ids]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
         raise InspectRunError(f"sample ids are not unique: {dup[:5]}")
-    return sorted(ids, key=lambda i: (hashlib.sha256(f"{seed}:{i}".encode()).hexdigest(), i))
+    return seeded_order(ids, seed)
 
 
 def window_ids(sample_ids: list[str], seed: int, window: Window) -> list[str]:

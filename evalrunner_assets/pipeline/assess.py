@@ -79,7 +79,7 @@ class Assessment:
     request: ComparisonRequest
     needs_facts: list[str]  # commits whose manifest/sample ids are not learnt yet
     next_windows: list[PlannedWindow]
-    result: dict[str, Any] | None  # the comparison document (None until facts are known)
+    result: dict[str, Any]  # the comparison document (RUNNING with no tasks until facts are known)
 
     @property
     def done(self) -> bool:
@@ -172,7 +172,7 @@ def assess(
     commits = {"head": request.head_sha, "base": request.base_sha}
     missing = [commits[a] for a in ("base", "head") if facts[a] is None]
     if missing:
-        return Assessment(request, sorted(set(missing), key=missing.index), [], None)
+        return Assessment(request, sorted(set(missing), key=missing.index), [], _waiting(request, lake))
     head_facts, base_facts = facts["head"], facts["base"]
     assert head_facts is not None and base_facts is not None
 
@@ -333,6 +333,41 @@ def assess(
     if next_windows:
         result["final_verdict"]["verdict"] = "RUNNING"
     return Assessment(request, [], next_windows, result)
+
+
+def _waiting(request: ComparisonRequest, lake: Lake) -> dict[str, Any]:
+    """The document before any commit's evals are known: RUNNING, nothing sampled yet (so a
+    check run can show progress from the first moment)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "comparison": request.key,
+        "repo": request.repo,
+        "pr": request.pr,
+        "head_sha": request.head_sha,
+        "base_sha": request.base_sha,
+        "base_ref": request.base_ref,
+        "head_ref": request.head_ref,
+        "model": request.model,
+        "status": "running",
+        "verdict": "RUNNING",
+        "final_verdict": {"verdict": "RUNNING", "reasons": ["discovering evals"], "p_improvement": None},
+        "params": stats_params(request).to_dict(),
+        "tasks": {},
+        "task_order": [],
+        "skipped_tasks": [],
+        "new_tasks": [],
+        "removed_tasks": [],
+        "samples_run": 0,
+        "samples_possible": 0,
+        "spend_usd": None,
+        "spend_known": False,
+        "next_windows": [],
+        "trajectories": {
+            arm: lake.url(LAYOUT.raw_prefix(request.repo, sha))
+            for arm, sha in (("head", request.head_sha), ("base", request.base_sha))
+        },
+        "computed_at": datetime.now(timezone.utc).isoformat(),
+    }
 
 
 def save_result(lake: Lake, result: dict[str, Any]) -> str:

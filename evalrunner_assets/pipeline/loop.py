@@ -24,10 +24,8 @@ class Step:
     windows: tuple[str, ...] = ()  # samples only
 
 
-def result_changed(result: dict[str, Any] | None, saved: dict[str, Any] | None) -> bool:
+def result_changed(result: dict[str, Any], saved: dict[str, Any] | None) -> bool:
     """Whether the comparison document moved since it was last materialized."""
-    if result is None:
-        return False
     if saved is None:
         return True
     fields = ("status", "samples_run", "verdict")
@@ -54,7 +52,6 @@ def next_steps(assessment: Assessment, saved: dict[str, Any] | None) -> list[Ste
                           commit=ck, task=task, windows=tuple(windows)))
     result = assessment.result
     if result_changed(result, saved):
-        assert result is not None
         steps.append(Step(
             "compare",
             f"compare:{key}:{result['status']}:{result['samples_run']}:{result['params'].get('cap')}",

@@ -80,6 +80,8 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
     if verdict != "RUNNING" and reasons:
         lines += [f"> {r}" for r in reasons] + [""]
 
+    if not tasks and verdict == "RUNNING":
+        lines += ["_Discovering the evals at both commits…_", ""]
     if tasks:
         level = None
         lines += [
@@ -135,7 +137,8 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
             n = tasks[t]["decision"].get("more_pairs_needed")
             lines.append(f"- `{t}`: {hint} — comment `/eval more {n}` to run them")
 
-    lines += ["", "<details><summary>Per-eval details</summary>", "", _details(result), "", "</details>"]
+    if tasks:
+        lines += ["", "<details><summary>Per-eval details</summary>", "", _details(result), "", "</details>"]
     return "\n".join(lines).rstrip() + "\n"
 
 
