@@ -85,11 +85,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
           f"with {args.model} in a {args.backend} sandbox; {len(changed)} changed file(s)", flush=True)
     resources = None
-    if args.backend != "bubblewrap":
+    if args.backend != "bubblewrap" or args.workers:
         from evalrunner_assets.driver import default_resources
 
-        resources = default_resources(sandbox=SandboxResource(backend_name=args.backend))
-    result = run_comparison(request, resources=resources, on_step=_progress_printer())
+        resources = default_resources(sandbox=SandboxResource(backend_name=args.backend,
+                                                              max_workers=args.workers or 0))
+    from evalrunner_assets.driver import ComparisonStopped
+
+    try:
+        result = run_comparison(request, resources=resources, on_step=_progress_printer())
+    except ComparisonStopped as exc:
+        print(f"evalrunner compare: stopped: {exc}", file=sys.stderr, flush=True)
+        return 3
+    except KeyboardInterrupt:
+        print("evalrunner compare: cancelled; every sandbox was stopped, completed windows stay landed "
+              "and the same command resumes", file=sys.stderr, flush=True)
+        return 130
     _print_outcome(result)
     return 0
 
@@ -131,6 +142,9 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+
+    from lake import open_lake
     from sensors.webhook import serve
 
     dagster = None
@@ -140,12 +154,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dagster = subprocess.Popen(
             ["dagster", "dev", "-m", "evalrunner_assets.definitions", "-p", str(args.dagster_port)], env=env
         )
+
+    def _stop(signum: int, frame: Any) -> None:
+        # Turn SIGTERM into an exception so `finally` runs and `dagster dev` is stopped too.
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _stop)
     try:
-        serve(host=args.host, port=args.port, insecure=args.insecure)
+        # The receiver writes the inbox of the same lake the sensors read.
+        serve(host=args.host, port=args.port, insecure=args.insecure, lake=open_lake(home.lake_root()))
     finally:
         if dagster is not None:
             dagster.terminate()
-            dagster.wait(timeout=30)
+            try:
+                dagster.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                dagster.kill()
     return 0
 
 
@@ -168,6 +192,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, default=None, help="most samples in all (both arms)")
     p.add_argument("--affinity", choices=("off", "order", "prune"), default="order",
                    help="changed-file affinity: run matched tasks first, or skip unmatched ones")
+    p.add_argument("--workers", type=int, default=0,
+                   help="sandboxes running at once (default: cores locally, the pod cap on Kubernetes)")
     p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap",
                    help="sandbox backend (unsafe-local has no isolation and is refused under CI)")
 

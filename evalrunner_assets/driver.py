@@ -1,12 +1,27 @@
 """Drive one comparison to its verdict in-process, on a persistent local Dagster instance.
 
-The same loop the sensors run: ``assess`` → ``next_steps`` → materialize each step's assets as
-a Dagster run, until nothing is left to do. Runs, partitions, checks and lineage are recorded
-in the instance at ``$DAGSTER_HOME`` (default ``<EVALRUNNER_HOME>/dagster``), so
-``evalrunner serve`` afterwards shows them.
+The same decisions the sensors make: ``assess`` → ``next_steps``. Manifests are materialized as
+Dagster runs first; then the sample windows of all tasks and both commits run packed on one
+bounded worker pool (:mod:`evalrunner_assets.pipeline.scheduler`: no per-round barrier, an
+outage breaker folded in submission order, cancellation, resume), and each finished
+(commit, task) step is recorded as a ``task_samples`` materialization, then ``comparison`` and
+``pr_report``. Runs, partitions, checks and lineage are recorded in the instance at
+``$DAGSTER_HOME`` (default ``<EVALRUNNER_HOME>/dagster``), so ``evalrunner serve`` afterwards
+shows them.
+
+Why the windows do not run inside concurrent ``dg.materialize`` calls: measured with 6 threads
+materializing partitions of one asset on a SQLite instance, the runs themselves succeed, but
+each run's compute-log capture redirects the *process-wide* stdout/stderr file descriptors and
+restores them out of order, leaving this process's fd 1 and 2 pointing into some run's compute
+log afterwards. So the sandbox work runs on the worker pool and the Dagster runs happen one at a
+time on the driving thread; a ``task_samples`` run after its windows have landed reuses them
+(its metadata counts them as reused) and carries the asset checks.
 """
 
+import concurrent.futures as cf
 import os
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,13 +31,36 @@ from evalrunner_assets import home
 from evalrunner_assets.assets.evals import ASSETS, comparison, eval_manifest, pr_report, task_samples
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.keys import commit_key
+from evalrunner_assets.pipeline.facts import load_facts
+from evalrunner_assets.pipeline.keys import parse_commit_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
+from evalrunner_assets.pipeline.scheduler import (
+    DEFAULT_BREAKER_THRESHOLD,
+    PackedScheduler,
+    Unit,
+    sweep_orphaned_temp_files,
+)
 from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
+from evalrunner_assets.pipeline.windows import batch_key_for, batch_state, record_failure, run_task_windows
+from lake import LAYOUT, Window
+from lake.layout import partition_value
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
+
+# The comparison document is re-materialized for progress at most this often while windows run.
+PROGRESS_EVERY_S = 20.0
 
 
 class ComparisonFailed(RuntimeError):
     """A step of the comparison failed; the message names the step and the cause."""
+
+
+class ComparisonStopped(ComparisonFailed):
+    """The outage breaker stopped the comparison; ``result`` is the saved document
+    (``status: "stopped"``, ``breaker``: the failures that tripped it)."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def local_instance() -> dg.DagsterInstance:
@@ -50,6 +88,8 @@ def _materialize(step: Step, comparison_key: str, instance: dg.DagsterInstance, 
         selection = [task_samples]
         partition = dg.MultiPartitionKey({"commit": step.commit, "task": step.task})
         config = {"ops": {"task_samples": {"config": {"comparison": comparison_key, "windows": list(step.windows)}}}}
+    elif step.kind == "report":
+        selection, partition, config = [pr_report], comparison_key, None
     else:
         selection, partition, config = [comparison, pr_report], comparison_key, None
     result = dg.materialize(
@@ -72,43 +112,203 @@ def _materialize(step: Step, comparison_key: str, instance: dg.DagsterInstance, 
         raise ComparisonFailed(f"{step.kind} step {step.run_key} failed: {'; '.join(errors) or 'see the run logs'}")
 
 
+def _sweep(the_lake: Any, repo: str) -> list[str]:
+    """Temporary files a killed run left in this repo's part of a local lake."""
+    if not the_lake.is_local:
+        return []  # object stores write with one PUT: nothing half-written to sweep
+    prefixes = [f"raw/{repo}", f"batches/{repo}", f"failures/{repo}", f"comparisons/{repo}",
+                *(f"tables/{t}/repo={partition_value(repo)}" for t in ("samples", "events"))]
+    return sweep_orphaned_temp_files(os.path.abspath(the_lake.root), prefixes)
+
+
 def run_comparison(
     request: ComparisonRequest,
     *,
     instance: dg.DagsterInstance | None = None,
     resources: dict[str, Any] | None = None,
     on_step: Callable[[Step, dict[str, Any] | None], None] | None = None,
+    workers: int | None = None,
+    breaker_threshold: int = DEFAULT_BREAKER_THRESHOLD,
+    packed: bool = True,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Run ``request`` to its final verdict; returns the comparison document."""
+    """Run ``request`` to its final verdict; returns the comparison document.
+
+    ``workers``: sandboxes running at once (default: the sandbox resource's ``max_workers``,
+    else the machine's cores). ``packed=False`` keeps a barrier per round (for measurements).
+    Raises :class:`ComparisonStopped` when ``breaker_threshold`` consecutive infrastructure
+    failures trip the outage breaker, and re-raises ``KeyboardInterrupt`` after every sandbox is
+    killed and the cancellation recorded in the document (``status: "cancelled"``)."""
     instance = instance or local_instance()
     resources = resources or default_resources()
     the_lake = resources["lake"].open()
+    _sweep(the_lake, request.repo)
     resources["repos"].register(the_lake, request.repo, request.source)
     request = open_comparison(the_lake, request)
     instance.add_dynamic_partitions(
         "commits", [commit_key(request.repo, request.base_sha), commit_key(request.repo, request.head_sha)]
     )
     instance.add_dynamic_partitions("comparisons", [request.key])
-    backend = resources["sandbox"].backend()
+    sandbox = resources["sandbox"]
+    backend = sandbox.backend()
     backend.preflight()
     runtime = backend.runtime_digest()
-    pool = resources["sandbox"].warm_pool()
+    pool = sandbox.warm_pool()
+    if workers is None:
+        workers = sandbox.worker_count() if hasattr(sandbox, "worker_count") else None
+
+    def assess_now() -> assess_mod.Assessment:
+        return assess_mod.assess(the_lake, request, backend_name=backend.name, runtime_digest=runtime)
+
+    def saved() -> dict[str, Any] | None:
+        return assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)
+
+    def materialize(step: Step) -> None:
+        _materialize(step, request.key, instance, resources)
+        if on_step is not None:
+            on_step(step, saved())
+
+    # 1. What is there to compare: manifests, one Dagster run per commit.
+    while True:
+        assessment = assess_now()
+        if not assessment.needs_facts:
+            break
+        for step in next_steps(assessment, saved()):
+            materialize(step)
+
+    # 2. Sample windows, packed on one pool; each finished step recorded as a Dagster run.
+    exports: dict[str, Any] = {}
+    facts_cache: dict[str, Any] = {}
+    settings = assess_mod.run_settings(request)
+    last_compare = [time.monotonic()]
+
+    def prepare(step: Step) -> None:  # on the driving thread: exports are not made concurrently
+        if step.commit not in exports:
+            repo, sha = parse_commit_key(step.commit)
+            exports[step.commit] = resources["repos"].export(the_lake, repo, sha)
+            facts_cache[step.commit] = load_facts(the_lake, repo, sha)
+
+    def plan() -> list[Step]:
+        a = assess_now()
+        if pool is not None:  # decided tasks give their warm sandboxes back
+            pool.retain((w.commit, w.task) for w in a.next_windows)
+        steps = [s for s in next_steps(a, saved()) if s.kind == "samples"]
+        for s in steps:
+            prepare(s)
+        return steps
+
+    def run_step(step: Step, cancel: threading.Event) -> list:
+        facts = facts_cache[step.commit].tasks[step.task]
+        windows = [Window.parse(w) for w in step.windows]
+        try:
+            return run_task_windows(the_lake, backend, exports[step.commit], facts, settings, windows,
+                                    pool=pool, cancel=cancel, retry_transient=True)
+        except Exception as exc:
+            if not cancel.is_set():
+                # The sandbox could not even start: the task stops here, as for any other
+                # infrastructure failure, instead of being planned again and again.
+                repo, sha = parse_commit_key(step.commit)
+                for w in windows:
+                    key = batch_key_for(repo, sha, facts, settings, w, backend_name=backend.name,
+                                        runtime_digest=runtime)
+                    if batch_state(the_lake, key) == "absent":
+                        record_failure(the_lake, key, "sandbox_start", f"{type(exc).__name__}: {exc}")
+            raise
+
+    def compare_if_due(force: bool = False) -> None:
+        if not force and time.monotonic() - last_compare[0] < PROGRESS_EVERY_S:
+            return
+        a = assess_now()
+        for step in next_steps(a, saved()):
+            if step.kind == "compare":
+                materialize(step)
+        last_compare[0] = time.monotonic()
+
+    # Dagster runs happen one at a time on this recorder thread, off the scheduling path: a
+    # finished step's workers are refilled at once while its materialization is recorded.
+    recorder = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalrunner-recorder")
+    recorded: list[cf.Future] = []
+
+    def record(unit: Unit) -> None:
+        if scheduler.stop.is_set():
+            return
+        materialize(unit.step)
+        compare_if_due()
+
+    def on_done(unit: Unit) -> None:
+        if unit.cancelled or scheduler.stop.is_set() or unit.error is not None:
+            return  # nothing landed to record (a cancelled window runs again on resume)
+        recorded.append(recorder.submit(record, unit))
+        for f in [f for f in recorded if f.done()]:
+            recorded.remove(f)
+            f.result()  # a failed Dagster run stops the comparison (ComparisonFailed)
+
+    def kill_sandboxes() -> None:
+        if pool is not None:
+            pool.kill_all()
+
+    scheduler = PackedScheduler(
+        plan=plan, run_step=run_step, on_done=on_done, kill_sandboxes=kill_sandboxes,
+        workers=workers, breaker_threshold=breaker_threshold,
+        # A sample budget is spent across tasks in a fixed order: keep the round barrier then.
+        packed=packed and request.budget_samples is None,
+        stop=stop,
+    )
     try:
-        while True:
-            assessment = assess_mod.assess(the_lake, request, backend_name=backend.name, runtime_digest=runtime)
-            saved = assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)
-            if pool is not None:  # decided tasks give their warm sandboxes back
-                pool.retain((w.commit, w.task) for w in assessment.next_windows)
-            steps = next_steps(assessment, saved)
-            if not steps:
-                break
-            for step in steps:
-                _materialize(step, request.key, instance, resources)
-                if on_step is not None:
-                    on_step(step, assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha))
+        try:
+            scheduler.run()
+        finally:
+            if scheduler.stop.is_set():
+                recorder.shutdown(wait=False, cancel_futures=True)
+            for f in cf.as_completed(recorded, timeout=None if not scheduler.stop.is_set() else 10):
+                f.result()
+            recorder.shutdown(wait=True)
+    except KeyboardInterrupt:
+        _finish(the_lake, request, assess_now, scheduler, "cancelled",
+                "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume")
+        raise
     finally:
         if pool is not None:
             pool.close_all()
-    result = assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)
+    trip = scheduler.breaker.trip
+    if trip is not None:
+        result = _finish(the_lake, request, assess_now, scheduler, "stopped", trip.describe())
+        _materialize(Step("report", f"report:{request.key}:stopped"), request.key, instance, resources)
+        raise ComparisonStopped(trip.describe(), result)
+    if scheduler.stop.is_set():  # stopped from outside (e.g. the Dagster run was terminated)
+        _finish(the_lake, request, assess_now, scheduler, "cancelled", "cancelled by the caller")
+        raise KeyboardInterrupt("comparison cancelled")
+    compare_if_due(force=True)
+    result = saved()
     assert result is not None
+    result["execution"] = scheduler.summary()
+    assess_mod.save_result(the_lake, result)
+    _write_execution(the_lake, request, result["execution"])
+    return result
+
+
+def _write_execution(the_lake: Any, request: ComparisonRequest, execution: dict[str, Any]) -> None:
+    import json
+
+    rel = LAYOUT.comparison_artifact(request.repo, request.pr, request.head_sha, "execution.json")
+    the_lake.write_bytes(rel, json.dumps(execution, indent=2, sort_keys=True, default=str).encode())
+
+
+def _finish(the_lake: Any, request: ComparisonRequest, assess_now: Callable[[], Any],
+            scheduler: PackedScheduler, status: str, reason: str) -> dict[str, Any]:
+    """Save the document of a comparison that did not run to its end, saying why."""
+    result = assess_now().result or {}
+    result = dict(result)
+    result["status"] = status
+    result["stopped_reason"] = reason
+    if result.get("verdict") == "RUNNING":
+        # Not a decision: the evidence stops here. INCONCLUSIVE, as for a failed task.
+        result["verdict"] = "INCONCLUSIVE"
+        result.setdefault("final_verdict", {})["verdict"] = "INCONCLUSIVE"
+    if scheduler.breaker.trip is not None:
+        result["breaker"] = scheduler.breaker.trip.to_dict()
+    result["execution"] = {**scheduler.summary(), "status": status, "reason": reason}
+    if result.get("repo"):
+        assess_mod.save_result(the_lake, result)
+        _write_execution(the_lake, request, result["execution"])
     return result

@@ -27,6 +27,19 @@ class SandboxResource(dg.ConfigurableResource):
     k8s_model_egress_cidr: str = ""
     k8s_model_egress_port: int = 443
     warm_sessions: bool = True
+    # Sandboxes running at once for one comparison; 0 means the backend's default: this
+    # machine's cores locally, ``k8s_max_concurrent_pods`` (a cluster-wide cap) on Kubernetes.
+    max_workers: int = 0
+
+    def worker_count(self) -> int:
+        """How many sample windows one comparison runs at once on this backend."""
+        if self.max_workers > 0:
+            return self.max_workers
+        if self.backend_name == "kubernetes":
+            return max(1, self.k8s_max_concurrent_pods)
+        from evalrunner_assets.pipeline.scheduler import default_workers
+
+        return default_workers()
 
     def warm_pool(self):
         """The process's pool of warm sandboxes (None when disabled): successive windows of the

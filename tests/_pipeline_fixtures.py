@@ -4,6 +4,7 @@ starts (so reuse is measured on real invocations, not inferred)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
@@ -27,7 +28,8 @@ ALL_TASKS = {RUNBOOK, ESCALATION, SUMMARY}
 
 class CountingSandboxResource(SandboxResource):
     """The configured backend, unchanged, except that each sandbox it starts (a one-shot run or a
-    warm session) is appended to ``log_path`` as one JSON line with the commit it ran."""
+    warm session) and each sample window a warm session evaluates is appended to ``log_path`` as
+    one JSON line with the commit it ran: ``kind`` is ``run``, ``session`` or ``eval``."""
 
     log_path: str
 
@@ -37,8 +39,8 @@ class CountingSandboxResource(SandboxResource):
             return backend  # a cached backend is already counting into this log
         log_path = self.log_path
 
-        def record(kind: str, request: Any) -> None:
-            entry = {"kind": kind, "commit": request.export.commit, "labels": dict(request.labels)}
+        def record(kind: str, request: Any, **extra: Any) -> None:
+            entry = {"kind": kind, "commit": request.export.commit, "labels": dict(request.labels), **extra}
             with open(log_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry) + "\n")
 
@@ -50,12 +52,27 @@ class CountingSandboxResource(SandboxResource):
 
         def counted_open_session(request: Any, *args: Any, **kwargs: Any) -> Any:
             record("session", request)
-            return open_session(request, *args, **kwargs)
+            session = open_session(request, *args, **kwargs)
+            call = session.call
+
+            def counted_call(payload: dict, *a: Any, **kw: Any) -> Any:
+                if payload.get("op") == "eval":
+                    ids = sorted(str(i) for i in payload.get("sample_ids") or ())
+                    record("eval", request, samples=hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16])
+                return call(payload, *a, **kw)
+
+            session.call = counted_call
+            return session
 
         backend.run = counted_run  # type: ignore[method-assign]
         backend.open_session = counted_open_session  # type: ignore[method-assign]
         backend._counted_into = log_path  # type: ignore[attr-defined]
         return backend
+
+
+def ran_samples(entry: dict[str, Any]) -> bool:
+    """Whether a logged sandbox entry evaluated samples (a one-shot window run or a warm eval)."""
+    return entry["kind"] == "eval" or (entry["kind"] == "run" and "window" in entry["labels"])
 
 
 def sandbox_starts(log_path: Path) -> list[dict[str, Any]]:

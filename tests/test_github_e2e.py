@@ -97,7 +97,8 @@ def eval_more_delivery(body: str, association: str) -> dict[str, Any]:
     return payload
 
 
-def deliver(server: LoopbackServer, event: str, payload: dict[str, Any] | bytes, delivery: str) -> tuple[int, dict]:
+def deliver(server: LoopbackServer, event: str, payload: dict[str, Any] | bytes,
+            delivery: str) -> tuple[int, dict]:
     """POST a delivery signed as GitHub signs it; returns (status, answer)."""
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
@@ -228,7 +229,8 @@ def world(tmp_path_factory, bwrap_backend) -> Iterator[World]:
                      "EVALRUNNER_GITHUB_APP_ID", "EVALRUNNER_GITHUB_PRIVATE_KEY",
                      "EVALRUNNER_GITHUB_PRIVATE_KEY_FILE", "EVALRUNNER_GITHUB_API_URL"):
             mp.delenv(name, raising=False)
-        with GitHubStandin(token=TOKEN) as standin, dg.instance_for_test(temp_dir=str(root / "dagster")) as instance:
+        with GitHubStandin(token=TOKEN) as standin, \
+                dg.instance_for_test(temp_dir=str(root / "dagster")) as instance:
             standin.add_repo(REPO)
             lake_resource = LakeResource(root=str(root / "lake"))
             lake = lake_resource.open()
@@ -254,7 +256,7 @@ class Stage:
     pr_outcomes: list[RunOutcome] = field(default_factory=list)
     sampling_outcomes: list[RunOutcome] = field(default_factory=list)
     comments: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
+    checks_after_pr_runs: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 def _snapshot_comments(world: World) -> list[dict[str, Any]]:
@@ -262,13 +264,14 @@ def _snapshot_comments(world: World) -> list[dict[str, Any]]:
 
 
 def _evaluate(world: World, event: str, payload: dict[str, Any], delivery: str) -> Stage:
-    started = time.monotonic()
     stage = Stage(delivery=delivery)
     stage.answer = deliver(world.receiver, event, payload, delivery)
     stage.pr_runs, stage.pr_outcomes = world.harness.tick_pr_sensor()
+    head = payload["pull_request"]["head"]["sha"]
+    stage.checks_after_pr_runs = [(r["status"], r["conclusion"])
+                                  for r in world.standin.check_runs_for(REPO, head)]
     stage.sampling_outcomes = world.harness.drive_sampling_sensor()
     stage.comments = _snapshot_comments(world)
-    stage.seconds = time.monotonic() - started
     return stage
 
 
@@ -340,7 +343,8 @@ def test_signed_pull_request_delivery_is_queued_and_starts_the_comparison_for_it
     request = load_request(world.harness.lake, REPO, str(PR), world.example.sha(IMPROVING))
     assert (request.base_sha, request.base_ref, request.extra_samples) == (world.example.base_sha, "main", 0)
     # changed-file affinity reads the PR's files from the GitHub stand-in
-    assert list(request.changed_files) == world.standin.state.files[(REPO, PR)]
+    assert list(request.changed_files) == _changed_files(world.example.path, world.example.base_sha,
+                                                         world.example.sha(IMPROVING))
     assert request.changed_files
 
 
@@ -373,15 +377,10 @@ def test_improving_head_check_run_completes_with_success(world, opened):
     assert run["_history"][-1] == ("completed", "success")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "pr_sensor requests comparison_job (comparison + pr_report) before either commit's manifest "
-    "is learnt; comparison then saves no document and pr_report raises "
-    "'no comparison for … yet; materialize comparison first', so the run the PR sensor starts "
-    "for every new head fails"))
-def test_run_requested_by_the_pr_sensor_for_a_new_head_succeeds(opened):
-    assert len(opened.pr_outcomes) == 1
-    outcome = opened.pr_outcomes[0]
-    assert outcome.success, outcome.errors
+def test_run_the_pr_sensor_requests_succeeds_and_marks_the_head_in_progress(opened):
+    assert [o.success for o in opened.pr_outcomes] == [True], [o.errors for o in opened.pr_outcomes]
+    # work has started, nothing is decided yet: the check run shows it
+    assert opened.checks_after_pr_runs == [("in_progress", None)]
 
 
 # -- 2. synchronize --------------------------------------------------------------------------------
@@ -390,6 +389,8 @@ def test_synchronize_to_a_new_head_starts_a_new_comparison(world, synchronized):
     assert [(r.partition_key, r.run_key) for r in synchronized.pr_runs] == [
         (_key(world, REGRESSING), f"{REPO}#{PR}@{world.example.sha(REGRESSING)}")
     ]
+    assert [o.success for o in synchronized.pr_outcomes] == [True]
+    assert synchronized.checks_after_pr_runs == [("in_progress", None)]
     assert not [o for o in synchronized.sampling_outcomes if not o.success]
 
 

@@ -25,6 +25,7 @@ from _pipeline_fixtures import (
     PipelineHome,
     evalrunner_home,
     labels,
+    ran_samples,
     request_for,
 )
 from evalrunner_assets.driver import run_comparison
@@ -58,14 +59,13 @@ class Run:
     """One comparison driven to its verdict, with what it started in the sandbox."""
 
     def __init__(self, home: PipelineHome, result: dict[str, Any], starts: list[dict[str, Any]],
-                 new_batches: dict[str, set[str]]) -> None:
-        self.home, self.result, self.starts, self.new_batches = home, result, starts, new_batches
+                 new_batches: dict[str, set[str]], new_failures: set[Path]) -> None:
+        self.home, self.result, self.starts = home, result, starts
+        self.new_batches, self.new_failures = new_batches, new_failures
 
     def sample_runs(self, commit: str) -> list[dict[str, Any]]:
-        """Sandbox work that evaluated samples of ``commit``: one-shot window runs, warm sessions
-        and the windows evaluated in them."""
-        return [s for s in self.starts if s["commit"] == commit and s["kind"] != "run" or
-                s["commit"] == commit and "window" in s["labels"]]
+        """The windows of ``commit`` evaluated in a sandbox during this comparison."""
+        return [s for s in self.starts if s["commit"] == commit and ran_samples(s)]
 
     def artifact(self, name: str) -> Path:
         r = self.result
@@ -78,10 +78,12 @@ def compare(home: PipelineHome, instance: dg.DagsterInstance, example: ExampleRe
         before = len(home.starts())
         commits = {example.base_sha, example.sha(head)}
         batches_before = {c: home.batch_records(c) for c in commits}
+        failures_before = set((home.lake_root / "failures").rglob("*.json"))
         result = run_comparison(request_for(example, head, pr, **fields), instance=instance,
                                 resources=home.resources())
         new = {c: home.batch_records(c) - batches_before[c] for c in commits}
-        return Run(home, result, home.starts()[before:], new)
+        failures = set((home.lake_root / "failures").rglob("*.json")) - failures_before
+        return Run(home, result, home.starts()[before:], new, failures)
 
     return run
 
@@ -164,13 +166,15 @@ def test_identical_base_and_head_is_only_unchanged_or_inconclusive(identical: Ru
     "identical base and head: both arms plan the same window of the same commit, the step "
     "carries it twice and it runs twice; the second landing is recorded as an invalid_log "
     "failure and fails the no_error_logs check"))
-def test_identical_base_and_head_runs_each_window_once(identical: Run, example: ExampleRepo) -> None:
-    windows = [s["labels"].get("window") for s in identical.starts if "window" in s["labels"]]
-    evals = [s for s in identical.starts if s["kind"] == "eval"]
-    assert len(windows) == len(set(windows))
-    assert len(evals) == len({(s["labels"]["task"], s["window"]) for s in evals})
-    failures = list((identical.home.lake_root / "failures").rglob("*.json"))
-    assert failures == []
+def test_identical_base_and_head_runs_each_window_once(identical: Run, example: ExampleRepo,
+                                                       instance: dg.DagsterInstance) -> None:
+    runs = identical.sample_runs(example.base_sha)
+    assert runs, "the base windows the first comparison did not need ran here"
+    ran = [(s["labels"]["task"], s["labels"].get("window") or s["samples"]) for s in runs]
+    assert len(ran) == len(set(ran)), ran
+    assert identical.new_failures == set()
+    for rec in check_records(instance, identical.result["comparison"], "no_error_logs"):
+        assert rec.event.dagster_event.event_specific_data.passed  # type: ignore[union-attr]
 
 
 # --- reuse ------------------------------------------------------------------------------------
@@ -184,8 +188,7 @@ def test_second_pr_on_the_same_base_runs_no_base_samples(regressed: Run, no_op: 
         assert [s for s in run.starts if s["commit"] == base] == []
         assert run.new_batches[base] == set()
         head = run.result["head_sha"]
-        assert [s for s in run.starts if s["commit"] == head and s["kind"] == "eval" or
-                s["commit"] == head and "window" in s["labels"]], "the head's samples ran"
+        assert run.sample_runs(head), "the head's samples ran"
         assert run.new_batches[head]
         for doc in run.result["tasks"].values():
             assert doc["base"]["samples"] == doc["head"]["samples"] > 0
@@ -203,7 +206,7 @@ def test_changing_the_seed_invalidates_base_reuse(compare, improved: Run, exampl
     run = compare("improve-runbook", "105", seed=1, max_tasks=1, cap=16)
     assert run.result["params"]["cap"] == 16
     (task,) = run.result["tasks"]
-    assert [s for s in run.starts if s["commit"] == base], "the base ran again under the new seed"
+    assert run.sample_runs(base), "the base ran again under the new seed"
     assert len(run.new_batches[base]) == 1
     old = set(improved.result["tasks"][task]["batches"]["base"])
     assert not old & set(run.result["tasks"][task]["batches"]["base"])
@@ -217,9 +220,11 @@ def test_prune_skips_tasks_whose_paths_match_no_changed_file(regressed: Run, exa
     # skills/triage/SKILL.md matches the two triage tasks' paths, not summary_quality's.
     assert r["skipped_tasks"] == [SUMMARY]
     assert set(r["tasks"]) == {RUNBOOK, ESCALATION}
+    assert regressed.new_failures == set()
     assert all(doc["affinity"] == "matched" for doc in r["tasks"].values())
     head = example.sha("regress-escalation")
-    assert not [s for s in regressed.starts if s["labels"].get("task") == SUMMARY]
+    # Its sample ids are listed with the commit's manifest; none of its samples run.
+    assert not [s for s in regressed.sample_runs(head) if s["labels"].get("task") == SUMMARY]
     assert not [b for b in regressed.new_batches[head] if "summary_quality" in b]
     comment = regressed.artifact("comment.md").read_text()
     assert re.search(r"\*\*Skipped[^*]*:\*\* `triage/summary_quality`", comment)
@@ -257,7 +262,8 @@ def test_improved_comment_has_marker_headline_and_a_row_per_eval(improved: Run) 
     assert m is not None, comment[:500]
     assert m.group(1) == r["head_sha"][:7]
     assert float(m.group(2)) == pytest.approx(r["final_verdict"]["p_improvement"], abs=0.005)
-    rows = {line.split("|")[1].strip(" `"): line for line in comment.splitlines()
+    verdict_table = comment.split("<details>")[0]
+    rows = {line.split("|")[1].strip(" `"): line for line in verdict_table.splitlines()
             if line.startswith("| `triage/")}
     assert {RUNBOOK, ESCALATION, SUMMARY} <= rows.keys()
     assert "improved" in rows[RUNBOOK] and "unchanged" in rows[ESCALATION]
@@ -293,14 +299,31 @@ def test_chart_files_exist_in_the_lake(improved: Run) -> None:
 # --- the Dagster instance -----------------------------------------------------------------------
 
 
+def check_records(instance: dg.DagsterInstance, comparison: str, name: str) -> list[Any]:
+    """The evaluations of one task_samples check in the runs of one comparison."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={"evalrunner/comparison": comparison}))
+    run_ids = {r.run_id for r in runs}
+    key = dg.AssetCheckKey(dg.AssetKey("task_samples"), name)
+    history = instance.event_log_storage.get_asset_check_execution_history(key, limit=1000)
+    return [rec for rec in history if rec.run_id in run_ids]
+
+
 def test_task_samples_checks_are_recorded_as_passed(improved: Run, instance: dg.DagsterInstance) -> None:
+    comparison = improved.result["comparison"]
+    samples_runs = [
+        r for r in instance.get_runs(filters=dg.RunsFilter(tags={"evalrunner/comparison": comparison}))
+        if r.asset_selection and dg.AssetKey("task_samples") in r.asset_selection
+    ]
+    assert samples_runs
     for name in ("reproducibility_fields_present", "no_error_logs"):
-        key = dg.AssetCheckKey(dg.AssetKey("task_samples"), name)
-        record = instance.get_latest_asset_check_evaluation_record(key)
-        assert record is not None, name
-        assert record.status.value == "SUCCEEDED", (name, record.status)
-        evaluation = record.event.dagster_event.event_specific_data  # type: ignore[union-attr]
-        assert evaluation.passed, name
+        records = check_records(instance, comparison, name)
+        assert len(records) == len(samples_runs), name
+        for rec in records:
+            assert rec.status.value == "SUCCEEDED", (name, rec.status)
+            assert rec.event.dagster_event.event_specific_data.passed, name  # type: ignore[union-attr]
+    latest = instance.get_latest_asset_check_evaluation_record(
+        dg.AssetCheckKey(dg.AssetKey("task_samples"), "no_error_logs"))
+    assert latest is not None
 
 
 def test_comparison_and_report_are_materialized_per_pr_head(improved: Run, example: ExampleRepo,

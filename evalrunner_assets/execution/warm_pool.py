@@ -4,7 +4,12 @@ A warm sandbox serves one (backend, commit export, task config) only — isolati
 different commits or tasks is never shared. The pool bounds how many live at once (least
 recently used idle ones are closed first) and how long one may sit idle; whoever drives a
 comparison closes the sessions of decided tasks and everything when it ends. Every live
-session's process group is killed at interpreter exit.
+session's process group is killed at interpreter exit, and :meth:`WarmPool.kill_all` kills
+sessions that are in use too (cancellation: the window running in one ends as cancelled).
+
+A local sandbox is started with ``--die-with-parent``, which Linux ties to the *thread* that
+started it: a session opened on a worker thread dies when that thread ends. Drivers keep their
+worker threads alive for as long as they use the pool (a thread pool's threads are).
 """
 
 from __future__ import annotations
@@ -69,15 +74,17 @@ class WarmPool:
                 raise RuntimeError(f"warm session for {cfg.task}@{export.commit[:7]} is already in use")
             if entry is None:
                 to_close += self._evict_locked(room_for=1)
+            else:
+                entry.in_use = True  # claimed under the lock: one user per session
         for old in to_close:
             old.runner.close()
         if entry is None:
             runner = WarmTaskRunner(backend, export, cfg)
             entry = _Entry(runner, export.commit, cfg.task)
+            entry.in_use = True
             with self._lock:
                 self._entries[key] = entry
                 self.started += 1
-        entry.in_use = True
         ok = False
         try:
             yield entry.runner
@@ -132,6 +139,18 @@ class WarmPool:
             self._entries.clear()
         for e in closing:
             e.runner.close()
+
+    def kill_all(self) -> None:
+        """Kill every session, in use or not (cancellation). A window running in a killed
+        session returns as cancelled or crashed; its sandbox's process group is gone."""
+        with self._lock:
+            closing = list(self._entries.values())
+            self._entries.clear()
+        threads = [threading.Thread(target=e.runner.close, daemon=True) for e in closing]
+        for t in threads:  # in parallel: each close waits a little for a polite exit
+            t.start()
+        for t in threads:
+            t.join(timeout=12)
 
     def __len__(self) -> int:
         return len(self._entries)

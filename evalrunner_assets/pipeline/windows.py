@@ -3,6 +3,13 @@
 A window whose batch is already committed is reused, never re-run (the batch key holds
 everything that can change a result). A window that fails for infrastructure reasons leaves a
 failure record with its first cause, never sample rows.
+
+Retry (``retry_transient=True``, what the CLI driver uses): a window whose *warm* sandbox died
+under it (worker crashed or exited without a log) is run once more in a fresh sandbox before it
+becomes a task failure — a warm worker carries state across windows, so its death says little
+about the window. Timeouts, logs with status ``error``, invalid logs and sample mismatches are
+not retried: they recur on a re-run and a retry would only double their cost. Every failed
+attempt is reported (``WindowOutcome.failed_attempts``) so an outage breaker counts each one.
 """
 
 from __future__ import annotations
@@ -10,8 +17,9 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from evalrunner_assets.execution.inspect_runner import (
     TaskRunConfig,
@@ -48,6 +56,13 @@ class WindowOutcome:
     failure: str | None = None
     duration_s: float = 0.0
     timings: dict | None = None
+    failure_kind: str | None = None
+    # Attempts that ran in a sandbox in this call (0: reused, or a failure already on record).
+    attempts: int = 0
+    # (kind, cause) of each failed attempt in this call, retried ones included, in order.
+    failed_attempts: list[tuple[str, str]] = field(default_factory=list)
+    # What a failed window still consumed, when its log says (None: unknown).
+    usage: dict | None = None
 
     @property
     def ran(self) -> bool:
@@ -109,6 +124,53 @@ def read_failure(lake: Lake, key: BatchKey) -> str | None:
     return None
 
 
+# Failure kinds of a warm sandbox that died under a window: retried once in a fresh sandbox.
+TRANSIENT_KINDS = frozenset({"sandbox_crashed", "no_log", "worker_error"})
+
+
+def log_usage(log_bytes: bytes | None) -> dict[str, Any] | None:
+    """Samples and model usage a (possibly failed) Inspect log records, read through
+    ``inspect_ai.log``; None when there is no readable log (then the spend is unknown)."""
+    if not log_bytes:
+        return None
+    import io
+
+    from inspect_ai.log import read_eval_log
+
+    try:
+        fmt = "eval" if log_bytes[:4] == b"PK\x03\x04" else "json"
+        log = read_eval_log(io.BytesIO(log_bytes), format=fmt)  # type: ignore[arg-type]
+    except Exception:  # not a readable log: nothing can be said about its spend
+        return None
+    models: dict[str, dict[str, int]] = {}
+    for model, u in ((log.stats.model_usage if log.stats else None) or {}).items():
+        models[model] = {"input_tokens": int(u.input_tokens or 0), "output_tokens": int(u.output_tokens or 0),
+                         "total_tokens": int(u.total_tokens or 0)}
+    samples = log.samples or []
+    return {
+        "samples": len(samples),
+        "samples_errored": sum(1 for smp in samples if smp.error is not None),
+        "input_tokens": sum(m["input_tokens"] for m in models.values()),
+        "output_tokens": sum(m["output_tokens"] for m in models.values()),
+        "total_tokens": sum(m["total_tokens"] for m in models.values()),
+        "models": models,
+        "log_status": log.status,
+    }
+
+
+def failure_usage(lake: Lake, key: BatchKey) -> dict[str, Any] | None:
+    """The usage recorded with a failed batch (see :func:`log_usage`), if any."""
+    fail = LAYOUT.batch_failure(key.repo, key.commit, key.task, key.window, key.digest)
+    if lake.exists(fail):
+        return json.loads(lake.read_bytes(fail)).get("usage")
+    return None
+
+
+def record_failure(lake: Lake, key: BatchKey, kind: str, cause: str, run: WindowRun | None = None) -> None:
+    """Record an infrastructure failure of ``key`` (its first cause); the task stops there."""
+    _record_failure(lake, key, kind, cause, run)
+
+
 def _record_failure(lake: Lake, key: BatchKey, kind: str, cause: str, run: WindowRun | None) -> None:
     payload = {
         "batch": key.digest,
@@ -119,6 +181,8 @@ def _record_failure(lake: Lake, key: BatchKey, kind: str, cause: str, run: Windo
         "exit_code": None if run is None else run.exit_code,
         "stderr_tail": "" if run is None else run.stderr_tail[-4000:],
         "rejected_outputs": {} if run is None else run.rejected_outputs,
+        # Money spent is money spent: a log with status error still says what it used.
+        "usage": None if run is None else log_usage(run.log_bytes),
     }
     rel = LAYOUT.batch_failure(key.repo, key.commit, key.task, key.window, key.digest)
     lake.write_bytes(rel, json.dumps(payload, indent=2, sort_keys=True, default=str).encode())
@@ -132,17 +196,20 @@ def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowO
         return WindowOutcome(key, "cancelled", failure="cancelled", duration_s=run.duration_s)
     if not run.ok or run.log_bytes is None:
         cause = run.failure_cause or "the sandbox produced no usable log"
-        _record_failure(lake, key, run.failure_kind or "infra_failure", cause, run)
-        return WindowOutcome(key, "failed", failure=f"{run.failure_kind}: {cause}",
-                             duration_s=run.duration_s, timings=run.timings)
+        kind = run.failure_kind or "infra_failure"
+        _record_failure(lake, key, kind, cause, run)
+        return WindowOutcome(key, "failed", failure=f"{run.failure_kind}: {cause}", failure_kind=kind,
+                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
     meta = {"mode": run.mode, "duration_s": round(run.duration_s, 3), "timings": run.timings}
     try:
         record = land_batch(lake, key, run.log_bytes, run_meta=meta)
     except LogStatusError as exc:
-        return WindowOutcome(key, "failed", failure=str(exc), duration_s=run.duration_s, timings=run.timings)
+        return WindowOutcome(key, "failed", failure=str(exc), failure_kind="log_status",
+                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
     except LogIngestError as exc:
         _record_failure(lake, key, "invalid_log", str(exc), run)
-        return WindowOutcome(key, "failed", failure=str(exc), duration_s=run.duration_s, timings=run.timings)
+        return WindowOutcome(key, "failed", failure=str(exc), failure_kind="invalid_log",
+                             duration_s=run.duration_s, timings=run.timings)
     return WindowOutcome(
         key, "landed", samples=record.sample_rows, errored=record.errored_samples,
         duration_s=run.duration_s, timings=run.timings,
@@ -161,12 +228,14 @@ def run_task_windows(
     pool: WarmPool | None = None,
     cancel: threading.Event | None = None,
     on_window: Callable[[WindowOutcome], None] | None = None,
+    retry_transient: bool = False,
 ) -> list[WindowOutcome]:
     """Run every window not yet committed; reuse the rest. Outcomes in window order.
 
     With a ``pool``, windows run in a warm sandbox that outlives this call (later windows of
     the same commit and task skip sandbox and Inspect start-up); without one, several windows
-    share a warm sandbox for this call only, and a single window runs cold."""
+    share a warm sandbox for this call only, and a single window runs cold. A cancelled window
+    (``cancel`` set) records nothing, so it runs again when the comparison resumes."""
     runtime = backend.runtime_digest()
     cfg = TaskRunConfig(
         repo=export.repo, task=facts.task, spec=facts.spec, model=settings.model,
@@ -189,35 +258,56 @@ def run_task_windows(
     if not todo:
         return outcomes
 
-    def finish(i: int, outcome: WindowOutcome) -> None:
+    def cancelled() -> bool:
+        return cancel is not None and cancel.is_set()
+
+    def finish(i: int, runs: list[WindowRun]) -> WindowOutcome:
+        outcome = _land(lake, runs[-1], cancel)
+        outcome.attempts = len(runs)
+        outcome.failed_attempts = [(r.failure_kind or "infra_failure", r.failure_cause or "") for r in runs[:-1]]
+        if outcome.status == "failed":
+            outcome.failed_attempts.append((outcome.failure_kind or "infra_failure", outcome.failure or ""))
         outcomes[i] = outcome
         if on_window is not None:
             on_window(outcome)
+        return outcome
+
+    def retry_worthy(run: WindowRun) -> bool:
+        return (retry_transient and not run.ok and run.mode == "warm" and not cancelled()
+                and run.failure_kind in TRANSIENT_KINDS)
+
+    def cold(window: Window) -> WindowRun:
+        return run_window_cold(backend, export, cfg, window, sample_ids=list(facts.sample_ids),
+                               task_name=facts.inspect_task, cancel=cancel)
 
     if pool is not None and warm and WarmPool.supports(backend):
-        with pool.session(backend, export, cfg) as runner:
-            for i, window in todo:
-                if cancel is not None and cancel.is_set():
-                    break
-                run = runner.run_window(window, cancel=cancel)
-                finish(i, _land(lake, run, cancel))
-                if not run.ok:
-                    break
-        if any(o is not None and o.status in ("failed", "cancelled") for o in outcomes):
-            pool.discard(backend, export, cfg)  # its state is in doubt after a failure
+        for i, window in todo:
+            if cancelled():
+                break
+            runs: list[WindowRun] = []
+            with pool.session(backend, export, cfg) as runner:
+                runs.append(runner.run_window(window, cancel=cancel))
+            if not runs[-1].ok:
+                pool.discard(backend, export, cfg)  # its state is in doubt after a failure
+                if retry_worthy(runs[-1]):
+                    with pool.session(backend, export, cfg) as runner:  # a fresh sandbox
+                        runs.append(runner.run_window(window, cancel=cancel))
+                    if not runs[-1].ok:
+                        pool.discard(backend, export, cfg)
+            if finish(i, runs).status != "landed":
+                break
     elif warm and len(todo) > 1:
         with WarmTaskRunner(backend, export, cfg) as runner:
             for i, window in todo:
-                if cancel is not None and cancel.is_set():
+                if cancelled():
                     break
-                finish(i, _land(lake, runner.run_window(window, cancel=cancel), cancel))
+                runs = [runner.run_window(window, cancel=cancel)]
+                if retry_worthy(runs[-1]):
+                    runs.append(cold(window))
+                finish(i, runs)
     else:
         for i, window in todo:
-            if cancel is not None and cancel.is_set():
+            if cancelled():
                 break
-            run = run_window_cold(
-                backend, export, cfg, window,
-                sample_ids=list(facts.sample_ids), task_name=facts.inspect_task, cancel=cancel,
-            )
-            finish(i, _land(lake, run, cancel))
+            finish(i, [cold(window)])
     return [o for o in outcomes if o is not None]

@@ -1,0 +1,398 @@
+"""Packed execution of a comparison's sample windows: one bounded worker pool, an outage breaker
+folded in submission order, cancellation that reaches every sandbox, and crash-safe resume.
+
+Packing. Every (commit, task) step the planner asks for goes into one pool of ``workers``
+threads, shared by all tasks and both commits. When a step finishes, the comparison is
+re-assessed from the lake and that task's next windows are submitted while the others still
+run: no per-round barrier, so one slow window never idles the other workers. A step is never
+submitted while a step of the same (commit, task) is in flight, nor twice (run keys).
+
+Timing independence. A task's label depends only on its own landed prefix of fixed windows,
+so the order in which tasks finish cannot change any decision. The one cross-task rule is a
+sample budget (``budget_samples``): the planner spends it over tasks in affinity order from
+what has *landed*, which under packing would depend on which task landed first. So with a budget
+the scheduler keeps the round barrier (assess → run the round → assess), exactly as the
+sampling sensor does, and the budget is folded in the planner's fixed task order.
+
+Outage breaker. Each submitted step gets a sequence number; results are folded strictly in that
+order, whatever order they complete in. A fresh infrastructure failure (sandbox crash, no log,
+log status error, invalid log, a sandbox that would not start — each failed attempt, retries
+included) adds one to the streak; a landed window resets it; reused windows and cancelled
+windows leave it alone; agent failures (wrong answers, errored samples inside a good log) are
+scores, not failures, and never reach it. At ``threshold`` the comparison stops: everything in
+flight is cancelled and nothing more is submitted. Because folding waits for the oldest step,
+the scheduler also holds at most ``workers`` unfolded steps (submitted, not yet folded): every
+step submitted after the one that tripped was unfolded together with it, so the overshoot is at
+most ``workers - 1`` steps (one window each in practice), and those still running at the trip
+are killed rather than finished. The price of that bound is head-of-line blocking: a slow oldest
+step holds back new submissions once ``workers`` steps wait to be folded.
+
+Cancellation. ``stop`` (a ``threading.Event``) reaches every sandbox call; on Ctrl-C
+(``KeyboardInterrupt`` in the driving thread) or a breaker trip the scheduler sets it, kills the
+warm pool's sessions (in use or not; whole process groups), and joins every worker within
+``JOIN_SECONDS``. Cancelled windows record nothing in the lake and run again on resume;
+completed windows stay landed.
+
+Resume. Windows land atomically (record last), so a ``kill -9`` at any point leaves either a
+committed batch or nothing that a reader sees; :func:`sweep_orphaned_temp_files` removes the
+temporary files such a kill leaves behind, and the next run reuses every committed window.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalrunner_assets.pipeline.loop import Step
+from evalrunner_assets.pipeline.windows import WindowOutcome
+
+DEFAULT_BREAKER_THRESHOLD = 5
+JOIN_SECONDS = 15.0
+
+
+def default_workers() -> int:
+    """Local default: one worker per core."""
+    return max(1, os.cpu_count() or 1)
+
+
+class SchedulerError(RuntimeError):
+    """The scheduler was configured wrongly; the message names the setting."""
+
+
+@dataclass
+class Unit:
+    """One submitted (commit, task) step."""
+
+    seq: int
+    step: Step
+    windows: int
+    future: cf.Future | None = None
+    outcomes: list[WindowOutcome] = field(default_factory=list)
+    error: str | None = None  # the step raised before producing outcomes (e.g. a sandbox would not start)
+    submitted_at: float = 0.0
+    finished_at: float | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return any(o.status == "cancelled" for o in self.outcomes)
+
+
+@dataclass
+class BreakerTrip:
+    threshold: int
+    failures: list[dict[str, Any]]  # the streak that tripped it, oldest first
+    tripped_at_seq: int
+    overshoot_steps: list[dict[str, Any]] = field(default_factory=list)  # submitted after the trip step
+    overshoot_bound: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "consecutive_failures": len(self.failures),
+            "failures": self.failures,
+            "tripped_at_step": self.tripped_at_seq,
+            "overshoot_steps": self.overshoot_steps,
+            "overshoot_bound": self.overshoot_bound,
+        }
+
+    def describe(self) -> str:
+        kinds: dict[str, int] = {}
+        for f in self.failures:
+            kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+        what = ", ".join(f"{n}× {k}" for k, n in sorted(kinds.items()))
+        last = self.failures[-1]
+        return (f"outage breaker tripped after {len(self.failures)} consecutive infrastructure failures "
+                f"({what}); last: {last['task']} @ {last['commit'][:7]} {last['window']}: {last['cause'][:300]}")
+
+
+class OutageBreaker:
+    """Consecutive fresh infrastructure failures, folded in submission order."""
+
+    def __init__(self, threshold: int = DEFAULT_BREAKER_THRESHOLD) -> None:
+        if threshold < 1:
+            raise SchedulerError(f"breaker threshold must be at least 1, got {threshold}")
+        self.threshold = threshold
+        self.streak: list[dict[str, Any]] = []
+        self.trip: BreakerTrip | None = None
+
+    def fold(self, unit: Unit) -> bool:
+        """Fold one unit's outcomes (in window order); True if this unit trips the breaker."""
+        if self.trip is not None:
+            return False
+        events: list[tuple[str, dict[str, Any] | None]] = []
+        if unit.error is not None:
+            events.append(("fail", {"kind": "sandbox_start", "cause": unit.error, "window": ",".join(unit.step.windows)}))
+        for o in unit.outcomes:
+            for kind, cause in o.failed_attempts:  # fresh attempts only (empty for reused/recorded)
+                events.append(("fail", {"kind": kind, "cause": cause, "window": o.key.window.name}))
+            if o.status == "landed":
+                events.append(("ok", None))
+        for what, info in events:
+            if what == "ok":
+                self.streak = []
+                continue
+            assert info is not None
+            self.streak.append({"step": unit.seq, "commit": unit.step.commit.split("@")[-1],
+                                "task": unit.step.task, **info})
+            if len(self.streak) >= self.threshold:
+                self.trip = BreakerTrip(self.threshold, list(self.streak), unit.seq)
+                return True
+        return False
+
+
+def window_accounting(outcomes: Sequence[WindowOutcome]) -> dict[str, Any]:
+    """Samples, tokens and cost of windows that ran but did not land (failed or cancelled),
+    where their logs say; windows without a readable log are counted as unknown, and then the
+    cost is unknown (None), never $0.00."""
+    from evalrunner_assets.pipeline.pricing import PriceTable
+
+    prices = PriceTable.default()
+    out: dict[str, Any] = {"windows": 0, "samples": 0, "input_tokens": 0, "output_tokens": 0,
+                           "total_tokens": 0, "cost_usd": 0.0, "unknown_windows": 0}
+    for o in outcomes:
+        if o.status not in ("failed", "cancelled") or o.attempts == 0:
+            continue
+        out["windows"] += 1
+        if o.usage is None:
+            out["unknown_windows"] += 1
+            continue
+        for k in ("samples", "input_tokens", "output_tokens", "total_tokens"):
+            out[k] += int(o.usage.get(k) or 0)
+        for model, u in (o.usage.get("models") or {}).items():
+            cost = prices.cost({"model": model, **u})
+            if cost is None:
+                out["unknown_windows"] += 1
+            elif out["cost_usd"] is not None:
+                out["cost_usd"] += cost
+    if out["unknown_windows"]:
+        out["cost_usd"] = None
+    elif out["cost_usd"] is not None:
+        out["cost_usd"] = round(out["cost_usd"], 6)
+    return out
+
+
+class PackedScheduler:
+    """Run sample steps on a bounded pool; see the module docstring for the guarantees.
+
+    ``plan()`` returns the steps the planner wants now (re-read from the lake each call);
+    ``run_step(step, stop)`` runs one step's windows and returns their outcomes;
+    ``on_done(unit)`` is called on the driving thread after each unit is folded (e.g. to record
+    the Dagster materialization and print progress); ``on_idle()`` when the driver may do
+    periodic work."""
+
+    def __init__(
+        self,
+        *,
+        plan: Callable[[], list[Step]],
+        run_step: Callable[[Step, threading.Event], list[WindowOutcome]],
+        on_done: Callable[[Unit], None] | None = None,
+        on_idle: Callable[[], None] | None = None,
+        kill_sandboxes: Callable[[], None] | None = None,
+        workers: int | None = None,
+        breaker_threshold: int = DEFAULT_BREAKER_THRESHOLD,
+        packed: bool = True,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.workers = default_workers() if workers is None else workers
+        if self.workers < 1:
+            raise SchedulerError(f"workers must be at least 1, got {self.workers}")
+        self.plan, self.run_step = plan, run_step
+        self.on_done, self.on_idle, self.kill_sandboxes = on_done, on_idle, kill_sandboxes
+        self.packed = packed
+        self.breaker = OutageBreaker(breaker_threshold)
+        self.stop = stop or threading.Event()
+        self.units: list[Unit] = []
+        self.done_keys: set[str] = set()
+        self.cancelled = False
+        self.max_in_flight = 0
+        self._fold_next = 0
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Until the planner has nothing left, the breaker trips, or ``stop`` is set.
+        Re-raises ``KeyboardInterrupt`` after cancelling and joining everything."""
+        executor = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="evalrunner-window")
+        in_flight: dict[tuple[str, str], Unit] = {}
+        try:
+            while True:
+                if self.stop.is_set() or self.breaker.trip is not None:
+                    break
+                if self.packed or not in_flight:
+                    self._submit(executor, in_flight)
+                if not in_flight:
+                    break
+                done, _ = cf.wait([u.future for u in in_flight.values()], timeout=0.25,  # type: ignore[misc]
+                                  return_when=cf.FIRST_COMPLETED)
+                if not done:
+                    if self.on_idle is not None:
+                        self.on_idle()
+                    continue
+                for ck, unit in list(in_flight.items()):
+                    if unit.future in done:
+                        self._collect(unit)
+                        del in_flight[ck]
+                folded = self._fold()
+                if not self.stop.is_set() and self.packed:
+                    self._submit(executor, in_flight)  # refill before any bookkeeping
+                if self.on_done is not None:
+                    for unit in folded:
+                        self.on_done(unit)
+            if self.breaker.trip is not None or self.stop.is_set():
+                self._cancel(executor, in_flight)
+        except BaseException:
+            self.cancelled = True
+            self._cancel(executor, in_flight)
+            raise
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def _submit(self, executor: cf.ThreadPoolExecutor, in_flight: dict[tuple[str, str], Unit]) -> None:
+        steps = [s for s in self.plan() if s.kind == "samples"]
+        # Breadth first: a (commit, task) that has had fewer steps goes first, then the
+        # planner's order, so every task's sandbox is busy early rather than one task at a time.
+        count: dict[tuple[str, str], int] = {}
+        for u in self.units:
+            count[(u.step.commit, u.step.task)] = count.get((u.step.commit, u.step.task), 0) + 1
+        steps = [s for _, s in sorted(enumerate(steps), key=lambda p: (count.get((p[1].commit, p[1].task), 0), p[0]))]
+        for step in steps:
+            ck = (step.commit, step.task)
+            if ck in in_flight or step.run_key in self.done_keys:
+                continue
+            # Bound the unfolded steps (overshoot after a trip) and the pool's queue.
+            if len(in_flight) >= self.workers or self._unfolded() >= self.workers:
+                break
+            unit = Unit(seq=len(self.units), step=step, windows=len(step.windows), submitted_at=time.monotonic())
+            self.units.append(unit)
+            unit.future = executor.submit(self._run_unit, unit)
+            in_flight[ck] = unit
+            self.max_in_flight = max(self.max_in_flight, len(in_flight))
+
+    def _run_unit(self, unit: Unit) -> list[WindowOutcome]:
+        if self.stop.is_set():
+            return []
+        return self.run_step(unit.step, self.stop)
+
+    def _collect(self, unit: Unit) -> None:
+        assert unit.future is not None
+        unit.finished_at = time.monotonic()
+        try:
+            unit.outcomes = unit.future.result()
+        except Exception as exc:  # the step could not run at all: an infrastructure failure
+            unit.error = f"{type(exc).__name__}: {str(exc)[:600]}"
+        if not unit.cancelled:
+            self.done_keys.add(unit.step.run_key)
+
+    def _unfolded(self) -> int:
+        return len(self.units) - self._fold_next
+
+    def _fold(self) -> list[Unit]:
+        """Fold finished units strictly in submission order; returns the units folded."""
+        folded: list[Unit] = []
+        while self._fold_next < len(self.units):
+            unit = self.units[self._fold_next]
+            if unit.finished_at is None:
+                break
+            self._fold_next += 1
+            folded.append(unit)
+            if self.breaker.fold(unit):
+                trip = self.breaker.trip
+                assert trip is not None
+                later = self.units[unit.seq + 1:]
+                trip.overshoot_steps = [{"step": u.seq, "task": u.step.task, "commit": u.step.commit.split("@")[-1],
+                                         "windows": list(u.step.windows)} for u in later]
+                trip.overshoot_bound = self.workers - 1
+                self.stop.set()
+        return folded
+
+    def _cancel(self, executor: cf.ThreadPoolExecutor, in_flight: dict[tuple[str, str], Unit]) -> None:
+        """Stop everything in flight: every sandbox killed, every worker joined (bounded)."""
+        self.stop.set()
+        deadline = time.monotonic() + JOIN_SECONDS
+        if self.kill_sandboxes is not None:
+            self.kill_sandboxes()
+        futures = [u.future for u in in_flight.values() if u.future is not None]
+        cf.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        for unit in in_flight.values():
+            if unit.future is not None and unit.future.done():
+                self._collect(unit)
+        if self.kill_sandboxes is not None:
+            self.kill_sandboxes()  # a session a worker opened while we were stopping
+        executor.shutdown(wait=False, cancel_futures=True)
+        for t in list(getattr(executor, "_threads", ())):
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def outcomes(self) -> list[WindowOutcome]:
+        return [o for u in self.units for o in u.outcomes]
+
+    def summary(self) -> dict[str, Any]:
+        outs = self.outcomes()
+        status: dict[str, int] = {}
+        for o in outs:
+            status[o.status] = status.get(o.status, 0) + 1
+        return {
+            "workers": self.workers,
+            "packed": self.packed,
+            "steps": len(self.units),
+            "max_in_flight": self.max_in_flight,
+            "windows": status,
+            "failed_attempts": sum(len(o.failed_attempts) for o in outs) + sum(1 for u in self.units if u.error),
+            "cancelled_windows": [{"task": o.key.task, "commit": o.key.commit, "window": o.key.window.name}
+                                  for o in outs if o.status == "cancelled"],
+            "not_landed": window_accounting(outs),
+        }
+
+
+# -- resume: temporary files a kill left in a local lake --------------------------------------
+
+
+def _open_paths() -> set[str]:
+    """Every file some process on this machine holds open (best effort)."""
+    out: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            for fd in os.listdir(fd_dir):
+                try:
+                    out.add(os.readlink(f"{fd_dir}/{fd}"))
+                except OSError:
+                    pass
+        except OSError:
+            pass
+    return out
+
+
+def sweep_orphaned_temp_files(root: str, prefixes: Sequence[str], *, min_age_s: float = 2.0) -> list[str]:
+    """Remove ``.<name>.tmp-<id>`` files under ``root/<prefix>`` that a killed writer left.
+
+    A writer holds its temporary file open until it renames it, microseconds later; so a temp
+    file no process has open and that has not changed for ``min_age_s`` belongs to a writer
+    that died. Returns the removed paths."""
+    removed: list[str] = []
+    candidates: list[str] = []
+    for prefix in prefixes:
+        base = os.path.join(root, prefix)
+        for dirpath, _, files in os.walk(base):
+            candidates += [os.path.join(dirpath, f) for f in files if f.startswith(".") and ".tmp-" in f]
+    if not candidates:
+        return removed
+    open_now = _open_paths()
+    now = time.time()
+    for path in candidates:
+        try:
+            if path in open_now or now - os.stat(path).st_mtime < min_age_s:
+                continue
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
