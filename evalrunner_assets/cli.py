@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import builtins
 import json
 import os
 import re
@@ -30,6 +31,14 @@ def _repo_id(source: str, explicit: str | None) -> str:
 
 def _progress_printer() -> Any:
     started = time.monotonic()
+    # Progress goes to a duplicate of stdout: while a Dagster run executes, its compute-log
+    # capture redirects file descriptor 1 itself, and lines printed from other threads would
+    # land in that run's log instead of the terminal.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+
+    def print(*args: Any, **kwargs: Any) -> None:  # noqa: A001 - the printer's own target
+        kwargs.pop("flush", None)
+        builtins.print(*args, file=out, **kwargs)
 
     def on_step(step: Any, result: dict[str, Any] | None) -> None:
         elapsed = time.monotonic() - started

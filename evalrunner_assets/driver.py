@@ -165,7 +165,7 @@ def run_comparison(
 
     def materialize(step: Step) -> None:
         _materialize(step, request.key, instance, resources)
-        if on_step is not None:
+        if on_step is not None and step.kind != "samples":  # samples steps report when they finish
             on_step(step, saved())
 
     # 1. What is there to compare: manifests, one Dagster run per commit.
@@ -190,8 +190,13 @@ def run_comparison(
 
     def plan() -> list[Step]:
         a = assess_now()
-        if pool is not None:  # decided tasks give their warm sandboxes back
-            pool.retain((w.commit, w.task) for w in a.next_windows)
+        live = {w.task for w in a.next_windows} | {t for _, t in scheduler.in_flight}
+        live_tasks.clear()
+        live_tasks.update(live)
+        if pool is not None:
+            # Decided tasks give their warm sandboxes back. An undecided task keeps both arms'
+            # sessions even while one arm waits for the other's window (packed: not in the plan).
+            pool.retain((sha, t) for sha in (request.base_sha, request.head_sha) for t in live)
         steps = [s for s in next_steps(a, saved()) if s.kind == "samples"]
         for s in steps:
             prepare(s)
@@ -224,24 +229,40 @@ def run_comparison(
                 materialize(step)
         last_compare[0] = time.monotonic()
 
-    # Dagster runs happen one at a time on this recorder thread, off the scheduling path: a
-    # finished step's workers are refilled at once while its materialization is recorded.
+    # Dagster runs happen one at a time on this recorder thread, off the scheduling path, and
+    # one ``task_samples`` run per (commit, task) once this comparison needs nothing more of it
+    # (with all its windows): a run per window step costs ~2 s of a 2-core machine's CPU.
     recorder = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalrunner-recorder")
     recorded: list[cf.Future] = []
+    ran: dict[tuple[str, str], list[str]] = {}
+    live_tasks: set[str] = set()  # undecided tasks: planned or in flight, on either arm
+    finished: set[tuple[str, str]] = set()
 
-    def record(unit: Unit) -> None:
-        if scheduler.stop.is_set():
-            return
-        materialize(unit.step)
-        compare_if_due()
+    def record(step: Step) -> None:
+        if not scheduler.stop.is_set():
+            _materialize(step, request.key, instance, resources)
+            compare_if_due()
+
+    def record_finished(final: bool = False) -> None:
+        for ct, windows in ran.items():
+            if ct in finished or (ct[1] in live_tasks and not final):
+                continue
+            finished.add(ct)
+            step = Step("samples", f"samples:{request.key}:{ct[0]}:{ct[1]}:{','.join(windows)}",
+                        commit=ct[0], task=ct[1], windows=tuple(windows))
+            recorded.append(recorder.submit(record, step))
+        for f in [f for f in recorded if f.done()]:
+            recorded.remove(f)
+            f.result()  # a failed Dagster run stops the comparison (ComparisonFailed)
 
     def on_done(unit: Unit) -> None:
         if unit.cancelled or scheduler.stop.is_set() or unit.error is not None:
             return  # nothing landed to record (a cancelled window runs again on resume)
-        recorded.append(recorder.submit(record, unit))
-        for f in [f for f in recorded if f.done()]:
-            recorded.remove(f)
-            f.result()  # a failed Dagster run stops the comparison (ComparisonFailed)
+        ct = (unit.step.commit, unit.step.task)
+        ran.setdefault(ct, []).extend(w for w in unit.step.windows if w not in ran.get(ct, []))
+        if on_step is not None:
+            on_step(unit.step, saved())
+        record_finished()
 
     def kill_sandboxes() -> None:
         if pool is not None:
@@ -257,12 +278,18 @@ def run_comparison(
     try:
         try:
             scheduler.run()
+            if not scheduler.stop.is_set():
+                record_finished(final=True)
         finally:
             if scheduler.stop.is_set():
+                # Stopping: queued recordings are dropped (their windows stay landed and are
+                # recorded on resume); a run already executing gets a bounded wait.
                 recorder.shutdown(wait=False, cancel_futures=True)
-            for f in cf.as_completed(recorded, timeout=None if not scheduler.stop.is_set() else 10):
-                f.result()
-            recorder.shutdown(wait=True)
+                cf.wait(recorded, timeout=10)
+            else:
+                for f in recorded:
+                    f.result()
+                recorder.shutdown(wait=True)
     except KeyboardInterrupt:
         _finish(the_lake, request, assess_now, scheduler, "cancelled",
                 "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume")

@@ -191,14 +191,33 @@ class TaskRunConfig:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def batch_key(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, window: Window) -> BatchKey:
-    extra = (("task_args", canonical_json(cfg.task_args)),) if cfg.task_args else ()
+def window_ids_digest(ids: list[str]) -> str:
+    """Digest of the exact sample ids a window holds, in order: part of the batch key, so a
+    change of order scheme or of the dataset never reuses a window under the same bounds."""
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
+
+
+def make_batch_key(repo: str, commit: str, *, task: str, spec: str, model: str, model_args: dict[str, Any],
+                   task_args: dict[str, Any], seed: int, epochs: int, window: Window, ids: list[str],
+                   config_digest: str, backend_name: str, runtime_digest: str) -> BatchKey:
+    """The one construction of a batch key (the runner and the planner both call it)."""
+    extra = [("window_ids", window_ids_digest(ids))]
+    if task_args:
+        extra.append(("task_args", canonical_json(task_args)))
     return BatchKey(
-        repo=cfg.repo, commit=export.commit, task=cfg.task, spec=cfg.spec, model=cfg.model,
-        window=window, seed=cfg.seed, epochs=cfg.epochs,
-        model_args=canonical_json(cfg.model_args),
+        repo=repo, commit=commit, task=task, spec=spec, model=model, window=window, seed=seed,
+        epochs=epochs, model_args=canonical_json(model_args), config_digest=config_digest,
+        backend=backend_name, runtime_digest=runtime_digest, extra=tuple(sorted(extra)),
+    )
+
+
+def batch_key(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, window: Window,
+              ids: list[str]) -> BatchKey:
+    return make_batch_key(
+        cfg.repo, export.commit, task=cfg.task, spec=cfg.spec, model=cfg.model, model_args=cfg.model_args,
+        task_args=cfg.task_args, seed=cfg.seed, epochs=cfg.epochs, window=window, ids=ids,
         config_digest=config_digest(export.path, cfg.workdir, cfg.spec),
-        backend=backend.name, runtime_digest=backend.runtime_digest(), extra=extra,
+        backend_name=backend.name, runtime_digest=backend.runtime_digest(),
     )
 
 
@@ -334,12 +353,12 @@ def run_window_cold(backend: SandboxBackend, export: RepoExport, cfg: TaskRunCon
                     *, sample_ids: list[str] | None = None, task_name: str | None = None,
                     cancel: threading.Event | None = None) -> WindowRun:
     """One ``inspect eval`` process in a fresh sandbox for ``window``."""
-    key = batch_key(backend, export, cfg, window)
     if sample_ids is None or task_name is None:
         task_name, sample_ids = list_sample_ids(backend, export, cfg, cancel)
     ids = window_ids(sample_ids, cfg.seed, window)
     if not ids:
         raise InspectRunError(f"window {window.name} is past the end of {len(sample_ids)} samples")
+    key = batch_key(backend, export, cfg, window, ids)
     result = backend.run(_request(export, cfg, cold_argv(cfg, task_name, ids), labels={"window": window.name}),
                          cancel=cancel)
     return _window_run(key, "cold", result, ids, cfg.epochs, {})
@@ -385,11 +404,11 @@ class WarmTaskRunner:
 
     def run_window(self, window: Window, *, timeout: float | None = None,
                    cancel: threading.Event | None = None) -> WindowRun:
-        key = batch_key(self.backend, self.export, self.cfg, window)
         _, sample_ids = self.list_ids(cancel=cancel)
         ids = window_ids(sample_ids, self.cfg.seed, window)
         if not ids:
             raise InspectRunError(f"window {window.name} is past the end of {len(sample_ids)} samples")
+        key = batch_key(self.backend, self.export, self.cfg, window, ids)
         payload = {"op": "eval", "spec": self.cfg.spec, "model": self.cfg.model,
                    "model_args": self.cfg.model_args, "task_args": self.cfg.task_args,
                    "sample_ids": ids, "seed": self.cfg.seed, "epochs": self.cfg.epochs}

@@ -45,7 +45,9 @@ def next_steps(assessment: Assessment, saved: dict[str, Any] | None) -> list[Ste
     steps: list[Step] = []
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     for w in assessment.next_windows:
-        groups[(w.commit, w.task)].append(w.window.name)
+        # Head and base may be one commit (a PR compared with its own base): one run serves both.
+        if w.window.name not in groups[(w.commit, w.task)]:
+            groups[(w.commit, w.task)].append(w.window.name)
     for (commit, task), windows in groups.items():
         ck = commit_key(request.repo, commit)
         steps.append(Step("samples", f"samples:{key}:{ck}:{task}:{','.join(windows)}",

@@ -20,12 +20,16 @@ log status error, invalid log, a sandbox that would not start — each failed at
 included) adds one to the streak; a landed window resets it; reused windows and cancelled
 windows leave it alone; agent failures (wrong answers, errored samples inside a good log) are
 scores, not failures, and never reach it. At ``threshold`` the comparison stops: everything in
-flight is cancelled and nothing more is submitted. Because folding waits for the oldest step,
-the scheduler also holds at most ``workers`` unfolded steps (submitted, not yet folded): every
-step submitted after the one that tripped was unfolded together with it, so the overshoot is at
-most ``workers - 1`` steps (one window each in practice), and those still running at the trip
-are killed rather than finished. The price of that bound is head-of-line blocking: a slow oldest
-step holds back new submissions once ``workers`` steps wait to be folded.
+flight is cancelled and nothing more is submitted.
+
+Overshoot bound. Folding waits for the oldest step, so a trip can be *detected* late. Whenever
+the unfolded steps (submitted, not yet folded) *could* trip the breaker (finished ones counted
+as they are, running ones as if every attempt failed) the scheduler holds at most ``workers``
+unfolded steps. Every step submitted after the step that trips was submitted while that step
+was unfolded and could trip, so at most ``workers - 1`` steps (one window each in practice) run
+past the trip, and those still running at the trip are killed, not finished. In a healthy run
+successes reset the worst case, so the hold rarely engages and a slow oldest step does not idle
+the pool (the head-of-line blocking a plain in-order window would cost).
 
 Cancellation. ``stop`` (a ``threading.Event``) reaches every sandbox call; on Ctrl-C
 (``KeyboardInterrupt`` in the driving thread) or a breaker trip the scheduler sets it, kills the
@@ -52,6 +56,7 @@ from evalrunner_assets.pipeline.loop import Step
 from evalrunner_assets.pipeline.windows import WindowOutcome
 
 DEFAULT_BREAKER_THRESHOLD = 5
+MAX_ATTEMPTS = 2  # a window is retried at most once (see pipeline.windows)
 JOIN_SECONDS = 15.0
 
 
@@ -120,10 +125,9 @@ class OutageBreaker:
         self.streak: list[dict[str, Any]] = []
         self.trip: BreakerTrip | None = None
 
-    def fold(self, unit: Unit) -> bool:
-        """Fold one unit's outcomes (in window order); True if this unit trips the breaker."""
-        if self.trip is not None:
-            return False
+    @staticmethod
+    def events(unit: Unit) -> list[tuple[str, dict[str, Any] | None]]:
+        """A finished unit's breaker events in order: ("fail", info) or ("ok", None)."""
         events: list[tuple[str, dict[str, Any] | None]] = []
         if unit.error is not None:
             events.append(("fail", {"kind": "sandbox_start", "cause": unit.error, "window": ",".join(unit.step.windows)}))
@@ -132,7 +136,13 @@ class OutageBreaker:
                 events.append(("fail", {"kind": kind, "cause": cause, "window": o.key.window.name}))
             if o.status == "landed":
                 events.append(("ok", None))
-        for what, info in events:
+        return events
+
+    def fold(self, unit: Unit) -> bool:
+        """Fold one unit's outcomes (in window order); True if this unit trips the breaker."""
+        if self.trip is not None:
+            return False
+        for what, info in self.events(unit):
             if what == "ok":
                 self.streak = []
                 continue
@@ -141,6 +151,21 @@ class OutageBreaker:
                                 "task": unit.step.task, **info})
             if len(self.streak) >= self.threshold:
                 self.trip = BreakerTrip(self.threshold, list(self.streak), unit.seq)
+                return True
+        return False
+
+    def could_trip(self, unfolded: Sequence[Unit]) -> bool:
+        """Whether folding ``unfolded`` (in order) could trip the breaker: finished units as
+        they are, running ones as if every attempt of every window failed (a window is tried
+        at most twice). Never below the real streak, so False means no unfolded unit trips."""
+        n = len(self.streak)
+        for unit in unfolded:
+            if unit.finished_at is None:
+                n += max(1, MAX_ATTEMPTS * unit.windows)
+            else:
+                for what, _ in self.events(unit):
+                    n = 0 if what == "ok" else n + 1
+            if n >= self.threshold:
                 return True
         return False
 
@@ -207,6 +232,7 @@ class PackedScheduler:
         self.breaker = OutageBreaker(breaker_threshold)
         self.stop = stop or threading.Event()
         self.units: list[Unit] = []
+        self.in_flight: dict[tuple[str, str], Unit] = {}  # (commit, task) -> its running step
         self.done_keys: set[str] = set()
         self.cancelled = False
         self.max_in_flight = 0
@@ -218,7 +244,7 @@ class PackedScheduler:
         """Until the planner has nothing left, the breaker trips, or ``stop`` is set.
         Re-raises ``KeyboardInterrupt`` after cancelling and joining everything."""
         executor = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="evalrunner-window")
-        in_flight: dict[tuple[str, str], Unit] = {}
+        in_flight = self.in_flight
         try:
             while True:
                 if self.stop.is_set() or self.breaker.trip is not None:
@@ -264,8 +290,11 @@ class PackedScheduler:
             ck = (step.commit, step.task)
             if ck in in_flight or step.run_key in self.done_keys:
                 continue
-            # Bound the unfolded steps (overshoot after a trip) and the pool's queue.
-            if len(in_flight) >= self.workers or self._unfolded() >= self.workers:
+            if len(in_flight) >= self.workers:
+                break
+            # The overshoot bound (module docstring): hold at most `workers` unfolded steps
+            # only while one of them could still trip the breaker.
+            if self._unfolded() >= self.workers and self.breaker.could_trip(self.units[self._fold_next:]):
                 break
             unit = Unit(seq=len(self.units), step=step, windows=len(step.windows), submitted_at=time.monotonic())
             self.units.append(unit)

@@ -22,6 +22,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from evalrunner_assets.execution.inspect_runner import (
+    make_batch_key,
+    window_ids,
     TaskRunConfig,
     WarmTaskRunner,
     WindowRun,
@@ -31,7 +33,7 @@ from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.warm_pool import WarmPool
 from evalrunner_assets.pipeline.facts import TaskFacts
 from lake import LAYOUT, Lake, Window
-from lake.batch import BatchKey, canonical_json
+from lake.batch import BatchKey
 from lake.ingest import LogIngestError, LogStatusError, land_batch
 
 
@@ -79,22 +81,14 @@ def batch_key_for(
     backend_name: str,
     runtime_digest: str,
 ) -> BatchKey:
-    """The batch key of a window, from what is known before anything runs.
-
-    Equal to ``inspect_runner.batch_key`` for the same inputs (a test holds them together)."""
-    return BatchKey(
-        repo=repo,
-        commit=commit,
-        task=facts.task,
-        spec=facts.spec,
-        model=settings.model,
-        window=window,
-        seed=settings.seed,
-        epochs=settings.epochs,
-        model_args=canonical_json(settings.model_args),
-        config_digest=facts.config_digest,
-        backend=backend_name,
-        runtime_digest=runtime_digest,
+    """The batch key of a window, from what is known before anything runs (the same
+    construction the runner uses when it lands the window)."""
+    ids = window_ids(list(facts.sample_ids), settings.seed, window)
+    return make_batch_key(
+        repo, commit, task=facts.task, spec=facts.spec, model=settings.model,
+        model_args=dict(settings.model_args), task_args={}, seed=settings.seed, epochs=settings.epochs,
+        window=window, ids=ids, config_digest=facts.config_digest,
+        backend_name=backend_name, runtime_digest=runtime_digest,
     )
 
 
@@ -242,6 +236,7 @@ def run_task_windows(
         workdir=facts.workdir, model_args=dict(settings.model_args), seed=settings.seed,
         epochs=settings.epochs,
     )
+    windows = list(dict.fromkeys(windows))  # a window asked for twice runs once
     outcomes: list[WindowOutcome] = []
     todo: list[tuple[int, Window]] = []
     for i, window in enumerate(windows):

@@ -1,0 +1,65 @@
+"""Ctrl-C on `evalrunner compare`: every sandbox is killed and every worker joined within 15 s,
+the cancellation is recorded as such, and the windows that completed stay landed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from evalrunner_assets.example_repo import build_example_repo
+from test_resume import batch_records, lake, start_compare
+
+pytestmark = pytest.mark.slow
+
+
+def bwraps_of(home: Path) -> list[int]:
+    """Live bubblewrap processes whose command line mounts something of this test's home."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"bwrap" and any(str(home).encode() in a for a in argv):
+            out.append(int(pid))
+    return out
+
+
+def test_sigint_kills_every_sandbox_within_15s_and_records_the_cancellation(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    build_example_repo(repo, ["improve-runbook"])
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = start_compare(home, repo)
+    deadline = time.monotonic() + 150
+    while not (len(batch_records(home)) >= 2 and bwraps_of(home)):
+        assert proc.poll() is None, proc.stderr.read()[-2000:]  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "never reached a point with windows landed and sandboxes running"
+        time.sleep(0.05)
+    landed = {r["batch"] for r in batch_records(home)}
+    assert bwraps_of(home), "a sandbox should be running when Ctrl-C arrives"
+
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert took < 15, f"exit took {took:.1f}s"
+    assert proc.returncode == 130, err[-2000:]
+    assert "cancelled" in err
+    time.sleep(0.2)
+    assert bwraps_of(home) == [], "a sandbox outlived the cancelled comparison"
+
+    doc = json.loads(next(p for p in (lake(home) / "comparisons").rglob("*.json") if p.name.count(".") == 1).read_text())
+    assert doc["status"] == "cancelled"
+    assert doc["execution"]["status"] == "cancelled"
+    assert "breaker" not in doc
+    execution = json.loads(next((lake(home) / "comparisons").rglob("*.execution.json")).read_text())
+    assert execution["status"] == "cancelled"
+    # Cancelled is not a failure: nothing was recorded as an infrastructure failure.
+    assert not (lake(home) / "failures").exists() or not any((lake(home) / "failures").rglob("*.json"))
+    assert landed <= {r["batch"] for r in batch_records(home)}, "a completed window was lost"
