@@ -20,9 +20,10 @@ from github_standin import free_port
 from lake.storage import Lake
 from sensors.inbox import read_inbox
 from sensors.webhook import sign
+from shared_files import shared_path
 
 EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
-FIXTURES = Path("/work/shared/fixtures/github-webhooks")
+FIXTURES = shared_path("fixtures/github-webhooks")
 SECRET = "serve-test-secret"
 START_TIMEOUT = 60
 

@@ -43,10 +43,11 @@ from resources import GitHubResource, LakeResource, RepoResource, SandboxResourc
 from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
 from sensors.webhook import ReceiverConfig, create_app, sign
+from shared_files import shared_path
 
 pytestmark = pytest.mark.slow
 
-FIXTURES = Path("/work/shared/fixtures/github-webhooks")
+FIXTURES = shared_path("fixtures/github-webhooks")
 FIXTURE_REPO = "Codertocat/Hello-World"
 REPO = "example/support-agent"
 PR = 7

@@ -39,8 +39,9 @@ from sensors.webhook import (
     sign,
     signature_ok,
 )
+from shared_files import shared_path
 
-FIXTURES = Path("/work/shared/fixtures/github-webhooks")
+FIXTURES = shared_path("fixtures/github-webhooks")
 SECRET = b"receiver-test-secret"
 REPO = "Codertocat/Hello-World"
 CAP = 256 * 1024
