@@ -331,6 +331,43 @@ def list_sample_ids(backend: SandboxBackend, export: RepoExport, cfg: TaskRunCon
     return _parse_ids(result)
 
 
+def list_sample_ids_many(backend: SandboxBackend, export: RepoExport, cfgs: list[TaskRunConfig],
+                         cancel: threading.Event | None = None
+                         ) -> dict[str, tuple[str, list[str]] | InspectRunError]:
+    """Sample ids of several tasks of one commit, listed in one warm sandbox per workdir (one
+    interpreter and one Inspect import instead of one per task). Per task: (Inspect task name,
+    ids), or the error that listing it raised. Backends without warm sessions list cold."""
+    from evalrunner_assets.execution.sandbox import SandboxBackend as _Base
+
+    out: dict[str, tuple[str, list[str]] | InspectRunError] = {}
+    if type(backend).open_session is _Base.open_session:
+        for cfg in cfgs:
+            try:
+                out[cfg.task] = list_sample_ids(backend, export, cfg, cancel)
+            except InspectRunError as exc:
+                out[cfg.task] = exc
+        return out
+    by_workdir: dict[str, list[TaskRunConfig]] = {}
+    for cfg in cfgs:
+        by_workdir.setdefault(cfg.workdir, []).append(cfg)
+    for group in by_workdir.values():
+        try:
+            runner = WarmTaskRunner(backend, export, group[0])
+        except InspectRunError as exc:
+            for cfg in group:
+                out[cfg.task] = exc
+            continue
+        with runner:
+            for cfg in group:
+                result = runner.session.call({"op": "ids", "spec": cfg.spec, "task_args": cfg.task_args},
+                                             timeout=120.0, cancel=cancel)
+                try:
+                    out[cfg.task] = _parse_ids(result)
+                except InspectRunError as exc:
+                    out[cfg.task] = exc
+    return out
+
+
 def cold_argv(cfg: TaskRunConfig, task_name: str, ids: list[str]) -> tuple[str, ...]:
     """``inspect eval`` for one window (exact ids: glob characters escaped, task-scoped)."""
     from evalrunner_assets.execution._inspect_worker import exact_selector

@@ -300,15 +300,7 @@ def assess(
     possible = sum(2 * progress[t].limit for t in compared)
     spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ("head", "base")]
     result = {
-        "schema_version": SCHEMA_VERSION,
-        "comparison": request.key,
-        "repo": request.repo,
-        "pr": request.pr,
-        "head_sha": request.head_sha,
-        "base_sha": request.base_sha,
-        "base_ref": request.base_ref,
-        "head_ref": request.head_ref,
-        "model": request.model,
+        **_identity(request),
         "status": "running" if next_windows else "complete",
         "verdict": "RUNNING" if next_windows else verdict.verdict,
         "final_verdict": verdict.to_dict(),
@@ -335,9 +327,8 @@ def assess(
     return Assessment(request, [], next_windows, result)
 
 
-def _waiting(request: ComparisonRequest, lake: Lake) -> dict[str, Any]:
-    """The document before any commit's evals are known: RUNNING, nothing sampled yet (so a
-    check run can show progress from the first moment)."""
+def _identity(request: ComparisonRequest) -> dict[str, Any]:
+    """The fields that say which comparison a document is."""
     return {
         "schema_version": SCHEMA_VERSION,
         "comparison": request.key,
@@ -348,6 +339,14 @@ def _waiting(request: ComparisonRequest, lake: Lake) -> dict[str, Any]:
         "base_ref": request.base_ref,
         "head_ref": request.head_ref,
         "model": request.model,
+    }
+
+
+def _waiting(request: ComparisonRequest, lake: Lake) -> dict[str, Any]:
+    """The document before any commit's evals are known: RUNNING, nothing sampled yet (so a
+    check run can show progress from the first moment)."""
+    return {
+        **_identity(request),
         "status": "running",
         "verdict": "RUNNING",
         "final_verdict": {"verdict": "RUNNING", "reasons": ["discovering evals"], "p_improvement": None},

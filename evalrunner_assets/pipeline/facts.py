@@ -22,7 +22,7 @@ from evalrunner_assets.execution.inspect_runner import (
     InspectRunError,
     TaskRunConfig,
     config_digest,
-    list_sample_ids,
+    list_sample_ids_many,
 )
 from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
@@ -114,19 +114,22 @@ def learn_commit(
         return existing
     result = discover(backend, export, cancel=cancel)
     lake.write_bytes(LAYOUT.manifest(export.repo, export.commit), result.manifest.to_json_bytes())
+    cfgs = [
+        TaskRunConfig(repo=export.repo, task=e.id, spec=e.spec, model=model, workdir=e.workdir)
+        for e in result.manifest.tasks
+    ]
+    listed = list_sample_ids_many(backend, export, cfgs, cancel)
     tasks: dict[str, TaskFacts] = {}
     for entry in result.manifest.tasks:
-        cfg = TaskRunConfig(repo=export.repo, task=entry.id, spec=entry.spec, model=model, workdir=entry.workdir)
-        digest = config_digest(export.path, entry.workdir, entry.spec)
-        try:
-            name, ids = list_sample_ids(backend, export, cfg, cancel)
-            failure = None
-        except InspectRunError as exc:
-            name, ids, failure = None, [], str(exc)
+        got = listed[entry.id]
+        if isinstance(got, InspectRunError):
+            name, ids, failure = None, [], str(got)
+        else:
+            (name, ids), failure = got, None
         tasks[entry.id] = TaskFacts(
             task=entry.id, spec=entry.spec, workdir=entry.workdir, cohort=entry.cohort,
             paths=tuple(entry.paths), inspect_task=name, sample_ids=tuple(ids),
-            config_digest=digest, failure=failure,
+            config_digest=config_digest(export.path, entry.workdir, entry.spec), failure=failure,
         )
     facts = CommitFacts(
         repo=export.repo, commit=export.commit, tree_digest=export.tree_digest,
