@@ -158,7 +158,8 @@ def run_comparison(
         workers = sandbox.worker_count() if hasattr(sandbox, "worker_count") else None
 
     def assess_now() -> assess_mod.Assessment:
-        return assess_mod.assess(the_lake, request, backend_name=backend.name, runtime_digest=runtime)
+        return assess_mod.assess(the_lake, request, backend_name=backend.name, runtime_digest=runtime,
+                                 detail=False)
 
     def saved() -> dict[str, Any] | None:
         return assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)

@@ -56,6 +56,8 @@ def sampling_sensor(
             request.cap + request.extra_samples
         ):
             continue
-        assessment = assess_mod.assess(the_lake, request, backend_name=backend.name, runtime_digest=runtime)
+        assessment = assess_mod.assess(
+            the_lake, request, backend_name=backend.name, runtime_digest=runtime, detail=False
+        )
         requests += [step_run_request(s, key) for s in next_steps(assessment, saved)]
     return dg.SensorResult(run_requests=requests)

@@ -162,8 +162,12 @@ def assess(
     backend_name: str,
     runtime_digest: str,
     prices: PriceTable | None = None,
+    detail: bool = True,
 ) -> Assessment:
-    """Read the comparison's state from the lake; decide each task; plan the next windows."""
+    """Read the comparison's state from the lake; decide each task; plan the next windows.
+
+    ``detail=False`` skips what only the report needs (the interval path for the chart and the
+    more-pairs forecast): planning calls it after every step, and those two dominate its cost."""
     prices = prices or PriceTable.default()
     facts: dict[str, CommitFacts | None] = {
         "head": load_facts(lake, request.repo, request.head_sha),
@@ -247,6 +251,7 @@ def assess(
             budget_exhausted=budget_left is not None and budget_left <= 0,
             head_failed="head" in p.failures,
             base_failed="base" in p.failures,
+            forecast=detail,
         )
         decisions[task] = decision
         if "head" in p.failures and "base" not in p.failures:
@@ -275,7 +280,7 @@ def assess(
                 if decision.label in ("continue", "inconclusive") and decision.more_pairs_needed
                 else None
             ),
-            "path": [list(step) for step in stats.confidence_path(pairing, params, n_tasks)],
+            "path": [list(step) for step in stats.confidence_path(pairing, params, n_tasks)] if detail else [],
             "batches": {arm: [k.digest for k in p.keys[arm]] for arm in ("head", "base")},
         }
         if decision.label == "continue" and not p.failures and p.pending:
