@@ -49,7 +49,19 @@ def exact_selector(task_name: str, sample_id: str | int) -> str | int:
     return f"{task_name}:{escaped}"
 
 
+# A warm worker serves one commit export (read-only), so a task's listing cannot change while it
+# lives: load it once rather than on every window.
+_LISTINGS: dict[str, dict[str, Any]] = {}
+
+
 def list_ids(spec: str, task_args: dict[str, Any]) -> dict[str, Any]:
+    key = json.dumps([spec, task_args], sort_keys=True)
+    if key not in _LISTINGS:
+        _LISTINGS[key] = _load_listing(spec, task_args)
+    return _LISTINGS[key]
+
+
+def _load_listing(spec: str, task_args: dict[str, Any]) -> dict[str, Any]:
     from inspect_ai._eval.loader import load_tasks
 
     tasks = load_tasks([spec], task_args)
@@ -81,6 +93,9 @@ def run_eval(req: dict[str, Any]) -> dict[str, Any]:
         seed=req.get("seed"),
         log_dir=_out_dir(),
         log_format="eval",
+        # The log is read after the window ends, never live: real-time sample logging would
+        # only add per-sample writes (it roughly doubles the time of a trivial sample).
+        log_realtime=False,
         display="none",
         log_level="warning",
     )

@@ -378,7 +378,8 @@ def cold_argv(cfg: TaskRunConfig, task_name: str, ids: list[str]) -> tuple[str, 
     selectors = ",".join(str(exact_selector(task_name, int(i) if i.isdigit() else i)) for i in ids)
     argv = ["inspect", "eval", cfg.spec, "--model", cfg.model, "--sample-id", selectors,
             "--log-dir", SANDBOX_OUT_DIR, "--log-format", "eval", "--seed", str(cfg.seed),
-            "--epochs", str(cfg.epochs), "--display", "none", "--log-level", "warning"]
+            "--epochs", str(cfg.epochs), "--display", "none", "--log-level", "warning",
+            "--no-log-realtime"]
     for k, v in sorted(cfg.model_args.items()):
         argv += ["-M", f"{k}={json.dumps(v)}"]
     for k, v in sorted(cfg.task_args.items()):
