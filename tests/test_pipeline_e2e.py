@@ -383,3 +383,21 @@ def test_comparison_and_report_are_materialized_per_pr_head(improved: Run, examp
     partitions = {rec.partition_key for rec in samples}
     assert any(example.base_sha in str(p) for p in partitions)
     assert any(example.sha("improve-runbook") in str(p) for p in partitions)
+
+
+def test_sql_and_view_work_on_what_a_comparison_produced(improved: Run, home: PipelineHome, capsys) -> None:
+    from evalrunner_assets import cli
+    from lake import open_lake
+    from lake.viewer import view_command
+
+    r = improved.result
+    query = ('select "commit", count(*) as n from samples where task = \'triage/runbook_lookup\' '
+             'group by all order by 1')
+    assert cli.main(["sql", query, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    counts = {row["commit"]: row["n"] for row in rows}
+    pairs = r["tasks"]["triage/runbook_lookup"]["decision"]["pairs"]
+    # Every run sample of the head and the base is queryable, at least the pairs decided on.
+    assert counts[r["head_sha"]] >= pairs and counts[r["base_sha"]] >= pairs
+    cmd = view_command(open_lake(str(home.lake_root)))
+    assert "view" in cmd and str(home.lake_root / "raw") in cmd

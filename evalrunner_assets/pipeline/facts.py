@@ -139,16 +139,6 @@ def learn_commit(
     return facts
 
 
-__all__ = [
-    "CommitFacts",
-    "DiscoveryError",
-    "TaskFacts",
-    "export_commit",
-    "learn_commit",
-    "load_facts",
-]
-
-
 def facts_summary(facts: CommitFacts) -> dict[str, Any]:
     """Counts for asset metadata."""
     return {
@@ -157,3 +147,14 @@ def facts_summary(facts: CommitFacts) -> dict[str, Any]:
         "listing_failures": sum(1 for t in facts.tasks.values() if t.failure),
         "discovery_source": facts.discovery_source,
     }
+
+
+__all__ = [
+    "CommitFacts",
+    "DiscoveryError",
+    "TaskFacts",
+    "export_commit",
+    "facts_summary",
+    "learn_commit",
+    "load_facts",
+]
