@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not args.webhook_only:
         env = dict(os.environ, DAGSTER_HOME=str(home.dagster_home()))
         home.dagster_home().mkdir(parents=True, exist_ok=True)
+        (home.dagster_home() / "dagster.yaml").touch(exist_ok=True)
         dagster = subprocess.Popen(
             ["dagster", "dev", "-m", "evalrunner_assets.definitions", "-p", str(args.dagster_port)], env=env
         )
@@ -253,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Dagster labels some of the APIs the code location uses as beta/preview; that is for the
+    # people who maintain it, not for every command-line run.
+    warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview)")
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

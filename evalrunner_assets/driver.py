@@ -66,6 +66,9 @@ class ComparisonStopped(ComparisonFailed):
 def local_instance() -> dg.DagsterInstance:
     path = home.dagster_home()
     path.mkdir(parents=True, exist_ok=True)
+    # An explicit (empty) dagster.yaml: the defaults — SQLite storage under this directory —
+    # are what we want, and Dagster otherwise warns on every start that the file is missing.
+    (path / "dagster.yaml").touch(exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(path)
     return dg.DagsterInstance.get()
 
