@@ -50,6 +50,18 @@ def describe_signal(sig: int) -> str:
 # --- cgroups: the only pids limit that holds for a process running as root ------------------
 
 
+
+def _event_count(path: Path, key: str) -> int:
+    """The value of ``key`` in a cgroup ``*.events``-style file (0 if absent or unreadable)."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, val = line.partition(" ")
+            if name == key:
+                return int(val or 0)
+    except (OSError, ValueError):
+        pass
+    return 0
+
 class Cgroup:
     """A per-sandbox cgroup (v1 ``pids`` + optional ``memory`` hierarchies, or one v2 group).
 
@@ -142,29 +154,14 @@ class Cgroup:
             time.sleep(0.02)
 
     def memory_oom_killed(self) -> bool:
-        for d in self.dirs:
-            f = d / "memory.oom_control"
-            if not f.exists():
-                f = d / "memory.events"
-            try:
-                for line in f.read_text().splitlines():
-                    key, _, val = line.partition(" ")
-                    if key == "oom_kill" and int(val or 0) > 0:
-                        return True
-            except (OSError, ValueError):
-                pass
-        return False
+        # cgroup v1 reports OOM kills in memory.oom_control, v2 in memory.events.
+        return any(
+            _event_count(d / "memory.oom_control", "oom_kill") or _event_count(d / "memory.events", "oom_kill")
+            for d in self.dirs
+        )
 
     def pids_limit_hit(self) -> bool:
-        for d in self.dirs:
-            try:
-                for line in (d / "pids.events").read_text().splitlines():
-                    key, _, val = line.partition(" ")
-                    if key == "max" and int(val or 0) > 0:
-                        return True
-            except (OSError, ValueError):
-                pass
-        return False
+        return any(_event_count(d / "pids.events", "max") for d in self.dirs)
 
     def remove(self) -> None:
         self.kill_all()
