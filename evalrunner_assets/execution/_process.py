@@ -51,6 +51,18 @@ def describe_signal(sig: int) -> str:
 
 
 
+def _chunks(fd: int):
+    """Everything readable from ``fd`` until EOF (or the pipe breaks), in chunks."""
+    while True:
+        try:
+            b = os.read(fd, 65536)
+        except OSError:
+            return
+        if not b:
+            return
+        yield b
+
+
 def _event_count(path: Path, key: str) -> int:
     """The value of ``key`` in a cgroup ``*.events``-style file (0 if absent or unreadable)."""
     try:
@@ -334,15 +346,8 @@ class LiveProcess:
             t.start()
 
     def _drain_stdout(self) -> None:
-        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
         d = self._stdout
-        while True:
-            try:
-                b = os.read(fd, 65536)
-            except OSError:
-                break
-            if not b:
-                break
+        for b in _chunks(self.proc.stdout.fileno()):  # type: ignore[union-attr]
             room = d.cap - len(d.data)
             if room > 0:
                 d.data += b[:room]
@@ -365,14 +370,7 @@ class LiveProcess:
         self.lines.put(None)
 
     def _drain_stderr(self) -> None:
-        fd = self.proc.stderr.fileno()  # type: ignore[union-attr]
-        while True:
-            try:
-                b = os.read(fd, 65536)
-            except OSError:
-                break
-            if not b:
-                break
+        for b in _chunks(self.proc.stderr.fileno()):  # type: ignore[union-attr]
             self._stderr.append(b)
             self._stderr_len += len(b)
             while self._stderr_len - len(self._stderr[0]) >= STDERR_TAIL_BYTES and len(self._stderr) > 1:
