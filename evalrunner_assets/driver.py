@@ -134,11 +134,14 @@ def run_comparison(
     breaker_threshold: int = DEFAULT_BREAKER_THRESHOLD,
     packed: bool = True,
     stop: threading.Event | None = None,
+    progress_every_s: float = PROGRESS_EVERY_S,
 ) -> dict[str, Any]:
     """Run ``request`` to its final verdict; returns the comparison document.
 
     ``workers``: sandboxes running at once (default: the sandbox resource's ``max_workers``,
     else the machine's cores). ``packed=False`` keeps a barrier per round (for measurements).
+    ``progress_every_s``: while windows run, the comparison (and so the in-progress check run)
+    is re-materialized when a task's samples are recorded, at most this often.
     Raises :class:`ComparisonStopped` when ``breaker_threshold`` consecutive infrastructure
     failures trip the outage breaker, and re-raises ``KeyboardInterrupt`` after every sandbox is
     killed and the cancellation recorded in the document (``status: "cancelled"``)."""
@@ -225,7 +228,7 @@ def run_comparison(
             raise
 
     def compare_if_due(force: bool = False) -> None:
-        if not force and time.monotonic() - last_compare[0] < PROGRESS_EVERY_S:
+        if not force and time.monotonic() - last_compare[0] < progress_every_s:
             return
         a = assess_now()
         for step in next_steps(a, saved()):
