@@ -43,16 +43,21 @@ class LoopbackServer:
     """An ASGI app served by a real uvicorn server on 127.0.0.1 in a background thread."""
 
     def __init__(self, app: Any, port: int | None = None) -> None:
-        self.port = port or free_port()
+        # Bind the listening socket here and hand it to uvicorn, so no other process can take
+        # the port between choosing it and serving on it (as with a probed "free" port).
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", port or 0))
+        self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 lifespan="off", backlog=2048, limit_concurrency=None)
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def __enter__(self) -> "LoopbackServer":
         self._thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a loaded 2-core machine can be slow to start a thread's event loop
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"loopback server on port {self.port} did not start")
@@ -62,6 +67,7 @@ class LoopbackServer:
     def __exit__(self, *exc: Any) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        self._sock.close()
 
 
 @dataclass

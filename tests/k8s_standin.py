@@ -55,6 +55,7 @@ class _Container:
         self.ready = False
         self.log: list[tuple[str, bytes]] = []
         self.log_cond = threading.Condition()
+        self.pump: threading.Thread | None = None
         self.started = False
 
     def status(self) -> dict:
@@ -137,7 +138,8 @@ class _Pod:
         container.started = True
         container.state = {"running": {"startedAt": _now()}}
         container.ready = not container.init
-        threading.Thread(target=self._pump_log, args=(container,), daemon=True).start()
+        container.pump = threading.Thread(target=self._pump_log, args=(container,), daemon=True)
+        container.pump.start()
 
     def _pump_log(self, container: _Container) -> None:
         for line in container.proc.stdout:
@@ -152,7 +154,9 @@ class _Pod:
                 return None
             rc = container.proc.poll()
             if rc is not None:
-                time.sleep(0.05)  # let the log pump drain
+                # As a kubelet does: the log is complete once the container shows terminated
+                # (the pump ends at EOF of the container's output, however loaded the machine).
+                container.pump.join(timeout=30)
                 with self.lock:
                     container.state = {"terminated": {"exitCode": rc if rc >= 0 else 128 - rc, "reason": "Completed" if rc == 0 else "Error", "startedAt": self.start_time, "finishedAt": _now()}}
                     container.ready = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -19,21 +18,17 @@ BASE = "b" * 40
 BUCKET = "evalrunner-test"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def gcs_endpoint() -> Iterator[str]:
     """gcp-storage-emulator, in memory, on a loopback port; stopped after the module."""
     os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"  # else a gRPC probe stalls 60 s
     from gcp_storage_emulator.server import create_server
 
-    port = _free_port()
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET)
+    # Port 0: the emulator binds a port itself, so none can be taken between probing and
+    # binding (a failed bind in its thread would leave ``start()`` waiting forever).
+    server = create_server("127.0.0.1", 0, in_memory=True, default_bucket=BUCKET)
     server.start()
+    port = server._api._httpd.server_address[1]
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -96,29 +96,68 @@ def test_agent_failures_never_reach_the_breaker() -> None:
     assert s.breaker.trip is None and len(script.finished) == 12
 
 
-def test_packed_scheduling_keeps_workers_busy_past_a_slow_step() -> None:
-    def script() -> Script:
-        return Script([("slow", 0.6, "landed")] + [(f"t{i}", 0.1, "landed") for i in range(7)])
+class SlowFirst(Script):
+    """``slow`` and then ``fast`` quick steps; ``slow`` lasts until every fast step has finished
+    or ``slow_s`` has passed, and records how many fast steps finished while it ran. Packing is
+    seen in what ran alongside the slow step, not in wall-clock totals (which a loaded machine
+    blurs)."""
 
-    t0 = time.monotonic()
-    run(script(), workers=2, packed=False)
-    barrier = time.monotonic() - t0
-    t0 = time.monotonic()
-    s = run(script(), workers=2, packed=True)
-    packed = time.monotonic() - t0
+    def __init__(self, fast: int, slow_s: float) -> None:
+        super().__init__([("slow", slow_s, "landed")] + [(f"t{i}", 0.02, "landed") for i in range(fast)])
+        self.fast = fast
+        self.all_fast_done = threading.Event()
+        self.fast_done_during_slow: int | None = None
+
+    def run_step(self, step: Step, stop: threading.Event) -> list[WindowOutcome]:
+        if step.task != "slow":
+            result = super().run_step(step, stop)
+            with self.lock:
+                if len(self.finished - {"slow"}) == self.fast:
+                    self.all_fast_done.set()
+            return result
+        with self.lock:
+            self.ran.append("slow")
+        end = time.monotonic() + self.steps["slow"][1]
+        while not self.all_fast_done.is_set() and time.monotonic() < end:
+            if stop.is_set():
+                return [outcome(step, "cancelled")]
+            time.sleep(0.005)
+        with self.lock:
+            self.fast_done_during_slow = len(self.finished)
+            self.finished.add("slow")
+        return [outcome(step, "landed")]
+
+
+def test_packed_scheduling_keeps_workers_busy_past_a_slow_step() -> None:
+    # Packed: the second worker runs every fast step while the slow one is still running (the
+    # slow step only ends early because of that; 30 s bounds a failure, it is not a wait).
+    packed = SlowFirst(fast=7, slow_s=30.0)
+    s = run(packed, workers=2, packed=True)
     assert s.max_in_flight == 2
-    # Barrier: slow+t0, then 3 more rounds of two ≈ 0.6 + 3×0.1 + overhead; packed ≈ 0.6.
-    assert packed < barrier - 0.15, (packed, barrier)
+    assert packed.fast_done_during_slow == 7, packed.fast_done_during_slow
+    # A barrier per round: only the slow step's round-mate can finish while it runs.
+    barrier = SlowFirst(fast=7, slow_s=0.6)
+    run(barrier, workers=2, packed=False)
+    assert barrier.fast_done_during_slow is not None and barrier.fast_done_during_slow <= 1
+    assert barrier.finished == set(barrier.order)
 
 
 def test_stop_cancels_in_flight_steps_and_joins_workers_quickly() -> None:
     script = Script([(f"t{i}", 30.0, "landed") for i in range(4)])
     stop = threading.Event()
     s = PackedScheduler(plan=script.plan, run_step=script.run_step, workers=2, stop=stop)
-    threading.Timer(0.3, stop.set).start()
-    t0 = time.monotonic()
+    stopped_at: list[float] = []
+
+    def stop_once_both_workers_run() -> None:  # not after a fixed delay: a loaded machine starts late
+        deadline = time.monotonic() + 20
+        while len(script.ran) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        stopped_at.append(time.monotonic())
+        stop.set()
+
+    threading.Thread(target=stop_once_both_workers_run, daemon=True).start()
     s.run()
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - stopped_at[0] < 3
     assert [o.status for o in s.outcomes()] == ["cancelled", "cancelled"]
     assert not [t for t in threading.enumerate() if t.name.startswith("evalrunner-window") and t.is_alive()]
 
