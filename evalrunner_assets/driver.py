@@ -1,24 +1,28 @@
 """Drive one comparison to its verdict in-process, on a persistent local Dagster instance.
 
-The same decisions the sensors make: ``assess`` → ``next_steps``. Manifests are materialized as
-Dagster runs first; then the sample windows of all tasks and both commits run packed on one
-bounded worker pool (:mod:`evalrunner_assets.pipeline.scheduler`: no per-round barrier, an
-outage breaker folded in submission order, cancellation, resume), and each finished
-(commit, task) step is recorded as a ``task_samples`` materialization, then ``comparison`` and
-``pr_report``. Runs, partitions, checks and lineage are recorded in the instance at
-``$DAGSTER_HOME`` (default ``<EVALRUNNER_HOME>/dagster``), so ``evalrunner serve`` afterwards
-shows them.
+The same decisions the sensors make: ``assess`` → ``next_steps``. First the commits not learnt
+yet are learnt at once (discovery in the sandbox, then each task's sample ids listed in the warm
+sandbox its windows will use); then the sample windows of all tasks and both commits run packed
+on one bounded worker pool (:mod:`evalrunner_assets.pipeline.scheduler`: no per-round barrier,
+an outage breaker folded in submission order, cancellation, resume). Each learnt commit is
+recorded as an ``eval_manifest`` materialization, each finished (commit, task) as a
+``task_samples`` materialization, then ``comparison`` and ``pr_report``. Runs, partitions,
+checks and lineage are recorded in the instance at ``$DAGSTER_HOME`` (default
+``<EVALRUNNER_HOME>/dagster``), so ``evalrunner serve`` afterwards shows them.
 
-Why the windows do not run inside concurrent ``dg.materialize`` calls: measured with 6 threads
-materializing partitions of one asset on a SQLite instance, the runs themselves succeed, but
-each run's compute-log capture redirects the *process-wide* stdout/stderr file descriptors and
-restores them out of order, leaving this process's fd 1 and 2 pointing into some run's compute
-log afterwards. So the sandbox work runs on the worker pool and the Dagster runs happen one at a
-time on the driving thread; a ``task_samples`` run after its windows have landed reuses them
-(its metadata counts them as reused) and carries the asset checks.
+Why the sandbox work does not run inside concurrent ``dg.materialize`` calls: measured with 6
+threads materializing partitions of one asset on a SQLite instance, the runs themselves succeed,
+but each run's compute-log capture redirects the *process-wide* stdout/stderr file descriptors
+and restores them out of order, leaving this process's fd 1 and 2 pointing into some run's
+compute log afterwards. So the sandbox work runs on worker threads and the Dagster runs happen
+one at a time on a recorder thread, off the scheduling path; a run after its work has landed
+reuses it (``task_samples`` metadata counts its windows as reused) and carries the asset checks.
+Planning after each window reads only what changed (:class:`~evalrunner_assets.pipeline.assess.AssessCache`).
 """
 
 import concurrent.futures as cf
+import functools
+import importlib
 import os
 import threading
 import time
@@ -31,17 +35,27 @@ from evalrunner_assets import home
 from evalrunner_assets.assets.evals import ASSETS, comparison, eval_manifest, pr_report, task_samples
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.keys import commit_key
-from evalrunner_assets.pipeline.facts import load_facts
+from evalrunner_assets.discovery import DiscoveryError
+from evalrunner_assets.execution.inspect_runner import InspectRunError
+from evalrunner_assets.pipeline.facts import learn_commit, load_facts
 from evalrunner_assets.pipeline.keys import parse_commit_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
 from evalrunner_assets.pipeline.scheduler import (
     DEFAULT_BREAKER_THRESHOLD,
+    JOIN_SECONDS,
     PackedScheduler,
     Unit,
+    default_workers,
     sweep_orphaned_temp_files,
 )
 from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
-from evalrunner_assets.pipeline.windows import batch_key_for, batch_state, record_failure, run_task_windows
+from evalrunner_assets.pipeline.windows import (
+    batch_key_for,
+    batch_state,
+    record_failure,
+    run_task_windows,
+    session_config,
+)
 from lake import LAYOUT, Window
 from lake.layout import partition_value
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
@@ -82,6 +96,19 @@ def default_resources(**overrides: Any) -> dict[str, Any]:
     }
     res.update(overrides)
     return res
+
+
+def _warm_up() -> None:
+    """One-time costs paid while the sandboxes start instead of on the critical path: the
+    inspect_ai import that landing the first window needs (~1.5 s), and the chart renderer's
+    engine that the final report needs (~0.4 s)."""
+    importlib.import_module("inspect_ai.log")
+    try:
+        from evalrunner_assets.report.chart import warm_up
+
+        warm_up()
+    except Exception:  # the report renders (and reports any error) without the warm-up
+        pass
 
 
 def _materialize(step: Step, comparison_key: str, instance: dg.DagsterInstance, resources: dict) -> None:
@@ -145,16 +172,11 @@ def run_comparison(
     Raises :class:`ComparisonStopped` when ``breaker_threshold`` consecutive infrastructure
     failures trip the outage breaker, and re-raises ``KeyboardInterrupt`` after every sandbox is
     killed and the cancellation recorded in the document (``status: "cancelled"``)."""
-    instance = instance or local_instance()
     resources = resources or default_resources()
     the_lake = resources["lake"].open()
     _sweep(the_lake, request.repo)
     resources["repos"].register(the_lake, request.repo, request.source)
     request = open_comparison(the_lake, request)
-    instance.add_dynamic_partitions(
-        "commits", [commit_key(request.repo, request.base_sha), commit_key(request.repo, request.head_sha)]
-    )
-    instance.add_dynamic_partitions("comparisons", [request.key])
     sandbox = resources["sandbox"]
     backend = sandbox.backend()
     backend.preflight()
@@ -163,36 +185,162 @@ def run_comparison(
     if workers is None:
         workers = sandbox.worker_count() if hasattr(sandbox, "worker_count") else None
 
+    # Dagster runs happen one at a time on this recorder thread, off the scheduling path, and
+    # one ``task_samples`` run per (commit, task) once this comparison needs nothing more of it
+    # (with all its windows): a run per window step costs ~2 s of a 2-core machine's CPU.
+    # Opening the instance (~1 s) is its first job, overlapping the commits' learning.
+    recorder = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalrunner-recorder")
+    recorded: list[cf.Future] = []
+    given_instance = instance
+
+    def open_instance() -> dg.DagsterInstance:
+        inst = given_instance or local_instance()
+        inst.add_dynamic_partitions(
+            "commits", [commit_key(request.repo, request.base_sha), commit_key(request.repo, request.head_sha)]
+        )
+        inst.add_dynamic_partitions("comparisons", [request.key])
+        return inst
+
+    instance_ready = recorder.submit(open_instance)
+
+    def dagster_instance() -> dg.DagsterInstance:
+        return instance_ready.result()
+
+    # Planning runs after every window (and from the recorder thread for progress): the cache
+    # makes each call cost only the tasks whose batches changed.
+    assess_cache, assess_lock = assess_mod.AssessCache(), threading.Lock()
+
+    planning = {"calls": 0, "seconds": 0.0}  # measured, for the execution summary
+
     def assess_now() -> assess_mod.Assessment:
-        return assess_mod.assess(the_lake, request, backend_name=backend.name, runtime_digest=runtime,
-                                 detail=False)
+        with assess_lock:
+            started = time.monotonic()
+            try:
+                return assess_mod.assess(the_lake, request, backend_name=backend.name, runtime_digest=runtime,
+                                         detail=False, cache=assess_cache)
+            finally:
+                planning["calls"] += 1
+                planning["seconds"] += time.monotonic() - started
 
     def saved() -> dict[str, Any] | None:
         return assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)
 
     def materialize(step: Step) -> None:
-        _materialize(step, request.key, instance, resources)
+        _materialize(step, request.key, dagster_instance(), resources)
         if on_step is not None and step.kind != "samples":  # samples steps report when they finish
             on_step(step, saved())
 
-    # 1. What is there to compare: manifests, one Dagster run per commit.
-    while True:
-        assessment = assess_now()
-        if not assessment.needs_facts:
-            break
-        for step in next_steps(assessment, saved()):
-            materialize(step)
-
-    # 2. Sample windows, packed on one pool; each finished step recorded as a Dagster run.
+    settings = assess_mod.run_settings(request)
     exports: dict[str, Any] = {}
     facts_cache: dict[str, Any] = {}
-    settings = assess_mod.run_settings(request)
     last_compare = [time.monotonic()]
+    stop = stop or threading.Event()
+    n_workers = default_workers() if workers is None else workers
+    # Worker threads live for the whole comparison: a warm sandbox dies with the thread that
+    # opened it, and those opened while learning the commits serve the windows afterwards.
+    window_threads = cf.ThreadPoolExecutor(max_workers=max(1, n_workers), thread_name_prefix="evalrunner-window")
+    def kill_sandboxes() -> None:
+        if pool is not None:
+            pool.kill_all()
 
-    def prepare(step: Step) -> None:  # on the driving thread: exports are not made concurrently
-        if step.commit not in exports:
+    scheduler = PackedScheduler(
+        plan=lambda: plan(), run_step=lambda step, cancel: run_step(step, cancel),
+        on_done=lambda unit: on_done(unit), kill_sandboxes=kill_sandboxes,
+        workers=workers, breaker_threshold=breaker_threshold,
+        # A sample budget is spent across tasks in a fixed order: keep the round barrier then.
+        packed=packed and request.budget_samples is None,
+        stop=stop, executor=window_threads,
+    )
+
+    def export(ck: str) -> Any:  # on the driving thread: exports are not made concurrently
+        if ck not in exports:
+            repo, sha = parse_commit_key(ck)
+            exports[ck] = resources["repos"].export(the_lake, repo, sha)
+        return exports[ck]
+
+    def list_in_warm_sessions(export_: Any, cfgs: list, cancel: threading.Event | None) -> dict[str, Any]:
+        """Each task's ids, listed in the warm sandbox its windows will run in (opened now, on a
+        window thread, several tasks at once)."""
+        def one(cfg: Any) -> Any:
+            session_cfg = session_config(export_.repo, cfg.task, cfg.spec, cfg.workdir, settings)
+            with pool.session(backend, export_, session_cfg) as runner:  # type: ignore[union-attr]
+                return runner.list_ids(cancel=cancel)
+
+        futures = {cfg.task: window_threads.submit(one, cfg) for cfg in cfgs}
+        out: dict[str, Any] = {}
+        for task, future in futures.items():
+            try:
+                out[task] = future.result()
+            except InspectRunError as exc:
+                out[task] = exc
+        return out
+
+    def record_manifest(step: Step) -> None:
+        if not scheduler.stop.is_set():
+            materialize(step)
+
+    # 1. What is there to compare. Commits not learnt yet are learnt at once, outside Dagster
+    # (ids listed in the warm sandboxes the windows will use); each commit's eval_manifest run
+    # then finds its facts in the lake and is recorded on the recorder thread. A commit whose
+    # learning failed here is learnt again inside its Dagster run, which fails with the error
+    # on record.
+    learning: list[cf.Future] = []
+    threading.Thread(target=_warm_up, name="evalrunner-warm-up", daemon=True).start()
+    try:
+        needs = assess_now().needs_facts
+        for sha in needs:
+            export(commit_key(request.repo, sha))
+        lister = list_in_warm_sessions if pool is not None and pool.supports(backend) else None
+        learners = cf.ThreadPoolExecutor(max_workers=max(1, len(needs)), thread_name_prefix="evalrunner-learn")
+        learning = [
+            learners.submit(learn_commit, the_lake, backend, exports[commit_key(request.repo, sha)],
+                            model=request.model, cancel=stop,
+                            lister=functools.partial(lister, exports[commit_key(request.repo, sha)]) if lister else None)
+            for sha in needs
+        ]
+        try:
+            cf.wait(learning)
+        finally:
+            learners.shutdown(wait=False, cancel_futures=True)
+        for f in learning:
+            # A repository without usable evals fails in its Dagster run below, on record;
+            # anything else is not the repository's doing and surfaces here.
+            if f.exception() is not None and not isinstance(f.exception(), DiscoveryError):
+                raise f.exception()  # type: ignore[misc]
+        while True:
+            assessment = assess_now()
+            if not assessment.needs_facts:
+                break
+            for step in next_steps(assessment, saved()):
+                materialize(step)
+    except KeyboardInterrupt:
+        stop.set()
+        kill_sandboxes()
+        cf.wait(learning, timeout=JOIN_SECONDS)
+        window_threads.shutdown(wait=False, cancel_futures=True)
+        recorder.shutdown(wait=False, cancel_futures=True)
+        _finish(the_lake, request, assess_now, scheduler, "cancelled",
+                "cancelled by the user (SIGINT) while learning the commits' evals")
+        if pool is not None:
+            pool.close_all()
+        raise
+    except BaseException:
+        window_threads.shutdown(wait=False, cancel_futures=True)
+        recorder.shutdown(wait=True)
+        if pool is not None:
+            pool.close_all()
+        raise
+    recorded_partitions = dagster_instance().get_materialized_partitions(eval_manifest.key)
+    for sha in dict.fromkeys((request.base_sha, request.head_sha)):
+        ck = commit_key(request.repo, sha)
+        if ck not in recorded_partitions:  # learnt just now, or by a run that never recorded it
+            recorded.append(recorder.submit(record_manifest, Step("manifest", f"manifest:{ck}", commit=ck)))
+
+    # 2. Sample windows, packed on one pool; each finished step recorded as a Dagster run.
+    def prepare(step: Step) -> None:
+        export(step.commit)
+        if step.commit not in facts_cache:
             repo, sha = parse_commit_key(step.commit)
-            exports[step.commit] = resources["repos"].export(the_lake, repo, sha)
             facts_cache[step.commit] = load_facts(the_lake, repo, sha)
 
     def plan() -> list[Step]:
@@ -236,18 +384,13 @@ def run_comparison(
                 materialize(step)
         last_compare[0] = time.monotonic()
 
-    # Dagster runs happen one at a time on this recorder thread, off the scheduling path, and
-    # one ``task_samples`` run per (commit, task) once this comparison needs nothing more of it
-    # (with all its windows): a run per window step costs ~2 s of a 2-core machine's CPU.
-    recorder = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalrunner-recorder")
-    recorded: list[cf.Future] = []
     ran: dict[tuple[str, str], list[str]] = {}
     live_tasks: set[str] = set()  # undecided tasks: planned or in flight, on either arm
     finished: set[tuple[str, str]] = set()
 
     def record(step: Step) -> None:
         if not scheduler.stop.is_set():
-            _materialize(step, request.key, instance, resources)
+            _materialize(step, request.key, dagster_instance(), resources)
             compare_if_due()
 
     def record_finished(final: bool = False) -> None:
@@ -271,17 +414,6 @@ def run_comparison(
             on_step(unit.step, saved())
         record_finished()
 
-    def kill_sandboxes() -> None:
-        if pool is not None:
-            pool.kill_all()
-
-    scheduler = PackedScheduler(
-        plan=plan, run_step=run_step, on_done=on_done, kill_sandboxes=kill_sandboxes,
-        workers=workers, breaker_threshold=breaker_threshold,
-        # A sample budget is spent across tasks in a fixed order: keep the round barrier then.
-        packed=packed and request.budget_samples is None,
-        stop=stop,
-    )
     try:
         try:
             scheduler.run()
@@ -307,7 +439,7 @@ def run_comparison(
     trip = scheduler.breaker.trip
     if trip is not None:
         result = _finish(the_lake, request, assess_now, scheduler, "stopped", trip.describe())
-        _materialize(Step("report", f"report:{request.key}:stopped"), request.key, instance, resources)
+        _materialize(Step("report", f"report:{request.key}:stopped"), request.key, dagster_instance(), resources)
         raise ComparisonStopped(trip.describe(), result)
     if scheduler.stop.is_set():  # stopped from outside (e.g. the Dagster run was terminated)
         _finish(the_lake, request, assess_now, scheduler, "cancelled", "cancelled by the caller")
@@ -315,7 +447,7 @@ def run_comparison(
     compare_if_due(force=True)
     result = saved()
     assert result is not None
-    result["execution"] = scheduler.summary()
+    result["execution"] = {**scheduler.summary(), "planning": {**planning, "seconds": round(planning["seconds"], 3)}}
     assess_mod.save_result(the_lake, result)
     _write_execution(the_lake, request, result["execution"])
     return result

@@ -67,9 +67,23 @@ def read_records(lake: Lake) -> list[BatchRecord]:
     return records
 
 
-def refresh(con: duckdb.DuckDBPyConnection, lake: Lake) -> list[BatchRecord]:
-    """Point the views at the lake's current committed batches; returns the records read."""
-    records = read_records(lake)
+def read_batch_records(lake: Lake, keys: Any) -> list[BatchRecord]:
+    """The records of the given batches (``BatchKey``s) that exist, in the order given."""
+    out = []
+    for key in keys:
+        rel = lake.layout.batch_record(key.repo, key.commit, key.task, key.window, key.digest)
+        if lake.exists(rel):
+            out.append(BatchRecord.model_validate_json(lake.read_bytes(rel)))
+    return out
+
+
+def refresh(
+    con: duckdb.DuckDBPyConnection, lake: Lake, records: list[BatchRecord] | None = None
+) -> list[BatchRecord]:
+    """Point the views at the lake's current committed batches (or only at ``records``);
+    returns the records used."""
+    if records is None:
+        records = read_records(lake)
     committed = [r for r in records if r.status == "ok"]
     samples = [_schema_stub("samples", SAMPLES_SCHEMA)]
     events = [_schema_stub("events", EVENTS_SCHEMA)]
@@ -81,12 +95,16 @@ def refresh(con: duckdb.DuckDBPyConnection, lake: Lake) -> list[BatchRecord]:
     return records
 
 
-def connect(lake: Lake, *, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the lake's views (``batches``, ``samples``, ``events``, …)."""
+def connect(
+    lake: Lake, *, database: str = ":memory:", records: list[BatchRecord] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the lake's views (``batches``, ``samples``, ``events``, …);
+    with ``records``, the views cover only those batches (reading a few batches of a large lake
+    without listing every record)."""
     con = duckdb.connect(database)
     if not lake.is_local:
         con.register_filesystem(lake.fs)
-    refresh(con, lake)
+    refresh(con, lake, records)
     for name in VIEWS:
         con.execute(sql.load(name))
     return con

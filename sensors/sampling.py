@@ -2,7 +2,9 @@
 
 Each tick reads each comparison's request and state (the lake alone), asks the same
 ``next_steps`` the CLI uses, and requests those runs. Run keys make it idempotent, and since
-nothing lives in the sensor's memory, it survives a daemon restart.
+the lake holds all the state, it survives a daemon restart. Between ticks in one code-server
+process, each open comparison keeps an ``AssessCache`` (immutable lake facts only: a restart
+merely starts it cold), so a tick costs the tasks whose batches changed.
 """
 
 
@@ -14,6 +16,9 @@ from evalrunner_assets.pipeline.keys import parse_comparison_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
 from evalrunner_assets.pipeline.spec import ComparisonRequestError, load_request
 from resources import LakeResource, SandboxResource
+
+
+_ASSESS_CACHES: dict[str, assess_mod.AssessCache] = {}
 
 
 def step_run_request(step: Step, comparison: str) -> dg.RunRequest:
@@ -44,6 +49,7 @@ def sampling_sensor(
     backend = sandbox.backend()
     runtime = backend.runtime_digest()
     requests: list[dg.RunRequest] = []
+    open_comparisons: set[str] = set()
     for key in context.instance.get_dynamic_partitions("comparisons"):
         repo, pr, head = parse_comparison_key(key)
         try:
@@ -56,8 +62,12 @@ def sampling_sensor(
             request.cap + request.extra_samples
         ):
             continue
+        open_comparisons.add(key)
         assessment = assess_mod.assess(
-            the_lake, request, backend_name=backend.name, runtime_digest=runtime, detail=False
+            the_lake, request, backend_name=backend.name, runtime_digest=runtime, detail=False,
+            cache=_ASSESS_CACHES.setdefault(key, assess_mod.AssessCache()),
         )
         requests += [step_run_request(s, key) for s in next_steps(assessment, saved)]
+    for key in set(_ASSESS_CACHES) - open_comparisons:
+        del _ASSESS_CACHES[key]  # finished or gone: nothing more to plan
     return dg.SensorResult(run_requests=requests)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,7 +31,7 @@ from _pipeline_fixtures import (
 )
 from evalrunner_assets.driver import run_comparison
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
-from evalrunner_assets.pipeline.assess import assess
+from evalrunner_assets.pipeline.assess import AssessCache, assess
 from evalrunner_assets.report import MARKER
 from lake import LAYOUT
 
@@ -210,6 +211,18 @@ def test_first_comparison_ran_both_arms(improved: Run, example: ExampleRepo) -> 
     assert improved.new_batches[example.base_sha]
 
 
+def test_a_fresh_commit_starts_one_warm_sandbox_per_task_and_lists_ids_in_it(improved: Run,
+                                                                            example: ExampleRepo) -> None:
+    # Learning a commit lists each task's ids in the warm sandbox its windows then use: no
+    # separate listing sandbox, and no second session for the first window.
+    for commit in (example.base_sha, example.sha("improve-runbook")):
+        starts = [s for s in improved.starts if s["commit"] == commit]
+        sessions = Counter(s["labels"]["task"] for s in starts if s["kind"] == "session")
+        assert sessions == Counter({t: 1 for t in ALL_TASKS}), sessions
+        assert [s["labels"]["step"] for s in starts if s["kind"] == "run"] == ["discovery"]
+        assert sum(1 for s in starts if s["kind"] == "eval") == len(improved.new_batches[commit])
+
+
 def test_changing_the_seed_invalidates_base_reuse(compare, improved: Run, example: ExampleRepo) -> None:
     base = example.base_sha
     run = compare("improve-runbook", "105", seed=1, max_tasks=1, cap=16)
@@ -239,6 +252,28 @@ def test_changing_the_model_args_plans_new_base_batches(improved: Run, home: Pip
     planned = {(w.task, w.window.name) for w in changed.next_windows if w.arm == "base"}
     assert planned == {(t, "w000000-000016") for t in ALL_TASKS}
 
+
+
+def test_assess_with_a_cache_gives_the_same_document_and_sees_a_changed_request(
+        improved: Run, home: PipelineHome, example: ExampleRepo) -> None:
+    backend = home.resources()["sandbox"].backend()
+    lake = home.lake()
+    request = request_for(example, "improve-runbook", "101", changed_files=(TRIAGE_SKILL,))
+    kw = dict(backend_name=backend.name, runtime_digest=backend.runtime_digest(), detail=False)
+
+    def doc(a: Any) -> dict[str, Any]:
+        return {k: v for k, v in a.result.items() if k != "computed_at"}
+
+    plain = assess(lake, request, **kw)
+    cache = AssessCache()
+    first, second = assess(lake, request, cache=cache, **kw), assess(lake, request, cache=cache, **kw)
+    assert doc(first) == doc(second) == doc(plain)
+    assert cache.hits == len(ALL_TASKS)  # the second call computed no task again
+    assert cache.rows and all(cache.rows.values())
+    # Another request (a smaller cap) is not answered from the first one's cache.
+    capped = request_for(example, "improve-runbook", "101", changed_files=(TRIAGE_SKILL,), cap=16)
+    assert doc(assess(lake, capped, cache=cache, **kw)) == doc(assess(lake, capped, **kw))
+    assert cache.hits == 0
 
 # --- changed-file affinity ----------------------------------------------------------------------
 

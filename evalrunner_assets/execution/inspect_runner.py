@@ -452,14 +452,21 @@ class WarmTaskRunner:
                    "sample_ids": ids, "seed": self.cfg.seed, "epochs": self.cfg.epochs}
         result = self._call(payload, timeout or self.cfg.limits.wall_seconds, cancel)
         reply_error = None
+        eval_s = None
         try:
             reply = json.loads(result.stdout) if result.stdout else {}
             if isinstance(reply, dict) and reply.get("ok") is False:
                 reply_error = f"warm worker reported: {str(reply.get('error'))[:500]}"
+            if isinstance(reply, dict) and isinstance(reply.get("eval_s"), (int, float)):
+                eval_s = min(max(0.0, float(reply["eval_s"])), result.duration_s)  # untrusted: clamped
         except ValueError:
             pass  # the reply is untrusted and optional; the log decides
         # The session's start-up is charged to its first window; later windows ride on it.
         timings = {"sandbox_start_s": self.timings.pop("sandbox_start_s", 0.0)}
+        if eval_s is not None:
+            # Time inside Inspect's eval() as the sandbox reports it (sub-second, unlike the
+            # log's own timestamps): for measurements only, never for decisions.
+            timings["eval_s"] = eval_s
         run = _window_run(key, "warm", result, ids, self.cfg.epochs, timings)
         if run.failure_kind == NO_LOG and reply_error:
             run.failure_cause = f"{reply_error}; {run.failure_cause}"

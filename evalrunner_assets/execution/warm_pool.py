@@ -55,6 +55,7 @@ class WarmPool:
         self._entries: dict[tuple, _Entry] = {}
         self._lock = threading.Lock()
         self.started = 0  # sessions started over the pool's life (for measurements and tests)
+        self._closers: list[threading.Thread] = []  # background closes started by retain()
 
     @staticmethod
     def _key(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig) -> tuple:
@@ -124,14 +125,29 @@ class WarmPool:
         return out
 
     def retain(self, live: Iterable[tuple[str, str]]) -> int:
-        """Close every idle session whose (commit, task) is not in ``live`` (decided tasks)."""
+        """Close every idle session whose (commit, task) is not in ``live`` (decided tasks).
+
+        The sessions leave the pool at once and are closed on a background thread: a polite
+        close waits for the worker to exit (~0.3 s), which the planner calling this should not.
+        :meth:`close_all` and :meth:`kill_all` wait for those closes."""
         keep = set(live)
         with self._lock:
             gone = [k for k, e in self._entries.items() if not e.in_use and (e.commit, e.task) not in keep]
             closing = [self._entries.pop(k) for k in gone]
-        for e in closing:
-            e.runner.close()
+        if closing:
+            closer = threading.Thread(target=lambda: [e.runner.close() for e in closing],
+                                      name="evalrunner-close", daemon=True)
+            with self._lock:
+                self._closers = [t for t in self._closers if t.is_alive()] + [closer]
+            closer.start()
         return len(closing)
+
+    def _join_closers(self, timeout: float) -> None:
+        with self._lock:
+            closers, self._closers = self._closers, []
+        deadline = time.monotonic() + timeout
+        for t in closers:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def close_all(self) -> None:
         with self._lock:
@@ -139,6 +155,7 @@ class WarmPool:
             self._entries.clear()
         for e in closing:
             e.runner.close()
+        self._join_closers(timeout=30)
 
     def kill_all(self) -> None:
         """Kill every session, in use or not (cancellation). A window running in a killed
@@ -151,6 +168,7 @@ class WarmPool:
             t.start()
         for t in threads:
             t.join(timeout=12)
+        self._join_closers(timeout=12)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -11,6 +11,7 @@ commit's windows are the same for every PR on it and are reused, never re-run.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import json
 import math
@@ -142,17 +143,67 @@ def _delta(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def _load_rows(lake: Lake, keys: list[BatchKey]) -> list[dict[str, Any]]:
-    if not keys:
-        return []
-    from lake import duck
+class AssessCache:
+    """What one process remembers between assessments of one comparison, so that planning after
+    every window costs what changed, not the whole comparison again.
 
-    con = duck.connect(lake)
-    try:
-        table = duck.query(con, "comparison_samples", {"batches": sorted({k.digest for k in keys})})
-    finally:
-        con.close()
-    return table.to_pylist()
+    Everything kept is immutable once it exists in the lake: a commit's facts (written once),
+    batch keys (derived from facts and the request), the rows of a committed batch (its record
+    is the commit marker; committed files are never rewritten), and each task's decision and
+    figures computed from exactly those batches. Failure records and absent batches are always
+    read again. The cache belongs to one request: a changed request (e.g. ``/eval more`` raised
+    the allowance), another price table or another sandbox runtime empties it."""
+
+    def __init__(self) -> None:
+        self.request: ComparisonRequest | None = None
+        self.prices: PriceTable | None = None
+        self.runtime: tuple[str, str] | None = None  # (backend name, runtime digest): batch keys depend on it
+        self.facts: dict[str, CommitFacts] = {}
+        self.keys: dict[tuple[str, str, str], BatchKey] = {}
+        self.committed: set[str] = set()  # digests of batches known committed
+        self.rows: dict[str, list[dict[str, Any]]] = {}  # digest -> its sample rows, in query order
+        self.tasks: dict[tuple[Any, ...], tuple[stats.TaskDecision, dict[str, Any], float | None]] = {}
+        self.hits = 0  # task results reused (for measurements)
+
+    def bind(self, request: ComparisonRequest, prices: PriceTable, runtime: tuple[str, str]) -> None:
+        if self.request != request or self.prices != prices or self.runtime != runtime:
+            self.__init__()  # type: ignore[misc]
+            self.request, self.prices, self.runtime = request, prices, runtime
+
+
+def _load_facts(lake: Lake, repo: str, commit: str, cache: AssessCache | None) -> CommitFacts | None:
+    if cache is not None and commit in cache.facts:
+        return cache.facts[commit]
+    facts = load_facts(lake, repo, commit)
+    if cache is not None and facts is not None:
+        cache.facts[commit] = facts
+    return facts
+
+
+def _load_rows(lake: Lake, keys: list[BatchKey], cache: AssessCache | None = None) -> list[dict[str, Any]]:
+    """Sample rows of ``keys``' committed batches, ordered by (batch, sample id, epoch); with a
+    cache only batches not read before are queried."""
+    digests = sorted({k.digest for k in keys})
+    if not digests:
+        return []
+    missing = digests if cache is None else [d for d in digests if d not in cache.rows]
+    fetched: dict[str, list[dict[str, Any]]] = {d: [] for d in missing}
+    if missing:
+        from lake import duck
+
+        wanted = {k.digest: k for k in keys if k.digest in fetched}
+        records = duck.read_batch_records(lake, list(wanted.values()))
+        con = duck.connect(lake, records=records)
+        try:
+            table = duck.query(con, "comparison_samples", {"batches": missing})
+        finally:
+            con.close()
+        for row in table.to_pylist():
+            fetched[row["batch"]].append(row)
+    if cache is None:
+        return [r for d in digests for r in fetched[d]]
+    cache.rows.update(fetched)
+    return [r for d in digests for r in cache.rows[d]]
 
 
 def assess(
@@ -163,15 +214,20 @@ def assess(
     runtime_digest: str,
     prices: PriceTable | None = None,
     detail: bool = True,
+    cache: AssessCache | None = None,
 ) -> Assessment:
     """Read the comparison's state from the lake; decide each task; plan the next windows.
 
     ``detail=False`` skips what only the report needs (the interval path for the chart and the
-    more-pairs forecast): planning calls it after every step, and those two dominate its cost."""
+    more-pairs forecast): planning calls it after every step, and those two dominate its cost.
+    ``cache``: pass the same :class:`AssessCache` to successive calls for one comparison (the
+    result is the same as without it; only tasks whose batches changed are computed again)."""
     prices = prices or PriceTable.default()
+    if cache is not None:
+        cache.bind(request, prices, (backend_name, runtime_digest))
     facts: dict[str, CommitFacts | None] = {
-        "head": load_facts(lake, request.repo, request.head_sha),
-        "base": load_facts(lake, request.repo, request.base_sha),
+        "head": _load_facts(lake, request.repo, request.head_sha, cache),
+        "base": _load_facts(lake, request.repo, request.base_sha, cache),
     }
     commits = {"head": request.head_sha, "base": request.base_sha}
     missing = [commits[a] for a in ("base", "head") if facts[a] is None]
@@ -205,9 +261,14 @@ def assess(
             w = window_bounds(start, p.limit)
             states = {}
             for arm, f in (("head", hf), ("base", bf)):
-                key = batch_key_for(request.repo, commits[arm], f, settings, w,
-                                    backend_name=backend_name, runtime_digest=runtime_digest)
+                key = _batch_key(cache, request.repo, commits[arm], f, settings, w,
+                                 backend_name=backend_name, runtime_digest=runtime_digest)
+                if cache is not None and key.digest in cache.committed:
+                    states[arm] = (key, "committed")
+                    continue
                 states[arm] = (key, batch_state(lake, key))
+                if cache is not None and states[arm][1] == "committed":
+                    cache.committed.add(key.digest)
             for arm, (key, state) in states.items():
                 if state == "failed":
                     p.failures[arm] = read_failure(lake, key) or "infrastructure failure"
@@ -225,7 +286,7 @@ def assess(
         progress[task] = p
 
     all_keys = [k for p in progress.values() for arm in ("head", "base") for k in p.keys[arm]]
-    rows = _load_rows(lake, all_keys)
+    rows = _load_rows(lake, all_keys, cache)
     n_tasks = max(1, len(compared))
     samples_run = len(rows)
     budget = None
@@ -239,50 +300,26 @@ def assess(
     plan_states: dict[str, stats.TaskPlanState] = {}
     for task in compared:
         p = progress[task]
-        hf, bf = head_facts.tasks[task], base_facts.tasks[task]
-        head_rows = _arm_rows(rows, p.keys["head"])
-        base_rows = _arm_rows(rows, p.keys["base"])
-        seq = sample_order(sorted(set(hf.sample_ids) | set(bf.sample_ids)), request.seed)
-        pairing = stats.pair_task(head_rows, base_rows, order=seq)
-        at_cap = p.landed >= p.limit
-        decision = stats.decide_task(
-            pairing, params, n_tasks,
-            at_cap=at_cap,
-            budget_exhausted=budget_left is not None and budget_left <= 0,
-            head_failed="head" in p.failures,
-            base_failed="base" in p.failures,
-            forecast=detail,
-        )
+        budget_exhausted = budget_left is not None and budget_left <= 0
+        memo = (task, tuple(k.digest for k in p.keys["head"]), tuple(k.digest for k in p.keys["base"]),
+                p.n_samples, p.limit, tuple(sorted(p.failures.items())), budget_exhausted, n_tasks,
+                touched[task], detail)
+        if cache is not None and memo in cache.tasks:
+            decision, doc, cost_per_pair = cache.tasks[memo]
+            cache.hits += 1
+        else:
+            decision, doc, cost_per_pair = _assess_task(
+                task, p, head_facts.tasks[task], base_facts.tasks[task], rows, request, params, n_tasks,
+                budget_exhausted=budget_exhausted, touched=touched[task], prices=prices, detail=detail,
+            )
+            if cache is not None:
+                cache.tasks[memo] = (decision, doc, cost_per_pair)
+        task_docs[task] = copy.deepcopy(doc)  # the document may be edited; the cached one stays
         decisions[task] = decision
         if "head" in p.failures and "base" not in p.failures:
             failures[task] = f"failed on this PR's head: {p.failures['head']}"
         elif "base" in p.failures:
             failures[task] = f"failed on the base: {p.failures['base']}"
-        head_acc = _arm_accounting(head_rows, prices)
-        base_acc = _arm_accounting(base_rows, prices)
-        cost_per_pair = None
-        if head_acc["cost_per_sample_usd"] is not None and base_acc["cost_per_sample_usd"] is not None:
-            cost_per_pair = (head_acc["cost_per_sample_usd"] + base_acc["cost_per_sample_usd"]) / 2
-        task_docs[task] = {
-            "decision": decision.to_dict(),
-            "affinity": "matched" if touched[task] else "unmatched",
-            "pairs_possible": p.n_samples,
-            "pairs_limit": p.limit,
-            "positions_landed": p.landed,
-            "windows": p.windows,
-            "failures": dict(p.failures),
-            "head": head_acc,
-            "base": base_acc,
-            "cost_per_sample_delta_usd": _delta(head_acc["cost_per_sample_usd"], base_acc["cost_per_sample_usd"]),
-            "latency_p50_delta_s": _delta(head_acc["latency_p50_s"], base_acc["latency_p50_s"]),
-            "more_samples_hint": (
-                stats.describe_more_samples(decision.more_pairs_needed, cost_per_pair)
-                if decision.label in ("continue", "inconclusive") and decision.more_pairs_needed
-                else None
-            ),
-            "path": [list(step) for step in stats.confidence_path(pairing, params, n_tasks)] if detail else [],
-            "batches": {arm: [k.digest for k in p.keys[arm]] for arm in ("head", "base")},
-        }
         if decision.label == "continue" and not p.failures and p.pending:
             plan_states[task] = stats.TaskPlanState(
                 next_start=p.landed, n_samples=p.limit, label="continue",
@@ -330,6 +367,65 @@ def assess(
     if next_windows:
         result["final_verdict"]["verdict"] = "RUNNING"
     return Assessment(request, [], next_windows, result)
+
+
+def _batch_key(cache: AssessCache | None, repo: str, commit: str, facts: TaskFacts, settings: RunSettings,
+               window: Window, *, backend_name: str, runtime_digest: str) -> BatchKey:
+    memo = (commit, facts.task, window.name)
+    if cache is not None and memo in cache.keys:
+        return cache.keys[memo]
+    key = batch_key_for(repo, commit, facts, settings, window, backend_name=backend_name,
+                        runtime_digest=runtime_digest)
+    if cache is not None:
+        cache.keys[memo] = key
+    return key
+
+
+def _assess_task(
+    task: str, p: TaskProgress, hf: TaskFacts, bf: TaskFacts, rows: list[dict[str, Any]],
+    request: ComparisonRequest, params: stats.StatsParams, n_tasks: int, *, budget_exhausted: bool,
+    touched: bool, prices: PriceTable, detail: bool,
+) -> tuple[stats.TaskDecision, dict[str, Any], float | None]:
+    """One task's decision, its document and the mean cost of a pair, from its committed
+    batches alone."""
+    head_rows = _arm_rows(rows, p.keys["head"])
+    base_rows = _arm_rows(rows, p.keys["base"])
+    seq = sample_order(sorted(set(hf.sample_ids) | set(bf.sample_ids)), request.seed)
+    pairing = stats.pair_task(head_rows, base_rows, order=seq)
+    decision = stats.decide_task(
+        pairing, params, n_tasks,
+        at_cap=p.landed >= p.limit,
+        budget_exhausted=budget_exhausted,
+        head_failed="head" in p.failures,
+        base_failed="base" in p.failures,
+        forecast=detail,
+    )
+    head_acc = _arm_accounting(head_rows, prices)
+    base_acc = _arm_accounting(base_rows, prices)
+    cost_per_pair = None
+    if head_acc["cost_per_sample_usd"] is not None and base_acc["cost_per_sample_usd"] is not None:
+        cost_per_pair = (head_acc["cost_per_sample_usd"] + base_acc["cost_per_sample_usd"]) / 2
+    doc = {
+        "decision": decision.to_dict(),
+        "affinity": "matched" if touched else "unmatched",
+        "pairs_possible": p.n_samples,
+        "pairs_limit": p.limit,
+        "positions_landed": p.landed,
+        "windows": p.windows,
+        "failures": dict(p.failures),
+        "head": head_acc,
+        "base": base_acc,
+        "cost_per_sample_delta_usd": _delta(head_acc["cost_per_sample_usd"], base_acc["cost_per_sample_usd"]),
+        "latency_p50_delta_s": _delta(head_acc["latency_p50_s"], base_acc["latency_p50_s"]),
+        "more_samples_hint": (
+            stats.describe_more_samples(decision.more_pairs_needed, cost_per_pair)
+            if decision.label in ("continue", "inconclusive") and decision.more_pairs_needed
+            else None
+        ),
+        "path": [list(step) for step in stats.confidence_path(pairing, params, n_tasks)] if detail else [],
+        "batches": {arm: [k.digest for k in p.keys[arm]] for arm in ("head", "base")},
+    }
+    return decision, doc, cost_per_pair
 
 
 def _identity(request: ComparisonRequest) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ from evalrunner_assets.execution.inspect_runner import (
 from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from lake import LAYOUT, Lake
+
+# Lists the given tasks' sample ids: per task, (Inspect task name, ids) or the listing's error.
+IdLister = Callable[[list[TaskRunConfig], "threading.Event | None"],
+                    dict[str, "tuple[str, list[str]] | InspectRunError"]]
 
 
 @dataclass(frozen=True)
@@ -104,11 +109,14 @@ def learn_commit(
     *,
     model: str,
     cancel: threading.Event | None = None,
+    lister: IdLister | None = None,
 ) -> CommitFacts:
     """Discover the commit's evals and list each task's sample ids, in the sandbox; land both.
 
-    Raises :class:`DiscoveryError` when the repository declares no usable evals. A task whose
-    ids cannot be listed is kept with its failure recorded (the comparison reports it)."""
+    ``lister(cfgs, cancel)`` lists the tasks' ids (default: one warm sandbox per workdir); a
+    driver that keeps warm sandboxes passes one that lists each task in the sandbox its windows
+    will use. Raises :class:`DiscoveryError` when the repository declares no usable evals. A
+    task whose ids cannot be listed is kept with its failure recorded (the comparison reports it)."""
     existing = load_facts(lake, export.repo, export.commit)
     if existing is not None:
         return existing
@@ -118,7 +126,10 @@ def learn_commit(
         TaskRunConfig(repo=export.repo, task=e.id, spec=e.spec, model=model, workdir=e.workdir)
         for e in result.manifest.tasks
     ]
-    listed = list_sample_ids_many(backend, export, cfgs, cancel)
+    if lister is None:
+        listed = list_sample_ids_many(backend, export, cfgs, cancel)
+    else:
+        listed = lister(cfgs, cancel)
     tasks: dict[str, TaskFacts] = {}
     for entry in result.manifest.tasks:
         got = listed[entry.id]

@@ -222,10 +222,14 @@ class PackedScheduler:
         breaker_threshold: int = DEFAULT_BREAKER_THRESHOLD,
         packed: bool = True,
         stop: threading.Event | None = None,
+        executor: cf.ThreadPoolExecutor | None = None,
     ) -> None:
         self.workers = default_workers() if workers is None else workers
         if self.workers < 1:
             raise SchedulerError(f"workers must be at least 1, got {self.workers}")
+        # A caller's executor, when warm sandboxes were opened on its threads before the loop
+        # (a local sandbox dies with the thread that started it). The scheduler shuts it down.
+        self.executor = executor
         self.plan, self.run_step = plan, run_step
         self.on_done, self.on_idle, self.kill_sandboxes = on_done, on_idle, kill_sandboxes
         self.packed = packed
@@ -243,7 +247,8 @@ class PackedScheduler:
     def run(self) -> None:
         """Until the planner has nothing left, the breaker trips, or ``stop`` is set.
         Re-raises ``KeyboardInterrupt`` after cancelling and joining everything."""
-        executor = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="evalrunner-window")
+        executor = self.executor or cf.ThreadPoolExecutor(max_workers=self.workers,
+                                                          thread_name_prefix="evalrunner-window")
         in_flight = self.in_flight
         try:
             while True:

@@ -92,6 +92,14 @@ def batch_key_for(
     )
 
 
+def session_config(repo: str, task: str, spec: str, workdir: str, settings: RunSettings) -> TaskRunConfig:
+    """The run configuration of a task's windows (and so the key of its warm sandbox)."""
+    return TaskRunConfig(
+        repo=repo, task=task, spec=spec, model=settings.model, workdir=workdir,
+        model_args=dict(settings.model_args), seed=settings.seed, epochs=settings.epochs,
+    )
+
+
 def batch_state(lake: Lake, key: BatchKey) -> str:
     """``committed`` (landed, status ok), ``failed`` (an infrastructure failure is on record)
     or ``absent``."""
@@ -231,11 +239,7 @@ def run_task_windows(
     share a warm sandbox for this call only, and a single window runs cold. A cancelled window
     (``cancel`` set) records nothing, so it runs again when the comparison resumes."""
     runtime = backend.runtime_digest()
-    cfg = TaskRunConfig(
-        repo=export.repo, task=facts.task, spec=facts.spec, model=settings.model,
-        workdir=facts.workdir, model_args=dict(settings.model_args), seed=settings.seed,
-        epochs=settings.epochs,
-    )
+    cfg = session_config(export.repo, facts.task, facts.spec, facts.workdir, settings)
     windows = list(dict.fromkeys(windows))  # a window asked for twice runs once
     outcomes: list[WindowOutcome] = []
     todo: list[tuple[int, Window]] = []

@@ -55,3 +55,12 @@ def render_chart(result: dict[str, Any]) -> dict[str, bytes]:
         "png": vlc.vegalite_to_png(spec, scale=1.5),
         "svg": vlc.vegalite_to_svg(spec).encode(),
     }
+
+
+def warm_up() -> None:
+    """Start vl-convert's rendering engine (~0.4 s on its first render in a process), so that a
+    driver can pay for it while it waits on sandboxes rather than after the verdict."""
+    import vl_convert as vlc
+
+    vlc.vegalite_to_png({"data": {"values": [{"x": 0}]}, "mark": "point",
+                         "encoding": {"x": {"field": "x", "type": "quantitative"}}})

@@ -17,14 +17,18 @@ from ._behaviour import (
     decide,
     success_probability,
 )
-from ._provider import (
-    CHARS_PER_TOKEN,
-    DEFAULT_SEED,
-    PROVIDER,
-    SIMAGENT_PRICE,
-    SimulatedAgentAPI,
-    TokenPrice,
-)
+from ._price import SIMAGENT_PRICE, TokenPrice
+
+# The provider imports Inspect (~1.5 s); its names load on first use, so reading the price does not.
+_PROVIDER_NAMES = ("CHARS_PER_TOKEN", "DEFAULT_SEED", "PROVIDER", "SimulatedAgentAPI")
+
+
+def __getattr__(name: str) -> object:
+    if name in _PROVIDER_NAMES:
+        from . import _provider
+
+        return getattr(_provider, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Answer",

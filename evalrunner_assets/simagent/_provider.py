@@ -31,30 +31,12 @@ from inspect_ai.model import (
 from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 
 from ._agent import Answer, CallTool, Conversation, ToolExchange, incident_key, next_step
+from ._price import SIMAGENT_PRICE, TokenPrice  # noqa: F401  (re-exported)
 
 PROVIDER = "simagent"
 DEFAULT_SEED = 0
 CHARS_PER_TOKEN = 4
 CONTEXT_WINDOW_TOKENS = 200_000
-
-
-@dataclass(frozen=True)
-class TokenPrice:
-    """US dollars per million tokens."""
-
-    input_usd_per_mtok: float
-    output_usd_per_mtok: float
-
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return (
-            input_tokens * self.input_usd_per_mtok + output_tokens * self.output_usd_per_mtok
-        ) / 1_000_000
-
-
-# The stand-in price of every ``simagent/*`` model (the same for all names). Pipelines that keep
-# their own price table should read it from here; Inspect also gets it (``set_model_info``), so
-# each log's model usage carries ``total_cost``.
-SIMAGENT_PRICE = TokenPrice(input_usd_per_mtok=1.00, output_usd_per_mtok=5.00)
 
 
 def estimate_tokens(text: str) -> int:
