@@ -77,6 +77,15 @@ def test_sandboxes_that_die_trip_the_breaker_after_five_with_bounded_overshoot(t
     # Failed windows are counted; their spend is unknown (the sandbox died: no log).
     assert doc["execution"]["not_landed"]["windows"] >= 1
     assert doc["execution"]["not_landed"]["cost_usd"] is None
+    # The lake's failure records say the same to the report: the PR comment counts the failed
+    # windows beside the spend, with their cost unknown rather than $0.00.
+    failed = doc["failed_windows"]
+    assert failed["windows"] >= 1 and failed["unknown_windows"] == failed["windows"]
+    assert failed["cost_usd"] is None
+    comment = next((lake(home) / "comparisons").rglob("*.comment.md")).read_text()
+    footer = next(line for line in comment.splitlines() if line.startswith("Samples run:"))
+    assert (f"not landed: {failed['windows']} window(s) failed on infrastructure "
+            "(no readable log: their use is unknown)") in footer
 
 
 def test_an_agent_that_fails_every_sample_does_not_trip_the_breaker(tmp_path: Path) -> None:

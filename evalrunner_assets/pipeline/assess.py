@@ -71,6 +71,7 @@ class TaskProgress:
     keys: dict[str, list[BatchKey]] = field(default_factory=lambda: {"head": [], "base": []})
     pending: list[PlannedWindow] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)  # arm -> first cause
+    failed_keys: list[BatchKey] = field(default_factory=list)  # the windows that failed (one per arm at most)
 
 
 @dataclass
@@ -272,6 +273,7 @@ def assess(
             for arm, (key, state) in states.items():
                 if state == "failed":
                     p.failures[arm] = read_failure(lake, key) or "infrastructure failure"
+                    p.failed_keys.append(key)
             if p.failures:
                 break
             if all(s == "committed" for _, s in states.values()):
@@ -339,6 +341,8 @@ def assess(
     for wp in planned:
         next_windows.extend(progress[wp.task].pending)
 
+    failed = failed_window_accounting(lake, [k for t in compared for k in progress[t].failed_keys],
+                                      prices or PriceTable.default())
     possible = sum(2 * progress[t].limit for t in compared)
     spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ("head", "base")]
     result = {
@@ -356,6 +360,9 @@ def assess(
         "samples_possible": possible,
         "spend_usd": round(sum(s for s in spend if s is not None), 6) if spend and all(s is not None for s in spend) else None,
         "spend_known": bool(spend) and all(s is not None for s in spend),
+        # Money spent is money spent: windows that failed on infrastructure landed no samples,
+        # but what their logs say they used is counted here (unknown when no log was readable).
+        "failed_windows": failed,
         "next_windows": [
             {"arm": w.arm, "commit": w.commit, "task": w.task, "window": w.window.name} for w in next_windows
         ],
@@ -428,6 +435,25 @@ def _assess_task(
     return decision, doc, cost_per_pair
 
 
+def failed_window_accounting(lake: Lake, keys: list[BatchKey], prices: PriceTable) -> dict[str, Any]:
+    """Samples, tokens and cost that failed windows used, from their failure records."""
+    from evalrunner_assets.pipeline.windows import failure_usage
+
+    out: dict[str, Any] = {"windows": 0, "samples": 0, "total_tokens": 0, "cost_usd": 0.0, "unknown_windows": 0}
+    for key in keys:
+        out["windows"] += 1
+        usage = failure_usage(lake, key)
+        costs = [prices.cost({"model": m, **u}) for m, u in ((usage or {}).get("models") or {}).items()]
+        if usage is None or any(c is None for c in costs):
+            out["unknown_windows"] += 1
+        if usage is not None:
+            out["samples"] += int(usage.get("samples") or 0)
+            out["total_tokens"] += int(usage.get("total_tokens") or 0)
+            out["cost_usd"] += sum(c for c in costs if c is not None)
+    out["cost_usd"] = None if out["unknown_windows"] else round(out["cost_usd"], 6)
+    return out
+
+
 def _identity(request: ComparisonRequest) -> dict[str, Any]:
     """The fields that say which comparison a document is."""
     return {
@@ -461,6 +487,7 @@ def _waiting(request: ComparisonRequest, lake: Lake) -> dict[str, Any]:
         "samples_possible": 0,
         "spend_usd": None,
         "spend_known": False,
+        "failed_windows": {"windows": 0, "samples": 0, "total_tokens": 0, "cost_usd": 0.0, "unknown_windows": 0},
         "next_windows": [],
         "trajectories": {
             arm: lake.url(LAYOUT.raw_prefix(request.repo, sha))

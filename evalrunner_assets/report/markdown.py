@@ -142,12 +142,34 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def not_landed_note(result: dict[str, Any]) -> str:
+    """What windows that landed no samples still used: failed ones (from their logs) and, for a
+    stopped or cancelled run, the windows cut short. Empty when there were none."""
+    parts = []
+    failed = result.get("failed_windows") or {}
+    windows, unknown = failed.get("windows") or 0, failed.get("unknown_windows") or 0
+    if windows and unknown == windows:
+        parts.append(f"{windows} window(s) failed on infrastructure (no readable log: their use is unknown)")
+    elif windows:
+        used = f"{windows} window(s) failed on infrastructure after using {failed.get('samples', 0):,} samples"
+        if failed.get("cost_usd") is not None:
+            parts.append(f"{used}, {_fmt_money(failed['cost_usd'])}")
+        else:
+            parts.append(f"{used} ({unknown} with no readable log or no price: cost unknown)")
+    cancelled = (result.get("execution") or {}).get("cancelled_windows") or []
+    if cancelled:
+        parts.append(f"{len(cancelled)} window(s) cancelled mid-run (their use is unknown; they run again on resume)")
+    return "; ".join(parts)
+
+
 def _footer(result: dict[str, Any]) -> str:
     spend = _fmt_money(result.get("spend_usd")) if result.get("spend_known") else "unknown"
     traj = (result.get("trajectories") or {}).get("head", "")
+    extra = not_landed_note(result)
     return (
         f"Samples run: {result.get('samples_run', 0):,} of {result.get('samples_possible', 0):,} possible · "
-        f"spend {spend} · paired against base commit `{result['base_sha']}` · "
+        f"spend {spend}{f' · not landed: {extra}' if extra else ''} · "
+        f"paired against base commit `{result['base_sha']}` · "
         f"trajectories: `{traj}` (open with `evalrunner view`)"
     )
 
@@ -194,4 +216,7 @@ def render_summary(result: dict[str, Any]) -> str:
         f"  samples {result.get('samples_run', 0)} of {result.get('samples_possible', 0)} possible · spend "
         + (_fmt_money(result.get("spend_usd")) if result.get("spend_known") else "unknown")
     )
+    extra = not_landed_note(result)
+    if extra:
+        out.append(f"  not landed: {extra}")
     return "\n".join(out)
