@@ -53,6 +53,7 @@ from evalrunner_assets.pipeline.windows import (
     batch_key_for,
     batch_state,
     record_failure,
+    retire_failures,
     run_task_windows,
     session_config,
 )
@@ -146,8 +147,8 @@ def _sweep(the_lake: Any, repo: str) -> list[str]:
     """Temporary files a killed run left in this repo's part of a local lake."""
     if not the_lake.is_local:
         return []  # object stores write with one PUT: nothing half-written to sweep
-    prefixes = [f"raw/{repo}", f"batches/{repo}", f"failures/{repo}", f"comparisons/{repo}",
-                *(f"tables/{t}/repo={partition_value(repo)}" for t in ("samples", "events"))]
+    prefixes = [f"raw/{repo}", f"batches/{repo}", f"failures/{repo}", f"failures-retired/{repo}",
+                f"comparisons/{repo}", *(f"tables/{t}/repo={partition_value(repo)}" for t in ("samples", "events"))]
     return sweep_orphaned_temp_files(os.path.abspath(the_lake.root), prefixes)
 
 
@@ -162,6 +163,7 @@ def run_comparison(
     packed: bool = True,
     stop: threading.Event | None = None,
     progress_every_s: float = PROGRESS_EVERY_S,
+    retry_failed: bool = True,
 ) -> dict[str, Any]:
     """Run ``request`` to its final verdict; returns the comparison document.
 
@@ -169,6 +171,8 @@ def run_comparison(
     else the machine's cores). ``packed=False`` keeps a barrier per round (for measurements).
     ``progress_every_s``: while windows run, the comparison (and so the in-progress check run)
     is re-materialized when a task's samples are recorded, at most this often.
+    ``retry_failed``: windows of these commits that failed on infrastructure before this call
+    are tried again (their failure records are retired to ``failures-retired/``).
     Raises :class:`ComparisonStopped` when ``breaker_threshold`` consecutive infrastructure
     failures trip the outage breaker, and re-raises ``KeyboardInterrupt`` after every sandbox is
     killed and the cancellation recorded in the document (``status: "cancelled"``)."""
@@ -177,6 +181,9 @@ def run_comparison(
     _sweep(the_lake, request.repo)
     resources["repos"].register(the_lake, request.repo, request.source)
     request = open_comparison(the_lake, request)
+    # A window that failed on infrastructure in an earlier run (an outage since fixed) gets one
+    # more try in this one; within this run a failure stops its task.
+    retired = retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha)) if retry_failed else []
     sandbox = resources["sandbox"]
     backend = sandbox.backend()
     backend.preflight()
@@ -447,7 +454,8 @@ def run_comparison(
     compare_if_due(force=True)
     result = saved()
     assert result is not None
-    result["execution"] = {**scheduler.summary(), "planning": {**planning, "seconds": round(planning["seconds"], 3)}}
+    result["execution"] = {**scheduler.summary(), "retried_failures": len(retired),
+                           "planning": {**planning, "seconds": round(planning["seconds"], 3)}}
     assess_mod.save_result(the_lake, result)
     _write_execution(the_lake, request, result["execution"])
     return result

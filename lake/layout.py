@@ -160,6 +160,18 @@ class LakeLayout:
             f"{window.name}.{batch}.json"
         )
 
+    def failure_glob(self, repo: str, commit: str) -> str:
+        """Every failure record of one commit (all tasks and windows)."""
+        return f"failures/{check_repo(repo)}/{check_commit(commit)}/**/*.json"
+
+    def retired_failure(self, failure_rel: str, retired_at: str) -> str:
+        """Where a failure record goes when a later request retries its window: kept (it is
+        evidence of an outage) under ``failures-retired/``, stamped with when it was retired."""
+        if not failure_rel.startswith("failures/") or not failure_rel.endswith(".json"):
+            raise LakePathError(f"not a failure record path: {failure_rel!r}")
+        _check_segments("retirement time", retired_at)
+        return f"failures-retired/{failure_rel[len('failures/'):-len('.json')]}.{retired_at}.json"
+
     def batch_glob(self) -> str:
         return "batches/**/*.json"
 

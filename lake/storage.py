@@ -143,6 +143,12 @@ class Lake:
         with open(local_path, "rb") as fh:
             return self.write_bytes(rel, fh.read())
 
+    def remove(self, rel: str) -> None:
+        """Delete ``rel`` if it exists."""
+        target = self.path(rel)
+        if self.fs.exists(target):
+            self.fs.rm_file(target)
+
     # -- reads -------------------------------------------------------------------------------
     def read_bytes(self, rel: str) -> bytes:
         return self.fs.cat_file(self.path(rel))

@@ -20,6 +20,7 @@ from evalrunner_assets.pipeline.spec import (
     open_comparison,
     save_request,
 )
+from evalrunner_assets.pipeline.windows import retire_failures
 from lake import LAYOUT
 from resources import GitHubResource, LakeResource, RepoResource
 from sensors.inbox import EvaluatePR, EvaluatePush, MoreSamples, intent_for, read_inbox
@@ -66,6 +67,8 @@ def pr_sensor(
                 head_sha=intent.head_sha, base_ref=intent.base_ref, changed_files=changed,
                 affinity="order", requested_at=datetime.now(timezone.utc).isoformat(),
             ))
+            # A new evaluation retries windows of these commits that failed on infrastructure.
+            retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha))
             commits |= {commit_key(request.repo, request.base_sha), commit_key(request.repo, request.head_sha)}
             comparisons.add(request.key)
             runs.append(dg.RunRequest(run_key=intent.run_key, job_name=comparison_job.name,
@@ -81,6 +84,7 @@ def pr_sensor(
                 context.log.warning(f"/eval more on {intent.repo}#{intent.pr}: no comparison to extend")
                 continue
             save_request(the_lake, latest.with_extra_samples(intent.n))
+            retire_failures(the_lake, latest.repo, (latest.base_sha, latest.head_sha))
             context.log.info(f"{latest.key}: allowance raised by {intent.n} samples per task")
     partition_requests = []
     if commits:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -166,6 +166,24 @@ def failure_usage(lake: Lake, key: BatchKey) -> dict[str, Any] | None:
     if lake.exists(fail):
         return json.loads(lake.read_bytes(fail)).get("usage")
     return None
+
+
+def retire_failures(lake: Lake, repo: str, commits: Iterable[str]) -> list[str]:
+    """Retry, on this new request, the windows of ``commits`` that failed on infrastructure
+    before it: their failure records move to ``failures-retired/`` (copied first, then removed,
+    so a crash in between loses nothing), and the planner sees those windows as never run.
+
+    Within one request a failure stops its task (no retry loop against a broken sandbox); a
+    later request — the same command run again after an outage, a new PR on the same base,
+    ``/eval more`` — gets one more try. Returns the retired failure records' paths."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    retired = []
+    for commit in dict.fromkeys(commits):
+        for rel in lake.glob(LAYOUT.failure_glob(repo, commit)):
+            lake.write_bytes(LAYOUT.retired_failure(rel, stamp), lake.read_bytes(rel))
+            lake.remove(rel)
+            retired.append(rel)
+    return retired
 
 
 def record_failure(lake: Lake, key: BatchKey, kind: str, cause: str, run: WindowRun | None = None) -> None:
