@@ -115,7 +115,8 @@ class Lake:
     def _write_local(self, target: str, data: bytes, *, exclusive: bool) -> bool:
         directory = os.path.dirname(target)
         os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex}")
+        # The writer's pid in the name lets a sweep tell a dead writer's leftovers at once.
+        tmp = os.path.join(directory, f".{os.path.basename(target)}.tmp-{os.getpid()}-{uuid.uuid4().hex}")
         try:
             with open(tmp, "xb") as fh:
                 fh.write(data)

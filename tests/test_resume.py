@@ -4,7 +4,6 @@ in the lake, and the same verdict as an uninterrupted run."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import signal
@@ -18,7 +17,6 @@ from typing import Callable
 import pytest
 
 from evalrunner_assets.example_repo import build_example_repo
-from evalrunner_assets.pipeline.scheduler import sweep_orphaned_temp_files
 
 pytestmark = pytest.mark.slow
 
@@ -75,21 +73,6 @@ def kill_group_when(proc: subprocess.Popen, ready: Callable[[], bool], timeout: 
     assert proc.returncode == -signal.SIGKILL
 
 
-def let_kill_leftovers_age(home: Path) -> None:
-    """Wait until every temporary file in the lake is as old as the resume sweep requires.
-
-    The sweep takes a temporary file for a dead writer's only once it has not changed for
-    ``min_age_s`` (a live writer renames it within microseconds), so a resume started sooner
-    after a kill -9 rightly leaves a fresh one. How soon the next command reaches its sweep
-    depends on the machine's speed; waiting here makes the resume see what it would see a
-    moment later on any machine, and the check that nothing is left stays as strict."""
-    min_age = inspect.signature(sweep_orphaned_temp_files).parameters["min_age_s"].default
-    temps = [p for p in lake(home).rglob("*") if ".tmp-" in p.name]
-    if temps:
-        newest = max(p.stat().st_mtime for p in temps)
-        time.sleep(max(0.0, newest + min_age + 0.5 - time.time()))
-
-
 def check_lake(home: Path) -> None:
     import pyarrow.parquet as pq
 
@@ -129,7 +112,6 @@ def test_kill_minus_nine_at_several_points_then_resume_matches_an_uninterrupted_
     proc = start_compare(home, repo)
     kill_group_when(proc, lambda: comparison_being_written(home))
 
-    let_kill_leftovers_age(home)
     final = run_compare(home, repo)
     assert final.returncode == 0, final.stderr[-3000:]
     check_lake(home)

@@ -171,3 +171,28 @@ def test_never_runs_a_step_twice_or_two_steps_of_one_task_at_once() -> None:
 def test_a_worker_count_below_one_is_refused() -> None:
     with pytest.raises(SchedulerError, match="workers must be at least 1"):
         PackedScheduler(plan=list, run_step=lambda s, e: [], workers=0)
+
+
+def test_sweep_removes_a_dead_writers_temp_file_at_once_and_spares_live_ones(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from evalrunner_assets.pipeline.scheduler import sweep_orphaned_temp_files
+
+    d = tmp_path / "raw"
+    d.mkdir()
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(done.stdout)  # that process has exited
+    dead = d / f".a.json.tmp-{dead_pid}-{'0' * 32}"
+    live = d / f".b.json.tmp-{os.getpid()}-{'1' * 32}"  # this process: a writer about to rename
+    old_style = d / ".c.json.tmp-abc"  # no pid: only the age rule applies
+    for p in (dead, live, old_style):
+        p.write_bytes(b"partial")
+    removed = sweep_orphaned_temp_files(str(tmp_path), ["raw"], min_age_s=60)
+    assert removed == [str(dead)]
+    assert live.exists() and old_style.exists()
+    os.utime(old_style, (time.time() - 120, time.time() - 120))
+    assert sweep_orphaned_temp_files(str(tmp_path), ["raw"], min_age_s=60) == [str(old_style)]
+    assert live.exists()

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -405,12 +406,26 @@ def _open_paths() -> set[str]:
     return out
 
 
+_TEMP_WRITER = re.compile(r"\.tmp-(\d+)-[0-9a-f]{32}$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def sweep_orphaned_temp_files(root: str, prefixes: Sequence[str], *, min_age_s: float = 2.0) -> list[str]:
     """Remove ``.<name>.tmp-<id>`` files under ``root/<prefix>`` that a killed writer left.
 
     A writer holds its temporary file open until it renames it, microseconds later; so a temp
-    file no process has open and that has not changed for ``min_age_s`` belongs to a writer
-    that died. Returns the removed paths."""
+    file no process has open belongs to a writer that died when the writer's pid (in the name:
+    ``.tmp-<pid>-<id>``) is no longer alive, or, for names without one, when it has not changed
+    for ``min_age_s``. Returns the removed paths."""
     removed: list[str] = []
     candidates: list[str] = []
     for prefix in prefixes:
@@ -423,7 +438,12 @@ def sweep_orphaned_temp_files(root: str, prefixes: Sequence[str], *, min_age_s: 
     now = time.time()
     for path in candidates:
         try:
-            if path in open_now or now - os.stat(path).st_mtime < min_age_s:
+            if path in open_now:
+                continue
+            writer = _TEMP_WRITER.search(path)
+            if writer is not None and _alive(int(writer.group(1))):
+                continue  # its writer may be between closing and renaming it
+            if writer is None and now - os.stat(path).st_mtime < min_age_s:
                 continue
             os.unlink(path)
             removed.append(path)
