@@ -390,3 +390,40 @@ def test_unsafe_local_runs_only_when_chosen_and_warns(make_repo, tmp_path, monke
     assert result.status is SandboxStatus.OK, result.stderr_tail
     assert result.outputs == {"a.txt": b"hi\n"}
     assert b"ghp_unsafe_probe" not in result.stdout  # a clean environment, at least
+
+
+def test_preflight_removes_what_a_killed_controller_left_and_spares_live_ones(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    from evalrunner_assets.execution._process import Cgroup
+    from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
+
+    dead_pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                                  capture_output=True, text=True).stdout)
+    staging = tmp_path / "staging"
+    dead_dir = staging / f"evalrunner-sbx-{dead_pid}-abc123"
+    (dead_dir / "out" / "ro").mkdir(parents=True)
+    (dead_dir / "out" / "ro" / "log.eval").write_bytes(b"x")
+    os.chmod(dead_dir / "out" / "ro", 0o500)  # a sandbox may leave read-only directories
+    live_dir = staging / f"evalrunner-sbx-{os.getpid()}-def456"
+    (live_dir / "out").mkdir(parents=True)
+    groups = []
+    pids_root = Path("/sys/fs/cgroup/pids")
+    if os.getuid() == 0 and (pids_root / "cgroup.procs").exists():
+        for pid in (dead_pid, os.getpid()):
+            g = pids_root / f"evalrunner-{pid}-{uuid.uuid4().hex[:12]}"
+            g.mkdir()
+            groups.append(g)
+    try:
+        BubblewrapBackend(staging_dir=str(staging)).preflight()
+        assert not dead_dir.exists() and live_dir.exists()
+        if groups:
+            assert not groups[0].exists(), "the dead controller's cgroup stayed"
+            assert groups[1].exists(), "a live controller's cgroup was removed"
+    finally:
+        for g in groups:
+            if g.exists():
+                Cgroup([g]).remove()

@@ -24,6 +24,7 @@ from evalrunner_assets.execution._process import (
     collect_outputs,
     count_own_processes,
     make_preexec,
+    pid_alive,
 )
 from evalrunner_assets.execution.sandbox import (
     Limits,
@@ -107,6 +108,9 @@ def sandbox_env(request: SandboxRequest, *, home: str, tmp: str, repo: str, out:
     return env
 
 
+STAGING_PREFIX = "evalrunner-sbx-"
+
+
 @dataclass
 class Staging:
     """Host-side directories of one sandbox: the output dir and backend-specific files."""
@@ -118,7 +122,8 @@ class Staging:
     def create(cls, parent: str | None) -> "Staging":
         if parent is not None:
             Path(parent).mkdir(parents=True, exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix="evalrunner-sbx-", dir=parent))
+        # The owner's pid in the name lets a later controller remove what a killed one left.
+        root = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=parent))
         out = root / "out"
         out.mkdir(mode=0o700)
         return cls(root, out)
@@ -134,6 +139,23 @@ class Staging:
                     p.unlink()
                 except OSError:
                     pass
+
+    @classmethod
+    def sweep_dead_owners(cls, parent: str | None) -> list[Path]:
+        """Remove staging directories of controllers that no longer run (``kill -9``)."""
+        base = Path(parent or tempfile.gettempdir())
+        pattern = re.compile(rf"^{re.escape(STAGING_PREFIX)}(\d+)-")
+        removed = []
+        try:
+            entries = list(base.iterdir())
+        except OSError:
+            return removed
+        for d in entries:
+            m = pattern.match(d.name)
+            if m and d.is_dir() and not d.is_symlink() and not pid_alive(int(m.group(1))):
+                cls(d, d / "out").remove()
+                removed.append(d)
+        return removed
 
     def remove(self) -> None:
         # A sandbox may leave read-only directories; restore owner bits so rmtree succeeds.

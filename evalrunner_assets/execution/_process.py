@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import queue
 import resource
 import signal
@@ -86,7 +87,8 @@ class Cgroup:
 
     @classmethod
     def create(cls, limits: Limits, prefix: str = "evalrunner") -> "Cgroup | None":
-        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        # The owner's pid in the name lets a later controller remove what a killed one left.
+        name = f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         v1_pids = Path("/sys/fs/cgroup/pids")
         if (v1_pids / "cgroup.procs").exists():
             made: list[Path] = []
@@ -137,6 +139,32 @@ class Cgroup:
             cls([d]).remove()
             return None
 
+    @classmethod
+    def sweep_dead_owners(cls, prefix: str = "evalrunner") -> list[Path]:
+        """Remove the cgroups of controllers that no longer run (killed with ``kill -9``: their
+        sandboxes died with them, the empty groups stayed). Returns the groups removed."""
+        pattern = re.compile(rf"^{re.escape(prefix)}-(\d+)-[0-9a-f]{{12}}$")
+        parents = [Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/memory")]
+        try:
+            own = Path("/proc/self/cgroup").read_text().splitlines()
+            rel = next(line.split("::", 1)[1] for line in own if line.startswith("0::"))
+            parents.append(Path("/sys/fs/cgroup") / rel.lstrip("/"))
+        except (OSError, StopIteration):
+            pass
+        removed = []
+        for parent in parents:
+            try:
+                entries = list(parent.iterdir())
+            except OSError:
+                continue
+            for d in entries:
+                m = pattern.match(d.name)
+                if m and d.is_dir() and not pid_alive(int(m.group(1))):
+                    cls([d]).remove()
+                    if not d.exists():
+                        removed.append(d)
+        return removed
+
     def join_self(self) -> None:
         """Called in the child before exec: move this process into every hierarchy."""
         pid = str(os.getpid())
@@ -186,6 +214,17 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def count_own_processes() -> int:

@@ -219,6 +219,9 @@ class BubblewrapBackend(LocalBackend):
     def preflight(self) -> None:
         if not self.bwrap or not os.access(self.bwrap, os.X_OK):
             raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed; {FIX_HINT}")
+        # What a controller killed with kill -9 left behind (its sandboxes died with it).
+        Staging.sweep_dead_owners(self.staging_dir)
+        Cgroup.sweep_dead_owners()
         if os.getuid() == 0:
             cg = Cgroup.create(Limits())
             if cg is None:
