@@ -8,6 +8,7 @@ wildcard: a key with missing reproducibility fields is *unpublishable* and never
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -70,9 +71,10 @@ class BatchKey:
         rec["extra"] = dict(self.extra)
         return rec
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
-        """16 hex chars of sha256 over the canonical JSON of every field."""
+        """16 hex chars of sha256 over the canonical JSON of every field (computed once: the
+        key is immutable)."""
         canon = json.dumps(self.as_record(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 

@@ -153,21 +153,23 @@ class AssessCache:
     is the commit marker; committed files are never rewritten), and each task's decision and
     figures computed from exactly those batches. Failure records and absent batches are always
     read again. The cache belongs to one request: a changed request (e.g. ``/eval more`` raised
-    the allowance), another price table or another sandbox runtime empties it."""
+    the allowance), another price table, lake or sandbox runtime empties it."""
 
     def __init__(self) -> None:
         self.request: ComparisonRequest | None = None
         self.prices: PriceTable | None = None
-        self.runtime: tuple[str, str] | None = None  # (backend name, runtime digest): batch keys depend on it
+        self.runtime: tuple[str, ...] | None = None  # (lake, backend, runtime digest): keys and rows depend on them
         self.facts: dict[str, CommitFacts] = {}
         self.keys: dict[tuple[str, str, str], BatchKey] = {}
         self.committed: set[str] = set()  # digests of batches known committed
         self.rows: dict[str, list[dict[str, Any]]] = {}  # digest -> its sample rows, in query order
         self.tasks: dict[tuple[Any, ...], tuple[stats.TaskDecision, dict[str, Any], float | None]] = {}
         self.hits = 0  # task results reused (for measurements)
-
-    def bind(self, request: ComparisonRequest, prices: PriceTable, runtime: tuple[str, str]) -> None:
+        self.con: Any = None  # a DuckDB connection, opened on first use
+    def bind(self, request: ComparisonRequest, prices: PriceTable, runtime: tuple[str, ...]) -> None:
         if self.request != request or self.prices != prices or self.runtime != runtime:
+            if self.con is not None:
+                self.con.close()
             self.__init__()  # type: ignore[misc]
             self.request, self.prices, self.runtime = request, prices, runtime
 
@@ -194,11 +196,20 @@ def _load_rows(lake: Lake, keys: list[BatchKey], cache: AssessCache | None = Non
 
         wanted = {k.digest: k for k in keys if k.digest in fetched}
         records = duck.read_batch_records(lake, list(wanted.values()))
-        con = duck.connect(lake, records=records)
-        try:
-            table = duck.query(con, "comparison_samples", {"batches": missing})
-        finally:
-            con.close()
+        if cache is None:
+            con = duck.connect(lake, records=records)
+            try:
+                table = duck.query(con, "comparison_samples", {"batches": missing})
+            finally:
+                con.close()
+        else:
+            # One connection for the cache's life (opening one costs more than the query);
+            # its views are pointed at just the batches read now.
+            if cache.con is None:
+                cache.con = duck.connect(lake, records=records)
+            else:
+                duck.refresh(cache.con, lake, records)
+            table = duck.query(cache.con, "comparison_samples", {"batches": missing})
         for row in table.to_pylist():
             fetched[row["batch"]].append(row)
     if cache is None:
@@ -225,7 +236,7 @@ def assess(
     result is the same as without it; only tasks whose batches changed are computed again)."""
     prices = prices or PriceTable.default()
     if cache is not None:
-        cache.bind(request, prices, (backend_name, runtime_digest))
+        cache.bind(request, prices, (str(lake.root), backend_name, runtime_digest))
     facts: dict[str, CommitFacts | None] = {
         "head": _load_facts(lake, request.repo, request.head_sha, cache),
         "base": _load_facts(lake, request.repo, request.base_sha, cache),
