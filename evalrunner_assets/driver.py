@@ -246,6 +246,7 @@ def run_comparison(
     # Worker threads live for the whole comparison: a warm sandbox dies with the thread that
     # opened it, and those opened while learning the commits serve the windows afterwards.
     window_threads = cf.ThreadPoolExecutor(max_workers=max(1, n_workers), thread_name_prefix="evalrunner-window")
+
     def kill_sandboxes() -> None:
         if pool is not None:
             pool.kill_all()

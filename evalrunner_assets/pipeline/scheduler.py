@@ -53,6 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalrunner_assets.execution._process import pid_alive
 from evalrunner_assets.pipeline.loop import Step
 from evalrunner_assets.pipeline.windows import WindowOutcome
 
@@ -409,16 +410,6 @@ def _open_paths() -> set[str]:
 _TEMP_WRITER = re.compile(r"\.tmp-(\d+)-[0-9a-f]{32}$")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_orphaned_temp_files(root: str, prefixes: Sequence[str], *, min_age_s: float = 2.0) -> list[str]:
     """Remove ``.<name>.tmp-<id>`` files under ``root/<prefix>`` that a killed writer left.
 
@@ -441,7 +432,7 @@ def sweep_orphaned_temp_files(root: str, prefixes: Sequence[str], *, min_age_s: 
             if path in open_now:
                 continue
             writer = _TEMP_WRITER.search(path)
-            if writer is not None and _alive(int(writer.group(1))):
+            if writer is not None and pid_alive(int(writer.group(1))):
                 continue  # its writer may be between closing and renaming it
             if writer is None and now - os.stat(path).st_mtime < min_age_s:
                 continue

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from inspect_ai.model import (
