@@ -341,7 +341,7 @@ def run_comparison(
     recorded_partitions = dagster_instance().get_materialized_partitions(eval_manifest.key)
     for sha in dict.fromkeys((request.base_sha, request.head_sha)):
         ck = commit_key(request.repo, sha)
-        if ck not in recorded_partitions:  # learnt just now, or by a run that never recorded it
+        if sha in needs or ck not in recorded_partitions:  # learnt now, or by a run that never recorded it
             recorded.append(recorder.submit(record_manifest, Step("manifest", f"manifest:{ck}", commit=ck)))
 
     # 2. Sample windows, packed on one pool; each finished step recorded as a Dagster run.

@@ -22,23 +22,25 @@ pytestmark = pytest.mark.slow
 
 class OutageSandboxResource(SandboxResource):
     """The configured (real) backend, except that while the file ``outage_flag`` exists each warm
-    sandbox is closed just before it would evaluate a window: the window sees its sandbox gone,
-    an infrastructure failure like a node dying, never an agent failure."""
+    sandbox is closed just before it would serve one of ``ops`` (evaluate a window, list ids):
+    the caller sees its sandbox gone, an infrastructure failure like a node dying, never an agent
+    failure."""
 
     outage_flag: str
+    ops: str = "eval"
 
     def backend(self, context: Any = None) -> SandboxBackend:
         backend = super().backend(context)
-        if getattr(backend, "_outage_flag", None) == self.outage_flag:
+        if getattr(backend, "_outage_flag", None) == (self.outage_flag, self.ops):
             return backend
-        open_session, flag = backend.open_session, self.outage_flag
+        open_session, flag, ops = backend.open_session, self.outage_flag, set(self.ops.split(","))
 
         def open_session_with_outage(request: Any, *args: Any, **kwargs: Any) -> Any:
             session = open_session(request, *args, **kwargs)
             call = session.call
 
             def call_during_outage(payload: dict, *a: Any, **kw: Any) -> Any:
-                if payload.get("op") == "eval" and os.path.exists(flag):
+                if payload.get("op") in ops and os.path.exists(flag):
                     session.close()
                 return call(payload, *a, **kw)
 
@@ -46,7 +48,7 @@ class OutageSandboxResource(SandboxResource):
             return session
 
         backend.open_session = open_session_with_outage  # type: ignore[method-assign]
-        backend._outage_flag = flag  # type: ignore[attr-defined]
+        backend._outage_flag = (flag, self.ops)  # type: ignore[attr-defined]
         return backend
 
 
@@ -88,3 +90,24 @@ def test_a_rerun_after_an_outage_retries_the_failed_windows(tmp_path: Path, home
         assert again["execution"]["retried_failures"] == 0
         assert again["samples_run"] == after["samples_run"]
         assert again["execution"]["steps"] == 0
+
+
+def test_a_rerun_after_an_outage_while_listing_sample_ids_learns_the_commit_again(
+        tmp_path: Path, home: PipelineHome) -> None:
+    example = build_example_repo(tmp_path / "repo", ["improve-runbook"])
+    flag = tmp_path / "outage"
+    resources = {**home.resources(), "sandbox": OutageSandboxResource(outage_flag=str(flag), ops="ids")}
+    request = request_for(example, "improve-runbook", "202", cap=16)
+    with dg.DagsterInstance.local_temp(tempdir=str(home.root / "dagster")) as instance:
+        flag.touch()
+        during = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
+        assert during["verdict"] == "INCONCLUSIVE"
+        assert all("could not be listed" in " ".join(doc["failures"].values()) for doc in during["tasks"].values())
+        assert during["samples_run"] == 0
+
+        flag.unlink()
+        after = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
+        assert after["execution"]["retried_failures"] == 2  # both commits' facts, learnt again
+        assert not any(doc["failures"] for doc in after["tasks"].values())
+        assert all(doc["head"]["samples"] == doc["base"]["samples"] == 16 for doc in after["tasks"].values())
+        assert len(list((home.lake_root / "failures-retired").rglob("tasks.*.json"))) == 2

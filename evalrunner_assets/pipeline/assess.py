@@ -178,7 +178,8 @@ def _load_facts(lake: Lake, repo: str, commit: str, cache: AssessCache | None) -
     if cache is not None and commit in cache.facts:
         return cache.facts[commit]
     facts = load_facts(lake, repo, commit)
-    if cache is not None and facts is not None:
+    # Facts with a listing failure may be learnt again on a later request: not kept.
+    if cache is not None and facts is not None and not any(t.failure for t in facts.tasks.values()):
         cache.facts[commit] = facts
     return facts
 

@@ -171,16 +171,26 @@ def failure_usage(lake: Lake, key: BatchKey) -> dict[str, Any] | None:
 def retire_failures(lake: Lake, repo: str, commits: Iterable[str]) -> list[str]:
     """Retry, on this new request, the windows of ``commits`` that failed on infrastructure
     before it: their failure records move to ``failures-retired/`` (copied first, then removed,
-    so a crash in between loses nothing), and the planner sees those windows as never run.
+    so a crash in between loses nothing), and the planner sees those windows as never run. A
+    commit whose facts record a task that could not be listed is learnt again the same way (its
+    ``tasks.json`` moves there too).
 
     Within one request a failure stops its task (no retry loop against a broken sandbox); a
     later request — the same command run again after an outage, a new PR on the same base,
     ``/eval more`` — gets one more try. Returns the retired failure records' paths."""
+    from evalrunner_assets.pipeline.facts import load_facts
+
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     retired = []
     for commit in dict.fromkeys(commits):
-        for rel in lake.glob(LAYOUT.failure_glob(repo, commit)):
-            lake.write_bytes(LAYOUT.retired_failure(rel, stamp), lake.read_bytes(rel))
+        rels = lake.glob(LAYOUT.failure_glob(repo, commit))
+        facts = load_facts(lake, repo, commit)
+        if facts is not None and any(t.failure for t in facts.tasks.values()):
+            # Some task's sample ids could not be listed: the commit is learnt again.
+            rels.append(LAYOUT.commit_tasks(repo, commit))
+        for rel in rels:
+            archived = rel if rel.startswith("failures/") else f"failures/{rel}"
+            lake.write_bytes(LAYOUT.retired_failure(archived, stamp), lake.read_bytes(rel))
             lake.remove(rel)
             retired.append(rel)
     return retired
