@@ -24,7 +24,7 @@ from typing import Any
 from evalrunner_assets import stats
 from evalrunner_assets.execution.inspect_runner import sample_order
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, load_facts
-from evalrunner_assets.pipeline.pricing import PriceTable
+from evalrunner_assets.pipeline.pricing import PriceTable, usage_accounting
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, batch_state, read_failure
 from lake import LAYOUT, Lake, Window
@@ -353,8 +353,7 @@ def assess(
     for wp in planned:
         next_windows.extend(progress[wp.task].pending)
 
-    failed = failed_window_accounting(lake, [k for t in compared for k in progress[t].failed_keys],
-                                      prices or PriceTable.default())
+    failed = failed_window_accounting(lake, [k for t in compared for k in progress[t].failed_keys], prices)
     possible = sum(2 * progress[t].limit for t in compared)
     spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ("head", "base")]
     result = {
@@ -451,19 +450,7 @@ def failed_window_accounting(lake: Lake, keys: list[BatchKey], prices: PriceTabl
     """Samples, tokens and cost that failed windows used, from their failure records."""
     from evalrunner_assets.pipeline.windows import failure_usage
 
-    out: dict[str, Any] = {"windows": 0, "samples": 0, "total_tokens": 0, "cost_usd": 0.0, "unknown_windows": 0}
-    for key in keys:
-        out["windows"] += 1
-        usage = failure_usage(lake, key)
-        costs = [prices.cost({"model": m, **u}) for m, u in ((usage or {}).get("models") or {}).items()]
-        if usage is None or any(c is None for c in costs):
-            out["unknown_windows"] += 1
-        if usage is not None:
-            out["samples"] += int(usage.get("samples") or 0)
-            out["total_tokens"] += int(usage.get("total_tokens") or 0)
-            out["cost_usd"] += sum(c for c in costs if c is not None)
-    out["cost_usd"] = None if out["unknown_windows"] else round(out["cost_usd"], 6)
-    return out
+    return usage_accounting((failure_usage(lake, key) for key in keys), prices)
 
 
 def _identity(request: ComparisonRequest) -> dict[str, Any]:
@@ -499,7 +486,7 @@ def _waiting(request: ComparisonRequest, lake: Lake) -> dict[str, Any]:
         "samples_possible": 0,
         "spend_usd": None,
         "spend_known": False,
-        "failed_windows": {"windows": 0, "samples": 0, "total_tokens": 0, "cost_usd": 0.0, "unknown_windows": 0},
+        "failed_windows": usage_accounting([], PriceTable()),
         "next_windows": [],
         "trajectories": {
             arm: lake.url(LAYOUT.raw_prefix(request.repo, sha))

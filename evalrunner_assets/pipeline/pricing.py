@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,3 +71,22 @@ class PriceTable:
         if price is None or row.get("input_tokens") is None or row.get("output_tokens") is None:
             return None
         return (row["input_tokens"] * price[0] + row["output_tokens"] * price[1]) / 1e6
+
+
+def usage_accounting(usages: Iterable[Mapping[str, Any] | None], prices: PriceTable) -> dict[str, Any]:
+    """Samples, tokens and cost of windows that landed no rows (failed or cancelled), from the
+    usage their logs recorded (``windows.log_usage``; None when no log was readable). A window
+    whose use or price is unknown makes the total cost unknown (None), never $0.00."""
+    out: dict[str, Any] = {"windows": 0, "samples": 0, "input_tokens": 0, "output_tokens": 0,
+                           "total_tokens": 0, "cost_usd": 0.0, "unknown_windows": 0}
+    for usage in usages:
+        out["windows"] += 1
+        costs = [prices.cost({"model": m, **u}) for m, u in ((usage or {}).get("models") or {}).items()]
+        if usage is None or any(c is None for c in costs):
+            out["unknown_windows"] += 1
+        if usage is not None:
+            for k in ("samples", "input_tokens", "output_tokens", "total_tokens"):
+                out[k] += int(usage.get(k) or 0)
+            out["cost_usd"] += sum(c for c in costs if c is not None)
+    out["cost_usd"] = None if out["unknown_windows"] else round(out["cost_usd"], 6)
+    return out

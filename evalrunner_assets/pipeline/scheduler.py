@@ -174,33 +174,11 @@ class OutageBreaker:
 
 def window_accounting(outcomes: Sequence[WindowOutcome]) -> dict[str, Any]:
     """Samples, tokens and cost of windows that ran but did not land (failed or cancelled),
-    where their logs say; windows without a readable log are counted as unknown, and then the
-    cost is unknown (None), never $0.00."""
-    from evalrunner_assets.pipeline.pricing import PriceTable
+    where their logs say (:func:`~evalrunner_assets.pipeline.pricing.usage_accounting`)."""
+    from evalrunner_assets.pipeline.pricing import PriceTable, usage_accounting
 
-    prices = PriceTable.default()
-    out: dict[str, Any] = {"windows": 0, "samples": 0, "input_tokens": 0, "output_tokens": 0,
-                           "total_tokens": 0, "cost_usd": 0.0, "unknown_windows": 0}
-    for o in outcomes:
-        if o.status not in ("failed", "cancelled") or o.attempts == 0:
-            continue
-        out["windows"] += 1
-        if o.usage is None:
-            out["unknown_windows"] += 1
-            continue
-        for k in ("samples", "input_tokens", "output_tokens", "total_tokens"):
-            out[k] += int(o.usage.get(k) or 0)
-        for model, u in (o.usage.get("models") or {}).items():
-            cost = prices.cost({"model": model, **u})
-            if cost is None:
-                out["unknown_windows"] += 1
-            elif out["cost_usd"] is not None:
-                out["cost_usd"] += cost
-    if out["unknown_windows"]:
-        out["cost_usd"] = None
-    elif out["cost_usd"] is not None:
-        out["cost_usd"] = round(out["cost_usd"], 6)
-    return out
+    ran = [o for o in outcomes if o.status in ("failed", "cancelled") and o.attempts > 0]
+    return usage_accounting((o.usage for o in ran), PriceTable.default())
 
 
 class PackedScheduler:
