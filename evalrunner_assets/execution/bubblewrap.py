@@ -12,6 +12,8 @@ What a sandboxed process sees (everything else on the host is absent, not just u
 - the commit's export read-only at ``/work/repo``; a writable, initially empty output
   directory at ``/work/out`` (a directory, so atomic temp-then-rename writes work); size-capped
   tmpfs scratch at ``/tmp`` and ``/work/home`` (HOME, TMPDIR);
+- controller services only through channels (``SandboxRequest.channels``): a unix socket bound
+  in read-only and relayed to a port on the sandbox's own loopback (``channel.py``);
 - new user, pid, ipc, uts, cgroup and network namespaces, no capabilities, no nested user
   namespaces, a new session (no terminal injection), and death with the controller.
 
@@ -22,7 +24,7 @@ whole-sandbox memory cap) comes from a per-sandbox cgroup (v1 ``pids``/``memory`
 delegated group). When neither a cgroup nor a non-root uid is available, preflight refuses
 (fail closed): a fork bomb would otherwise be bounded only by the wall clock.
 
-Network: ``NetworkPolicy.NONE`` unshares the network namespace (only a down loopback).
+Network: ``NetworkPolicy.NONE`` unshares the network namespace (only its own loopback).
 ``NetworkPolicy.MODEL_EGRESS`` *shares the host network namespace*: bubblewrap cannot restrict
 egress to one host, so in that mode the sandbox can reach anything the host can (including
 host loopback services). It is a documented, weaker guarantee, per-task opt-in only; the
@@ -34,13 +36,21 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
-from evalrunner_assets.execution._local import LocalBackend, Staging, check_workdir, sandbox_env
+from evalrunner_assets.execution._local import (
+    LocalBackend,
+    SandboxRequestError,
+    Staging,
+    check_workdir,
+    sandbox_env,
+)
 from evalrunner_assets.execution._process import Cgroup
+from evalrunner_assets.execution.channel import relay_prefix, sandbox_socket_path
 from evalrunner_assets.execution.sandbox import (
     SANDBOX_HOME_DIR,
     SANDBOX_OUT_DIR,
@@ -182,6 +192,13 @@ class BubblewrapBackend(LocalBackend):
         a += ["--ro-bind", str(Path(request.export.path).resolve()), SANDBOX_REPO_DIR]
         a += ["--bind", str(staging.out), SANDBOX_OUT_DIR]
         a += ["--size", str(limits.scratch_bytes), "--tmpfs", SANDBOX_HOME_DIR]
+        # Channels: each controller socket is bound in; a relay started before the command
+        # serves it on the sandbox's own loopback (the network namespace stays unshared).
+        inner_sockets = [sandbox_socket_path(i) for i in range(len(request.channels))]
+        for ch, inner in zip(request.channels, inner_sockets):
+            if not stat.S_ISSOCK(os.stat(ch.socket_path).st_mode):
+                raise SandboxRequestError(f"channel socket {ch.socket_path!r} is not a unix socket")
+            a += ["--ro-bind", ch.socket_path, inner]
         # The root itself (a tmpfs holding the mount points) is made read-only last, so the only
         # writable places are /work/out, /tmp and /work/home.
         a += ["--remount-ro", "/"]
@@ -191,6 +208,8 @@ class BubblewrapBackend(LocalBackend):
         for k, v in sorted(env.items()):
             a += ["--setenv", k, v]
         a.append("--")
+        if request.channels:
+            a += relay_prefix(sys.executable, request.channels, inner_sockets)
         a += list(request.argv)
         return a
 

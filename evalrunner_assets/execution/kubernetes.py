@@ -537,6 +537,12 @@ class KubernetesBackend(SandboxBackend):
     def run(self, request: SandboxRequest, cancel: threading.Event | None = None) -> SandboxResult:
         cancel = cancel or threading.Event()
         started = time.monotonic()
+        if request.channels:
+            # A pod reaches controller services through a Service its NetworkPolicy allows,
+            # not a relayed unix socket; that path is not wired yet.
+            return self._result(SandboxStatus.CRASHED, started,
+                                detail="channels (model gateway, package index) are not supported "
+                                       "by the kubernetes backend yet; use the bubblewrap backend")
         try:
             tarball = build_repo_tarball(request.export.path, self.config.repo_size_limit_bytes)
         except KubernetesSandboxError as exc:

@@ -43,6 +43,26 @@ class NetworkPolicy(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class Channel:
+    """A service of the trusted controller that a sandbox reaches at ``127.0.0.1:<port>`` inside
+    its own network namespace — the only way out of a sandbox without network.
+
+    The controller listens on the unix socket ``socket_path``; the backend makes that socket
+    visible inside the sandbox and relays the loopback port to it. Holding the socket is the
+    capability, so whatever listens on it must authenticate callers itself (e.g. a per-window
+    token) and forward only what it is for (a model gateway, an allow-listed package index)."""
+
+    socket_path: str  # host path of a listening unix socket (the controller's side)
+    port: int  # loopback TCP port inside the sandbox
+
+    def __post_init__(self) -> None:
+        if not (1024 <= int(self.port) <= 65535):
+            raise ValueError(f"channel port {self.port!r} must be in 1024..65535")
+        if not self.socket_path or "\0" in self.socket_path:
+            raise ValueError(f"channel socket path {self.socket_path!r} is not a path")
+
+
+@dataclass(frozen=True)
 class Limits:
     """Resource limits applied to every process in the sandbox."""
 
@@ -80,6 +100,7 @@ class SandboxRequest:
     limits: Limits = field(default_factory=Limits)
     stdin: bytes | None = None
     labels: dict[str, str] = field(default_factory=dict)  # batch key fields, for pods/logs
+    channels: tuple[Channel, ...] = ()  # controller services relayed to sandbox loopback ports
 
 
 @dataclass

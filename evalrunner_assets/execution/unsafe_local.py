@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import warnings
 
 from evalrunner_assets.execution._local import LocalBackend, Staging, check_workdir, sandbox_env
 from evalrunner_assets.execution.bubblewrap import sandbox_path
+from evalrunner_assets.execution.channel import relay_prefix
 from evalrunner_assets.execution.sandbox import (
     SANDBOX_HOME_DIR,
     SANDBOX_OUT_DIR,
@@ -70,6 +72,9 @@ class UnsafeLocalBackend(LocalBackend):
             r"(?<![\w./-])(" + "|".join(re.escape(k) for k in mapping) + r")(?=/|$|[^\w.-])"
         )
         argv = [pattern.sub(lambda m: mapping[m.group(1)], part) for part in request.argv]
+        if request.channels:  # host loopback ports: a port already in use fails the relay
+            argv = relay_prefix(sys.executable, request.channels,
+                                [ch.socket_path for ch in request.channels]) + argv
         env = sandbox_env(request, home=str(home), tmp=str(tmp), repo=mapping[SANDBOX_REPO_DIR],
                           out=str(staging.out), path=sandbox_path())
         cwd = os.path.join(mapping[SANDBOX_REPO_DIR], workdir)
