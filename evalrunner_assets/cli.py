@@ -1,4 +1,4 @@
-"""`evalrunner` command line: demo, compare, sql, view, serve, example-repo."""
+"""`evalrunner` command line: demo, compare, backfill, sql, view, serve, example-repo."""
 
 from __future__ import annotations
 
@@ -115,6 +115,38 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from evalrunner_assets.backfill import run_backfill
+    from evalrunner_assets.pipeline import series
+    from evalrunner_assets.report.series_markdown import render_point_table
+    from lake import LAYOUT, open_lake
+    from resources import SandboxResource
+
+    repo_id = _repo_id(args.repo, args.repo_id)
+    settings = series.SeriesSettings(model=args.model, seed=args.seed, epochs=args.epochs,
+                                     half_width=args.half_width, cap=args.cap)
+    resources = None
+    if args.backend != "bubblewrap" or args.workers:
+        from evalrunner_assets.driver import default_resources
+
+        resources = default_resources(sandbox=SandboxResource(backend_name=args.backend,
+                                                              max_workers=args.workers or 0))
+    print(f"backfilling the cohort series of {repo_id} {args.branch} (±{args.half_width:g} or "
+          f"{args.cap} inputs per eval and point)", flush=True)
+    result = run_backfill(repo_id, args.repo, branch=args.branch, settings=settings, since=args.since,
+                          last=args.last, every=args.every, resources=resources)
+    print(f"{len(result.commits)} commit(s), {result.measured} measured now, "
+          f"{len(result.commits) - result.measured} already measured; {result.runs} Dagster run(s)")
+    print()
+    print(render_point_table(result.points))
+    if result.points:
+        print("latest: " + " · ".join(series.reading(result.points[-1])))
+    the_lake = open_lake(home.lake_root())
+    print(f"chart: {the_lake.url(LAYOUT.series_chart(repo_id, args.branch, 'png'))}")
+    print('SQL  : evalrunner sql "select * from cohort_series"')
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from evalrunner_assets.example_repo import build_example_repo
 
@@ -227,6 +259,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pr", default="local", help="PR number or a name for this comparison")
     _add_run_options(p)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("backfill", help="measure a branch's history as a cohort series (one point per commit)")
+    p.add_argument("--repo", required=True, help="local path or clone URL")
+    p.add_argument("--repo-id", default=None, help="owner/name (default: from the URL, or local/<dir>)")
+    p.add_argument("--branch", default="main", help="the branch whose first-parent history is measured")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--since", default=None, help="commits since this date (ISO, e.g. 2025-01-31)")
+    which.add_argument("--last", type=int, default=None, help="the newest N commits")
+    which.add_argument("--every", type=int, default=None, help="every K-th commit, counted back from the tip")
+    p.add_argument("--model", default="simagent/support-agent", help="Inspect model to evaluate with")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--half-width", type=float, default=0.05,
+                   help="stop sampling an eval once its interval is within ± this (default: %(default)s)")
+    p.add_argument("--cap", type=int, default=256, help="most inputs per eval and point (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=0, help="sandboxes running at once (default: cores)")
+    p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
+    p.set_defaults(func=cmd_backfill)
 
     p = sub.add_parser("sql", help="run SQL over the lake's tables (samples, events, batches, …)")
     p.add_argument("query", help="SQL text, or - to read it from stdin")

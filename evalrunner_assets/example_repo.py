@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -123,6 +123,129 @@ def build_example_repo(dest: Path, variants: Sequence[str] = VARIANTS) -> Exampl
         built[name] = VariantCommit(name=name, branch=name, sha=sha, message=message)
     git("checkout", "-q", BASE_BRANCH)
     return ExampleRepo(path=dest, base_branch=BASE_BRANCH, base_sha=base_sha, variants=built)
+
+
+# --- a main-branch history (for cohort series) ----------------------------------------------
+
+HISTORY_BRANCH = "main"
+_REGRESSION_BEFORE = (
+    "Before paging, call `service_owner` to find the team that owns the affected service, and page\n"
+    "that team with `page_oncall` — not the team that reported the incident. Page once, with the\n"
+    "incident's severity.\n"
+)
+_REGRESSION_AFTER = (
+    "To keep response times short, page straight away with `page_oncall`: the team that reported\n"
+    "the incident knows it best. Page once, with the incident's severity.\n"
+)
+_HARD_TASKS = '''
+
+# --- harder evals (cohort "hard"): the paging-severity incidents only -----------------------
+
+
+def _severe_samples(request: str, target_of: Callable[[dict[str, Any]], str]) -> MemoryDataset:
+    full = incident_samples(request, target_of)
+    return MemoryDataset([s for s in full if (s.metadata or {}).get("severity") in PAGING_SEVERITIES],
+                         name="triage-incidents-severe")
+
+
+@task
+def runbook_lookup_severe() -> Task:
+    task_ = runbook_lookup()
+    task_.dataset = _severe_samples(RUNBOOK_REQUEST, lambda incident: incident["runbook_id"])
+    return task_
+
+
+@task
+def escalation_policy_severe() -> Task:
+    task_ = escalation_policy()
+    task_.dataset = _severe_samples(ESCALATION_REQUEST, lambda incident: f"page:{incident['owner']}")
+    return task_
+'''
+HARD_COHORT_TASKS = (
+    ("hard/runbook_lookup_severe", "evals/triage.py@runbook_lookup_severe", ["skills/triage/**", "evals/**"]),
+    ("hard/escalation_policy_severe", "evals/triage.py@escalation_policy_severe", ["skills/triage/**", "evals/**"]),
+)
+
+
+@dataclass(frozen=True)
+class HistoryCommit:
+    sha: str
+    message: str
+    kind: str  # "base" | "neutral" | "regression" | "cohort_added"
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
+
+
+def _regress_escalation(root: Path) -> None:
+    skill = root / "skills" / "triage" / "SKILL.md"
+    text = skill.read_text(encoding="utf-8")
+    if _REGRESSION_BEFORE not in text:
+        raise ExampleRepoError(f"{skill} no longer holds the owner-lookup paragraph the history edits")
+    skill.write_text(text.replace(_REGRESSION_BEFORE, _REGRESSION_AFTER), encoding="utf-8")
+
+
+def _add_hard_cohort(root: Path) -> None:
+    _append(root / "evals" / "triage.py", _HARD_TASKS)
+    listing = root / ".evals" / "list"
+    text = listing.read_text(encoding="utf-8")
+    head, _, rest = text.partition("<<'MANIFEST'\n")
+    body, _, tail = rest.partition("\nMANIFEST")
+    manifest = json.loads(body)
+    for task_id, spec, paths in HARD_COHORT_TASKS:
+        manifest["tasks"].append({"id": task_id, "workdir": ".", "spec": spec, "resources": [],
+                                  "images": [], "cohort": "hard", "paths": paths})
+    listing.write_text(f"{head}<<'MANIFEST'\n{json.dumps(manifest, indent=2)}\nMANIFEST{tail}", encoding="utf-8")
+
+
+def _patch(name: str) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        _Git(root)("apply", "--whitespace=nowarn", str(variant_patch(name).resolve()))
+    return apply
+
+
+def _note(line: str) -> Callable[[Path], None]:
+    return lambda root: _append(root / "README.md", f"\n{line}\n")
+
+
+# (message, kind, edit): the commits after the base, oldest first. One real regression
+# (escalation_policy 0.80 -> 0.55), wording-only changes, and a cohort of harder evals.
+HISTORY_STEPS: tuple[tuple[str, str, Callable[[Path], None]], ...] = (
+    ("README: how to run the evals locally", "neutral", _note("Run the evals with `inspect eval evals/triage.py`.")),
+    ("triage: reword the skill's description and style section", "neutral", _patch("no-op-wording")),
+    ("README: who maintains the agent", "neutral", _note("Maintained by the support tooling team.")),
+    ("README: link the paging policy", "neutral", _note("Paging policy: SEV1 and SEV2 page the owner's on-call.")),
+    ("triage: page the reporting team straight away", "regression", _regress_escalation),
+    ("README: note on response times", "neutral", _note("Response-time goals are tracked per team.")),
+    ("README: status-page style notes", "neutral", _note("Status updates follow the status-page style guide.")),
+    ("evals: harder triage evals on severe incidents", "cohort_added", _add_hard_cohort),
+    ("README: list the eval cohorts", "neutral", _note("Cohorts: default (original suite) and hard.")),
+    ("README: contact", "neutral", _note("Questions go to the support tooling channel.")),
+    ("README: changelog pointer", "neutral", _note("See the git history for changes.")),
+)
+
+
+def build_example_history(dest: Path, extra_neutral: int = 0) -> list[HistoryCommit]:
+    """Create a git repo at ``dest`` whose ``main`` has the example's base commit followed by
+    :data:`HISTORY_STEPS` (12 commits in all), then ``extra_neutral`` README-only commits
+    (for benchmarks of long histories), with fixed dates one day apart. Returns the commits
+    oldest first."""
+    dest = Path(dest)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ExampleRepoError(f"{dest} exists and is not an empty directory")
+    repo = build_example_repo(dest, variants=())
+    git = _Git(dest)
+    commits = [HistoryCommit(repo.base_sha, BASE_MESSAGE, "base")]
+    steps = list(HISTORY_STEPS) + [(f"README: note {i}", "neutral", _note(f"Note {i}."))
+                                   for i in range(1, extra_neutral + 1)]
+    for day, (message, kind, edit) in enumerate(steps, start=1):
+        edit(dest)
+        _normalise_modes(dest)
+        git("add", "-A")
+        sha = git.commit(message + "\n", BASE_COMMIT_DATE + timedelta(days=day))
+        commits.append(HistoryCommit(sha, message, kind))
+    return commits
 
 
 def _normalise_modes(root: Path) -> None:

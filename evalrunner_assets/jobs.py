@@ -3,9 +3,12 @@
 import dagster as dg
 
 from evalrunner_assets.assets.evals import comparison, eval_manifest, pr_report, task_samples
+from evalrunner_assets.assets.series import cohort_series
 
 eval_manifest_job = dg.define_asset_job("eval_manifest_job", selection=[eval_manifest])
 task_samples_job = dg.define_asset_job("task_samples_job", selection=[task_samples])
 comparison_job = dg.define_asset_job("comparison_job", selection=[comparison, pr_report])
 
-JOBS = [eval_manifest_job, task_samples_job, comparison_job]
+cohort_series_job = dg.define_asset_job("cohort_series_job", selection=[cohort_series])
+
+JOBS = [eval_manifest_job, task_samples_job, comparison_job, cohort_series_job]

@@ -3,6 +3,8 @@
 - ``commits``: ``owner/repo@<40-hex sha>``
 - ``tasks``: task ids from manifests, e.g. ``triage/runbook_lookup``
 - ``comparisons``: ``owner/repo#<pr>@<head sha>``
+- ``main_commits``: ``owner/repo@<40-hex sha>`` of commits on a repository's series branch
+  (one point of the cohort series each; added in first-parent order)
 ``task_samples`` is partitioned by the product ``commit × task``.
 """
 
@@ -15,6 +17,7 @@ from evalrunner_assets.pipeline.keys import commit_key
 commits_partitions = dg.DynamicPartitionsDefinition(name="commits")
 tasks_partitions = dg.DynamicPartitionsDefinition(name="tasks")
 comparisons_partitions = dg.DynamicPartitionsDefinition(name="comparisons")
+main_commits_partitions = dg.DynamicPartitionsDefinition(name="main_commits")
 commit_task_partitions = dg.MultiPartitionsDefinition(
     {"commit": commits_partitions, "task": tasks_partitions}
 )

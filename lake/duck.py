@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import sql
-from lake.schema import EVENTS_SCHEMA, SAMPLES_SCHEMA, BatchRecord, batches_table
+from lake.schema import EVENTS_SCHEMA, SAMPLES_SCHEMA, SERIES_ROWS_SCHEMA, BatchRecord, batches_table
 from lake.storage import Lake
 
 VIEWS = ("batches_view", "samples_view", "events_view", "input_scores_view")
@@ -107,7 +107,17 @@ def connect(
     refresh(con, lake, records)
     for name in VIEWS:
         con.execute(sql.load(name))
+    register_series(con, lake)
     return con
+
+
+def register_series(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
+    """The ``cohort_series`` view over the series points' row files (small: read into memory)."""
+    rels = lake.glob(lake.layout.series_rows_glob())
+    tables = [pq.read_table(lake.fs.open(lake.path(rel), "rb")) for rel in rels]
+    rows = pa.concat_tables([t.cast(SERIES_ROWS_SCHEMA) for t in tables]) if tables else SERIES_ROWS_SCHEMA.empty_table()
+    con.register("series_rows", rows)
+    con.execute(sql.load("cohort_series"))
 
 
 def query(

@@ -188,6 +188,33 @@ class LakeLayout:
         first asked for, so assets partitioned only by commit can export it."""
         return f"repos/{check_repo(repo)}.json"
 
+    def series_point(self, repo: str, commit: str) -> str:
+        """One main-branch point of the cohort series (per-task means with intervals, cohort
+        and combined pools, flags against the previous point)."""
+        return f"series/{check_repo(repo)}/points/{check_commit(commit)}.json"
+
+    def series_point_rows(self, repo: str, commit: str) -> str:
+        """The same point flattened to rows (one per task, cohort and combined) for SQL."""
+        return f"series/{check_repo(repo)}/rows/{check_commit(commit)}.parquet"
+
+    def series_settings(self, repo: str) -> str:
+        """How the repository's series is measured (branch, model, half-width, cap …): written
+        by the first backfill, read by the push sensor and by backfills launched from the UI."""
+        return f"series/{check_repo(repo)}/settings.json"
+
+    def series_rows_glob(self) -> str:
+        return "series/*/*/rows/*.parquet"
+
+    def series_points_glob(self, repo: str) -> str:
+        return f"series/{check_repo(repo)}/points/*.json"
+
+    def series_chart(self, repo: str, branch: str, ext: str) -> str:
+        """The repository's cohort-series chart (``png`` or ``svg``) for one branch."""
+        _check_segments("branch", branch)
+        if ext not in ("png", "svg"):
+            raise LakePathError(f"chart format {ext!r} is not 'png' or 'svg'")
+        return f"series/{check_repo(repo)}/charts/{partition_value(branch)}.{ext}"
+
     def inbox(self, source: str, delivery_id: str) -> str:
         _check_segments("inbox source", source)
         if not _DELIVERY.match(delivery_id or ""):

@@ -258,3 +258,14 @@ def batches_table(records: list[BatchRecord]) -> pa.Table:
             }
         )
     return pa.Table.from_pylist(rows, schema=BATCHES_SCHEMA)
+
+
+# One row per (main-branch point, scope) of the cohort series (evalrunner_assets.pipeline.series).
+SERIES_ROWS_SCHEMA = pa.schema([
+    ("repo", pa.string()), ("branch", pa.string()), ("commit", pa.string()),
+    ("position", pa.int64()), ("committed_at", pa.string()), ("subject", pa.string()),
+    ("scope", pa.string()), ("name", pa.string()), ("cohort", pa.string()),
+    ("mean", pa.float64()), ("lo", pa.float64()), ("hi", pa.float64()), ("inputs", pa.int64()),
+    ("label", pa.string()), ("status", pa.string()), ("flagged", pa.bool_()),
+    ("annotation", pa.string()),
+])

@@ -214,6 +214,21 @@ class RepoSource:
         proc = _git(["diff", "--name-only", "-z", "--no-renames", b, h], git_dir=self._git_dir)
         return sorted({p for p in proc.stdout.decode("utf-8", "replace").split("\0") if p})
 
+    def first_parent_history(self, ref: str) -> list[tuple[str, str, str]]:
+        """``ref``'s first-parent history, oldest first: (sha, ISO commit time, subject).
+
+        First parents only: a branch's own line of commits (merges count once, as the merge
+        commit), which is what a main-branch series is plotted over."""
+        tip = self.resolve_ref(ref)
+        proc = _git(["log", "--first-parent", "--reverse", "--format=%H%x1f%cI%x1f%s", tip],
+                    git_dir=self._git_dir)
+        out = []
+        for line in proc.stdout.decode("utf-8", "replace").splitlines():
+            sha, when, subject = (line.split("\x1f") + ["", ""])[:3]
+            if sha:
+                out.append((sha, when, subject))
+        return out
+
     # -- export ------------------------------------------------------------------------------
 
     def export(self, commit: str, dest: str | Path) -> RepoExport:

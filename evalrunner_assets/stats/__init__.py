@@ -14,7 +14,8 @@ from evalrunner_assets.stats._decide import (
     estimated_cost,
 )
 from evalrunner_assets.stats._errors import PairingError, ParamsError, PlanError, StatsError
-from evalrunner_assets.stats._pairing import Pairing, pair_task, seeded_order
+from evalrunner_assets.stats._mean import mean_sequence_interval, wilson_interval
+from evalrunner_assets.stats._pairing import Pairing, arm_input_means, pair_task, seeded_order
 from evalrunner_assets.stats._params import StatsParams
 from evalrunner_assets.stats._planner import ARMS, Budget, TaskPlanState, WindowPlan, plan_next_windows
 from evalrunner_assets.stats._verdict import RunVerdict, Verdict, run_verdict
@@ -35,12 +36,15 @@ __all__ = [
     "TaskPlanState",
     "Verdict",
     "WindowPlan",
+    "arm_input_means",
     "confidence_path",
     "decide_task",
     "describe_more_samples",
     "estimated_cost",
+    "mean_sequence_interval",
     "pair_task",
     "plan_next_windows",
     "run_verdict",
     "seeded_order",
+    "wilson_interval",
 ]

@@ -181,3 +181,10 @@ def pair_task(
         errored_epochs_head=head.errored_epochs,
         errored_epochs_base=base.errored_epochs,
     )
+
+
+def arm_input_means(rows: Iterable[Mapping[str, Any]]) -> tuple[dict[str, float], int]:
+    """One arm on its own, by the pairing rule: each input's mean over its epochs (inputs with
+    an errored or unscored epoch excluded), and how many inputs were excluded that way."""
+    summary = _summarize(rows, "arm")
+    return dict(summary.means), len(summary.errored)

@@ -1,0 +1,535 @@
+"""Main-branch cohort series: one point per main commit, flags where a cohort really dropped.
+
+A point measures one commit on its own: per task, the mean score with an anytime-valid interval
+(sampling stops once it is narrower than ``half_width`` on each side, or at the cap, or when the
+dataset runs out), per cohort and for all tasks a pooled Wilson interval. Its windows are the
+same fixed positions of the same seeded order a comparison uses, under the same batch keys, so
+a commit that was a PR's base already has its windows, and a second measurement runs nothing.
+
+Consecutive points are compared pairwise on the inputs both measured, per task, with the PR
+statistics (anytime-valid, alpha split over the shared tasks): a cohort is flagged when one of
+its tasks regressed. A cohort that first appears at a commit is annotated "N evals added" and
+starts its own series there; it never counts against the cohorts that existed before, and
+tasks added to an existing cohort are compared only once they have a previous point.
+
+Plain Python: the ``cohort_series`` asset, the push sensor and ``evalrunner backfill`` call it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from evalrunner_assets import stats
+from evalrunner_assets.execution.inspect_runner import sample_order
+from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
+from evalrunner_assets.pipeline.assess import _load_rows, window_plan
+from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, learn_commit
+from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
+from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, run_task_windows, session_config
+from lake import LAYOUT, Lake, Window
+from lake.schema import SERIES_ROWS_SCHEMA
+
+SCHEMA_VERSION = 1
+DEFAULT_HALF_WIDTH = 0.05
+DEFAULT_CAP = 256
+
+
+class SeriesError(ValueError):
+    """A series setting or input is invalid (names it and what is wrong)."""
+
+
+@dataclass(frozen=True)
+class SeriesSettings:
+    """How every point of a repository's series is measured (the same for all its points, so
+    consecutive points pair on the same inputs and reuse the same windows)."""
+
+    model: str = DEFAULT_MODEL
+    model_args: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    epochs: int = 1
+    half_width: float = DEFAULT_HALF_WIDTH  # stop a task once its interval is at most ±this
+    cap: int = DEFAULT_CAP  # most inputs per task and point
+    alpha: float = 0.05  # per-task interval level 1 - alpha; flags split alpha over tasks
+    margin: float = 0.05  # equivalence margin of the point-to-point comparison
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.half_width < 0.5:
+            raise SeriesError(f"half_width {self.half_width!r} must be in (0, 0.5)")
+        if isinstance(self.cap, bool) or not isinstance(self.cap, int) or self.cap < 1:
+            raise SeriesError(f"cap {self.cap!r} must be a positive integer")
+        if not 0.0 < self.alpha < 1.0:
+            raise SeriesError(f"alpha {self.alpha!r} must be in (0, 1)")
+        if not 0.0 < self.margin < 1.0:
+            raise SeriesError(f"margin {self.margin!r} must be in (0, 1)")
+        if self.epochs < 1:
+            raise SeriesError(f"epochs {self.epochs!r} must be at least 1")
+
+    def run_settings(self) -> RunSettings:
+        return RunSettings(model=self.model, model_args=dict(self.model_args), seed=self.seed,
+                           epochs=self.epochs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MainCommit:
+    """One commit of a branch's first-parent history (``position`` 0 = oldest listed)."""
+
+    sha: str
+    committed_at: str  # ISO 8601
+    subject: str
+    position: int
+
+
+def select_commits(history: Sequence[MainCommit], *, since: str | None = None, last: int | None = None,
+                   every: int | None = None) -> list[MainCommit]:
+    """The commits a backfill measures, oldest first: those committed at or after ``since``
+    (an ISO date), then the newest ``last``, then every ``every``-th counted back from the tip
+    (so the newest commit is always a point)."""
+    chosen = list(history)
+    if since is not None:
+        try:
+            cutoff = _parse_time(since)
+        except ValueError as exc:
+            raise SeriesError(f"--since {since!r} is not an ISO date (e.g. 2025-01-31)") from exc
+        chosen = [c for c in chosen if _parse_time(c.committed_at) >= cutoff]
+    if last is not None:
+        if last < 1:
+            raise SeriesError(f"--last {last!r} must be at least 1")
+        chosen = chosen[-last:]
+    if every is not None:
+        if every < 1:
+            raise SeriesError(f"--every {every!r} must be at least 1")
+        chosen = list(reversed(list(reversed(chosen))[::every]))
+    return chosen
+
+
+def _parse_time(text: str) -> datetime:
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+# --- one point ------------------------------------------------------------------------------
+
+
+def _task_keys(repo: str, commit: str, facts: TaskFacts, settings: SeriesSettings, windows: Sequence[Window],
+               backend_name: str, runtime: str) -> list[Any]:
+    rs = settings.run_settings()
+    return [batch_key_for(repo, commit, facts, rs, w, backend_name=backend_name, runtime_digest=runtime)
+            for w in windows]
+
+
+def _input_values(rows: list[dict[str, Any]], order: Sequence[str]) -> tuple[list[str], list[float], int]:
+    means, errored = stats.arm_input_means(rows)
+    ids = [sid for sid in order if sid in means]
+    return ids, [means[sid] for sid in ids], errored
+
+
+def _measure_task(lake: Lake, backend: SandboxBackend, export: RepoExport, facts: TaskFacts,
+                  settings: SeriesSettings, runtime: str, pool: Any, cancel: threading.Event | None,
+                  on_window: Callable[[Any], None] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"cohort": facts.cohort, "mean": None, "interval": None, "inputs": 0,
+                           "samples": 0, "errored": 0, "windows": [], "windows_run": 0,
+                           "windows_reused": 0, "stop": None, "failure": None}
+    if facts.failure or not facts.sample_ids:
+        out["failure"] = facts.failure or "the task has no samples"
+        out["stop"] = "failed"
+        return out
+    dataset = len(facts.sample_ids)
+    limit = min(settings.cap, dataset)
+    order = sample_order(list(facts.sample_ids), settings.seed)
+    done: list[Window] = []
+    rows: list[dict[str, Any]] = []
+    for window in window_plan(limit):
+        if cancel is not None and cancel.is_set():
+            out["stop"] = "cancelled"
+            break
+        outcome = run_task_windows(lake, backend, export, facts, settings.run_settings(), [window],
+                                   pool=pool, cancel=cancel, retry_transient=True)[0]
+        if on_window is not None:
+            on_window(outcome)
+        if outcome.status not in ("landed", "reused"):
+            out["failure"] = outcome.failure or outcome.status
+            out["stop"] = "failed"
+            break
+        out["windows_run" if outcome.status == "landed" else "windows_reused"] += 1
+        done.append(window)
+        rows = _load_rows(lake, _task_keys(export.repo, export.commit, facts, settings, done,
+                                           backend.name, runtime))
+        ids, values, errored = _input_values(rows, order)
+        lo, hi = stats.mean_sequence_interval(values, settings.alpha, looks=_looks(done, ids, order))
+        if values and (hi - lo) / 2.0 <= settings.half_width:
+            out["stop"] = f"interval within ±{settings.half_width:g}"
+            break
+    else:
+        out["stop"] = (f"dataset exhausted ({dataset} samples)" if limit == dataset
+                       else f"reached the per-task cap of {settings.cap} inputs")
+    if pool is not None:
+        # The session's thread ends with this point; a later point never needs it.
+        pool.discard(backend, export, session_config(export.repo, facts.task, facts.spec, facts.workdir,
+                                                     settings.run_settings()))
+    ids, values, errored = _input_values(rows, order)
+    out["windows"] = [w.name for w in done]
+    out["samples"] = len(rows)
+    out["errored"] = errored
+    out["inputs"] = len(values)
+    if values:
+        out["mean"] = sum(values) / len(values)
+        out["interval"] = list(stats.mean_sequence_interval(values, settings.alpha, looks=_looks(done, ids, order)))
+    return out
+
+
+def _looks(done: Sequence[Window], ids: Sequence[str], order: Sequence[str]) -> list[int]:
+    """Prefix lengths (in scored inputs) at which the interval was looked at: each window's end."""
+    position = {sid: i for i, sid in enumerate(order)}
+    looks = []
+    for w in done:
+        looks.append(sum(1 for sid in ids if position[sid] < w.stop))
+    return [n for n in looks if n > 0]
+
+
+def _pool(tasks: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    measured = [tasks[t] for t in names if tasks[t]["mean"] is not None]
+    inputs = sum(t["inputs"] for t in measured)
+    total = sum(t["mean"] * t["inputs"] for t in measured)
+    interval = stats.wilson_interval(total, inputs)
+    return {"tasks": sorted(names), "measured_tasks": len(measured), "inputs": inputs,
+            "mean": (total / inputs) if inputs else None,
+            "interval": list(interval) if interval else None}
+
+
+def summarise_point(tasks: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per-cohort and combined pools of a point's tasks."""
+    cohorts: dict[str, list[str]] = {}
+    for name, t in tasks.items():
+        cohorts.setdefault(t["cohort"], []).append(name)
+    return ({c: _pool(tasks, names) for c, names in sorted(cohorts.items())}, _pool(tasks, list(tasks)))
+
+
+def measure_point(
+    lake: Lake,
+    backend: SandboxBackend,
+    export: RepoExport,
+    settings: SeriesSettings,
+    commit: MainCommit,
+    *,
+    branch: str,
+    pool: Any = None,
+    workers: int = 1,
+    cancel: threading.Event | None = None,
+    on_window: Callable[[Any], None] | None = None,
+) -> dict[str, Any]:
+    """Measure ``commit`` (learn its evals, run what its tasks still need) and return the point
+    (not yet compared with the previous one: see :func:`flag_point`)."""
+    facts: CommitFacts = learn_commit(lake, backend, export, model=settings.model, cancel=cancel)
+    runtime = backend.runtime_digest()
+    names = sorted(facts.tasks)
+    with cf.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="evalrunner-series") as ex:
+        futures = {n: ex.submit(_measure_task, lake, backend, export, facts.tasks[n], settings, runtime,
+                                pool, cancel, on_window) for n in names}
+        tasks = {n: futures[n].result() for n in names}
+    cohorts, combined = summarise_point(tasks)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "repo": export.repo,
+        "branch": branch,
+        "commit": export.commit,
+        "committed_at": commit.committed_at,
+        "subject": commit.subject,
+        "position": commit.position,
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "settings": settings.to_dict(),
+        "backend": backend.name,
+        "runtime_digest": runtime,
+        "tasks": tasks,
+        "cohorts": cohorts,
+        "combined": combined,
+        "previous": None,
+        "task_flags": {},
+        "cohort_status": {},
+        "flagged": False,
+        "annotations": [],
+        "execution": {
+            "windows_run": sum(t["windows_run"] for t in tasks.values()),
+            "windows_reused": sum(t["windows_reused"] for t in tasks.values()),
+        },
+    }
+
+
+# --- flags between points --------------------------------------------------------------------
+
+
+def compare_points(lake: Lake, earlier: Mapping[str, Any], later: Mapping[str, Any],
+                   settings: SeriesSettings) -> dict[str, Any]:
+    """Pairwise comparison of two points of one repository (any two, not only neighbours):
+    per shared task the PR statistics on the inputs both measured; per cohort a status; and
+    the annotations for cohorts and tasks that appear or disappear."""
+    shared = sorted(t for t in later["tasks"] if t in earlier["tasks"]
+                    and later["tasks"][t]["mean"] is not None and earlier["tasks"][t]["mean"] is not None)
+    params = stats.StatsParams(alpha=settings.alpha, margin=settings.margin, min_pairs=8,
+                               cap=max(8, settings.cap))
+    task_flags: dict[str, Any] = {}
+    for name in shared:
+        head = _point_rows(lake, later, name)
+        base = _point_rows(lake, earlier, name)
+        order = sorted({str(r["sample_id"]) for r in head} | {str(r["sample_id"]) for r in base})
+        order = sample_order(order, settings.seed)
+        decision = stats.decide_task(stats.pair_task(head, base, order=order), params, len(shared),
+                                     forecast=False)
+        task_flags[name] = {
+            "label": decision.label, "pairs": decision.pairs, "delta": decision.delta,
+            "interval": list(decision.anytime_interval), "cohort": later["tasks"][name]["cohort"],
+        }
+    cohorts_before = set(earlier["cohorts"])
+    annotations: list[dict[str, Any]] = []
+    status: dict[str, str] = {}
+    for cohort, pool in later["cohorts"].items():
+        if cohort not in cohorts_before:
+            n = len(pool["tasks"])
+            annotations.append({"kind": "cohort_added", "cohort": cohort, "tasks": pool["tasks"],
+                                "text": f"{n} eval{'s' if n != 1 else ''} added (new cohort {cohort})"})
+            status[cohort] = f"{n} eval{'s' if n != 1 else ''} added"
+            continue
+        added = sorted(set(pool["tasks"]) - set(earlier["cohorts"][cohort]["tasks"]))
+        if added:
+            annotations.append({"kind": "tasks_added", "cohort": cohort, "tasks": added,
+                                "text": f"{len(added)} eval{'s' if len(added) != 1 else ''} added to {cohort}"})
+        labels = [f["label"] for t, f in task_flags.items() if f["cohort"] == cohort]
+        if "regressed" in labels:
+            status[cohort] = "regression flagged"
+        elif "improved" in labels:
+            status[cohort] = "improving"
+        else:
+            status[cohort] = "no regression"
+    removed = sorted(set(earlier["tasks"]) - set(later["tasks"]))
+    if removed:
+        annotations.append({"kind": "tasks_removed", "tasks": removed,
+                            "text": f"{len(removed)} eval{'s' if len(removed) != 1 else ''} removed"})
+    flagged_tasks = sorted(t for t, f in task_flags.items() if f["label"] == "regressed")
+    for t in flagged_tasks:
+        annotations.append({"kind": "regression", "cohort": task_flags[t]["cohort"], "tasks": [t],
+                            "text": f"{t} regressed ({_signed(task_flags[t]['delta'])})"})
+    return {"previous": earlier["commit"], "task_flags": task_flags, "cohort_status": status,
+            "flagged": bool(flagged_tasks), "flagged_tasks": flagged_tasks, "annotations": annotations}
+
+
+def _signed(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.2f}"
+
+
+def _point_rows(lake: Lake, point: Mapping[str, Any], task: str) -> list[dict[str, Any]]:
+    """The committed rows behind one task of a point (its windows, under its batch keys)."""
+    from evalrunner_assets.pipeline.facts import load_facts
+
+    facts = load_facts(lake, point["repo"], point["commit"])
+    if facts is None or task not in facts.tasks:
+        return []
+    settings = SeriesSettings(**point["settings"])
+    windows = [Window.parse(w) for w in point["tasks"][task]["windows"]]
+    keys = _task_keys(point["repo"], point["commit"], facts.tasks[task], settings, windows,
+                      point["backend"], point["runtime_digest"])
+    return _load_rows(lake, keys)
+
+
+def flag_point(lake: Lake, point: dict[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``point`` with its comparison against ``previous`` (the point before it on the branch)."""
+    if previous is None:
+        point.update({"previous": None, "task_flags": {}, "flagged": False, "flagged_tasks": [],
+                      "cohort_status": {c: "first point" for c in point["cohorts"]}, "annotations": []})
+        return point
+    settings = SeriesSettings(**point["settings"])
+    point.update(compare_points(lake, previous, point, settings))
+    return point
+
+
+def reading(point: Mapping[str, Any]) -> list[str]:
+    """The point in words, one line per cohort and one for all tasks, e.g.
+    ``default 0.86 · no regression`` … ``combined 0.81``."""
+    lines = []
+    for cohort, pool in point["cohorts"].items():
+        mean = "n/a" if pool["mean"] is None else f"{pool['mean']:.2f}"
+        lines.append(f"{cohort} {mean} · {point.get('cohort_status', {}).get(cohort, 'measured')}")
+    mean = point["combined"]["mean"]
+    lines.append(f"combined {'n/a' if mean is None else f'{mean:.2f}'}")
+    return lines
+
+
+# --- the lake ---------------------------------------------------------------------------------
+
+ROW_SCHEMA = SERIES_ROWS_SCHEMA
+
+
+def point_rows(point: Mapping[str, Any]) -> pa.Table:
+    """A point as rows: one per task (``scope='task'``), cohort and the combined pool."""
+    base = {k: point[k] for k in ("repo", "branch", "commit", "position", "committed_at", "subject")}
+    notes = {a.get("cohort"): a["text"] for a in point.get("annotations", []) if a["kind"] == "cohort_added"}
+    rows = []
+    for name, t in sorted(point["tasks"].items()):
+        flag = point.get("task_flags", {}).get(name, {})
+        iv = t["interval"] or [None, None]
+        rows.append({**base, "scope": "task", "name": name, "cohort": t["cohort"], "mean": t["mean"],
+                     "lo": iv[0], "hi": iv[1], "inputs": t["inputs"], "label": flag.get("label"),
+                     "status": t["stop"], "flagged": flag.get("label") == "regressed", "annotation": t["failure"]})
+    for cohort, pool in point["cohorts"].items():
+        iv = pool["interval"] or [None, None]
+        status = point.get("cohort_status", {}).get(cohort)
+        rows.append({**base, "scope": "cohort", "name": cohort, "cohort": cohort, "mean": pool["mean"],
+                     "lo": iv[0], "hi": iv[1], "inputs": pool["inputs"], "label": None, "status": status,
+                     "flagged": status == "regression flagged", "annotation": notes.get(cohort)})
+    pool = point["combined"]
+    iv = pool["interval"] or [None, None]
+    rows.append({**base, "scope": "combined", "name": "combined", "cohort": None, "mean": pool["mean"],
+                 "lo": iv[0], "hi": iv[1], "inputs": pool["inputs"], "label": None,
+                 "status": "regression flagged" if point.get("flagged") else None,
+                 "flagged": bool(point.get("flagged")), "annotation": None})
+    return pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
+
+
+def save_point(lake: Lake, point: Mapping[str, Any]) -> str:
+    """The point's rows, then its document (the document is what readers look for first)."""
+    import io
+
+    buf = io.BytesIO()
+    pq.write_table(point_rows(point), buf)
+    lake.write_bytes(LAYOUT.series_point_rows(point["repo"], point["commit"]), buf.getvalue())
+    return lake.write_bytes(LAYOUT.series_point(point["repo"], point["commit"]),
+                            json.dumps(point, indent=2, sort_keys=True, default=str).encode())
+
+
+def load_point(lake: Lake, repo: str, commit: str) -> dict[str, Any] | None:
+    rel = LAYOUT.series_point(repo, commit)
+    if not lake.exists(rel):
+        return None
+    try:
+        return json.loads(lake.read_bytes(rel))
+    except json.JSONDecodeError as exc:
+        raise SeriesError(f"series point {lake.url(rel)} is not valid JSON ({exc}); delete it to "
+                          "measure the commit again") from exc
+
+
+def load_series(lake: Lake, repo: str, branch: str | None = None) -> list[dict[str, Any]]:
+    """Every point of ``repo`` (of ``branch`` when given), in first-parent order."""
+    points = []
+    for rel in lake.glob(LAYOUT.series_points_glob(repo)):
+        point = json.loads(lake.read_bytes(rel))
+        if branch is None or point.get("branch") == branch:
+            points.append(point)
+    return sorted(points, key=lambda p: (p["position"], p["committed_at"]))
+
+
+def point_matches(point: Mapping[str, Any] | None, settings: SeriesSettings, backend_name: str,
+                  runtime: str) -> bool:
+    """A saved point is reusable only if measured the same way on the same runtime."""
+    return (point is not None and point.get("schema_version") == SCHEMA_VERSION
+            and point.get("settings") == settings.to_dict() and point.get("backend") == backend_name
+            and point.get("runtime_digest") == runtime)
+
+
+def previous_point(lake: Lake, repo: str, history: Sequence[MainCommit], commit: MainCommit) -> dict[str, Any] | None:
+    """The nearest measured point before ``commit`` on the branch's first-parent line."""
+    for c in reversed([c for c in history if c.position < commit.position]):
+        point = load_point(lake, repo, c.sha)
+        if point is not None:
+            return point
+    return None
+
+
+# --- a run over many commits -----------------------------------------------------------------
+
+
+def save_settings(lake: Lake, repo: str, branch: str, settings: SeriesSettings) -> str:
+    doc = {"repo": repo, "branch": branch, "settings": settings.to_dict()}
+    return lake.write_bytes(LAYOUT.series_settings(repo), json.dumps(doc, indent=2, sort_keys=True).encode())
+
+
+def load_settings(lake: Lake, repo: str) -> tuple[str, SeriesSettings]:
+    """(branch, settings) of the repository's series; defaults (``main``) when none recorded."""
+    rel = LAYOUT.series_settings(repo)
+    if not lake.exists(rel):
+        return "main", SeriesSettings()
+    try:
+        doc = json.loads(lake.read_bytes(rel))
+        return str(doc.get("branch") or "main"), SeriesSettings(**doc.get("settings", {}))
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise SeriesError(f"series settings {lake.url(rel)} are not valid ({exc}); delete the file or "
+                          "run `evalrunner backfill` again with the settings you want") from exc
+
+
+@dataclass
+class SeriesRun:
+    """What one series run did: its points (oldest first), how many were measured now."""
+
+    points: list[dict[str, Any]]
+    measured: list[str] = field(default_factory=list)  # shas measured by this run
+    reused: list[str] = field(default_factory=list)  # shas whose saved point was reused
+    windows_run: int = 0
+    windows_reused: int = 0
+
+
+def run_series(
+    lake: Lake,
+    backend: SandboxBackend,
+    repo: str,
+    export_for: Callable[[str], RepoExport],
+    history: Sequence[MainCommit],
+    commits: Sequence[MainCommit],
+    settings: SeriesSettings,
+    *,
+    branch: str,
+    pool: Any = None,
+    workers: int = 1,
+    cancel: threading.Event | None = None,
+    on_point: Callable[[dict[str, Any], bool], None] | None = None,
+) -> SeriesRun:
+    """Measure ``commits`` (a selection of ``history``, the branch's first-parent line) oldest
+    first, each flagged against the nearest measured point before it. A saved point measured
+    the same way is reused as it is (no sandbox starts); its flags are computed again only when
+    a newer point now sits between it and the one it was compared with."""
+    runtime = backend.runtime_digest()
+    run = SeriesRun(points=[])
+    for commit in sorted(commits, key=lambda c: c.position):
+        if cancel is not None and cancel.is_set():
+            break
+        previous = previous_point(lake, repo, history, commit)
+        saved = load_point(lake, repo, commit.sha)
+        if point_matches(saved, settings, backend.name, runtime) and saved is not None:
+            point = saved
+            run.reused.append(commit.sha)
+            want_previous = previous["commit"] if previous else None
+            if point.get("previous") != want_previous or point.get("branch") != branch:
+                point["branch"] = branch
+                point = flag_point(lake, point, previous)
+                save_point(lake, point)
+            fresh = False
+        else:
+            export = export_for(commit.sha)
+            point = measure_point(lake, backend, export, settings, commit, branch=branch, pool=pool,
+                                  workers=workers, cancel=cancel)
+            if cancel is not None and cancel.is_set():
+                break  # a cancelled point is not saved: the next run measures it again
+            point = flag_point(lake, point, previous)
+            save_point(lake, point)
+            run.measured.append(commit.sha)
+            run.windows_run += point["execution"]["windows_run"]
+            run.windows_reused += point["execution"]["windows_reused"]
+            fresh = True
+        run.points.append(point)
+        if on_point is not None:
+            on_point(point, fresh)
+    return run
+
+
+def history_of(rows: Sequence[tuple[str, str, str]]) -> list[MainCommit]:
+    """``RepoSource.first_parent_history`` rows as :class:`MainCommit` (position 0 = oldest)."""
+    return [MainCommit(sha=sha, committed_at=when, subject=subject, position=i)
+            for i, (sha, when, subject) in enumerate(rows)]

@@ -1,0 +1,59 @@
+"""The cohort series in words: a table of points and the summary of one flagged point."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _cell(text: Any) -> str:
+    # A pipe inside a cell would split it (GitHub-flavoured tables); newlines would end the row.
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _interval(pool: Mapping[str, Any]) -> str:
+    if pool.get("mean") is None:
+        return "n/a"
+    iv = pool.get("interval")
+    shown = f"{pool['mean']:.2f}"
+    return f"{shown} ({iv[0]:.2f}–{iv[1]:.2f})" if iv else shown
+
+
+def render_point_table(points: Sequence[Mapping[str, Any]]) -> str:
+    """One row per point (oldest first): commit, date, each cohort, all tasks, and notes."""
+    cohorts = sorted({c for p in points for c in p["cohorts"]})
+    header = ["commit", "date", *cohorts, "combined", "notes"]
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    for p in points:
+        notes = [a["text"] for a in p.get("annotations", [])]
+        cells = [f"`{p['commit'][:7]}`", p["committed_at"][:10]]
+        for c in cohorts:
+            pool = p["cohorts"].get(c)
+            if pool is None:
+                cells.append("")
+                continue
+            status = (p.get("cohort_status") or {}).get(c, "")
+            cells.append(_interval(pool) + (" ⚠" if status == "regression flagged" else ""))
+        cells.append(_interval(p["combined"]))
+        cells.append("; ".join(notes))
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_series_summary(point: Mapping[str, Any]) -> str:
+    """The check-run text of a flagged main commit."""
+    lines = [f"Main-branch point `{point['commit'][:7]}` compared with `{(point.get('previous') or '')[:7]}` "
+             "on the inputs both measured (anytime-valid, α split over the shared evals).", ""]
+    lines += [f"- {line}" for line in _reading(point)]
+    lines += ["", "| eval | cohort | label | Δ (interval) | pairs |", "|---|---|---|---|---|"]
+    for task, flag in sorted((point.get("task_flags") or {}).items()):
+        iv = flag.get("interval") or (None, None)
+        delta = "n/a" if flag.get("delta") is None else f"{flag['delta']:+.2f} ({iv[0]:+.2f}, {iv[1]:+.2f})"
+        lines.append("| " + " | ".join(_cell(c) for c in (task, flag["cohort"], flag["label"], delta, flag["pairs"])) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _reading(point: Mapping[str, Any]) -> list[str]:
+    from evalrunner_assets.pipeline.series import reading
+
+    return reading(point)

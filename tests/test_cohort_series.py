@@ -1,0 +1,144 @@
+"""Main-branch cohort series, end to end on a real Dagster instance and real sandboxes.
+
+The example history (12 first-parent commits) holds one real regression (a skill edit that drops
+escalation_policy from 0.80 to 0.55), wording-only changes, and a cohort of harder evals added
+later. A backfill must flag exactly the regression commit, annotate the cohort addition without
+flagging it, leave a chart and a SQL view, and a second backfill over the same range must start
+no sandbox.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from _pipeline_fixtures import evalrunner_home
+from evalrunner_assets.backfill import run_backfill
+from evalrunner_assets.example_repo import build_example_history
+from evalrunner_assets.pipeline import series
+from lake import LAYOUT, duck
+
+REPO = "example/support-agent"
+SETTINGS = series.SeriesSettings(cap=64)  # three windows per eval and point: fast, still decisive
+
+# Two backfills of 12 commits (~1.5 min on an idle 2-core machine); generous for a loaded one.
+pytestmark = pytest.mark.timeout(1800)
+
+
+@pytest.fixture(scope="module")
+def backfilled(tmp_path_factory):
+    root = tmp_path_factory.mktemp("series")
+    history = build_example_history(root / "repo")
+    with evalrunner_home(root / "home") as home:
+        instance = dg.DagsterInstance.ephemeral()
+        first = run_backfill(REPO, str(root / "repo"), settings=SETTINGS, last=len(history),
+                             instance=instance, resources=home.resources())
+        starts_after_first = len(home.starts())
+        second = run_backfill(REPO, str(root / "repo"), settings=SETTINGS, last=len(history),
+                              instance=instance, resources=home.resources())
+        yield {"history": history, "first": first, "second": second, "home": home,
+               "instance": instance, "new_starts": len(home.starts()) - starts_after_first}
+
+
+def test_exactly_the_regression_commit_is_flagged(backfilled):
+    history, points = backfilled["history"], backfilled["first"].points
+    assert [p["commit"] for p in points] == [c.sha for c in history]
+    flagged = [p["commit"] for p in points if p["flagged"]]
+    regression = [c.sha for c in history if c.kind == "regression"]
+    assert flagged == regression
+    point = next(p for p in points if p["commit"] == regression[0])
+    assert point["flagged_tasks"] == ["triage/escalation_policy"]
+    assert point["cohort_status"]["default"] == "regression flagged"
+    assert point["task_flags"]["triage/escalation_policy"]["delta"] < -0.1
+
+
+def test_a_cohort_added_is_annotated_and_never_flags_the_original_suite(backfilled):
+    history, points = backfilled["history"], backfilled["first"].points
+    added = next(c.sha for c in history if c.kind == "cohort_added")
+    point = next(p for p in points if p["commit"] == added)
+    assert not point["flagged"]
+    assert point["cohort_status"]["hard"] == "2 evals added"
+    assert point["cohort_status"]["default"] == "no regression"
+    assert [a["kind"] for a in point["annotations"]] == ["cohort_added"]
+    # The combined mean drops because the new evals are harder, while the original suite holds.
+    before = points[points.index(point) - 1]
+    assert point["combined"]["mean"] < before["combined"]["mean"]
+    assert point["cohorts"]["default"]["mean"] == pytest.approx(before["cohorts"]["default"]["mean"], abs=0.02)
+    later = points[points.index(point) + 1]
+    assert later["cohort_status"]["hard"] == "no regression"
+
+
+def test_points_hold_intervals_per_task_cohort_and_combined(backfilled):
+    for point in backfilled["first"].points:
+        for name, task in point["tasks"].items():
+            lo, hi = task["interval"]
+            assert lo <= task["mean"] <= hi, name
+            assert task["inputs"] == 64 and task["stop"].startswith("reached the per-task cap")
+        for pool in [*point["cohorts"].values(), point["combined"]]:
+            lo, hi = pool["interval"]
+            assert lo <= pool["mean"] <= hi
+            assert pool["inputs"] == 64 * len(pool["tasks"])
+
+
+def test_a_second_backfill_starts_no_sandbox(backfilled):
+    assert backfilled["first"].measured == 12
+    assert backfilled["second"].measured == 0
+    assert backfilled["new_starts"] == 0
+    assert [p["commit"] for p in backfilled["second"].points] == [p["commit"] for p in backfilled["first"].points]
+
+
+def test_the_backfill_is_one_recorded_run_of_the_defined_job(backfilled):
+    runs = backfilled["instance"].get_runs()
+    assert {r.job_name for r in runs} == {"cohort_series_job"}
+    assert backfilled["first"].runs == 1
+    keys = backfilled["instance"].get_dynamic_partitions("main_commits")
+    assert keys == [f"{REPO}@{c.sha}" for c in backfilled["history"]]
+    mats = backfilled["instance"].fetch_materializations(dg.AssetKey("cohort_series"), limit=100).records
+    assert {m.partition_key for m in mats} == set(keys)
+
+
+def test_chart_and_sql_view_exist(backfilled):
+    lake = backfilled["home"].lake()
+    png = lake.read_bytes(LAYOUT.series_chart(REPO, "main", "png"))
+    assert png.startswith(b"\x89PNG")
+    assert b"<svg" in lake.read_bytes(LAYOUT.series_chart(REPO, "main", "svg"))
+    con = duck.connect(lake)
+    rows = con.sql("select scope, name, flagged, annotation from cohort_series "
+                   "where scope <> 'task' order by position, scope, name").fetchall()
+    assert sum(1 for r in rows if r[0] == "combined") == 12
+    assert sum(1 for r in rows if r[0] == "cohort" and r[2]) == 1  # the one flagged cohort point
+    assert any(r[1] == "hard" and r[3] and "added" in r[3] for r in rows)
+
+
+def test_history_selection():
+    history = [series.MainCommit(sha=f"{i:040x}", committed_at=f"2025-01-{i + 1:02d}T00:00:00+00:00",
+                                 subject="", position=i) for i in range(10)]
+    assert [c.position for c in series.select_commits(history, last=3)] == [7, 8, 9]
+    assert [c.position for c in series.select_commits(history, every=4)] == [1, 5, 9]
+    assert [c.position for c in series.select_commits(history, since="2025-01-08")] == [7, 8, 9]
+    with pytest.raises(series.SeriesError, match="--since"):
+        series.select_commits(history, since="last tuesday")
+    with pytest.raises(series.SeriesError, match="--every"):
+        series.select_commits(history, every=0)
+
+
+def test_mean_sequence_covers_at_any_look():
+    import numpy as np
+
+    from evalrunner_assets.stats import mean_sequence_interval
+
+    rng = np.random.default_rng(7)
+    misses = 0
+    for _ in range(200):
+        x = (rng.random(128) < 0.3).astype(float)
+        lo, hi = mean_sequence_interval(x, 0.05, looks=[16, 32, 64, 128])
+        misses += not (lo <= 0.3 <= hi)
+    assert misses / 200 <= 0.05
+
+
+def test_settings_are_validated():
+    with pytest.raises(series.SeriesError, match="half_width"):
+        series.SeriesSettings(half_width=0.0)
+    with pytest.raises(series.SeriesError, match="cap"):
+        series.SeriesSettings(cap=0)
+
