@@ -166,3 +166,43 @@ def test_warm_pool_runs_successive_inspect_windows_in_one_pod_and_retain_kills_i
     assert pool.retain([]) == 1  # the task was decided: its session goes
     pool.close_all()  # waits for the background close
     assert not standin.pods
+
+
+@pytest.mark.slow
+def test_a_comparison_on_kubernetes_runs_warm_session_pods_and_reports_the_pod_counts(standin, tmp_path):
+    """The comparison driver with the kubernetes backend (stand-in API): each (commit, task)
+    gets one session pod that lists its ids and runs all its windows; the comparison document's
+    execution section says how many pods of each kind it started."""
+    import dagster as dg
+
+    from evalrunner_assets.driver import run_comparison
+    from evalrunner_assets.example_repo import build_example_repo
+    from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
+    from tests._pipeline_fixtures import evalrunner_home, request_for
+
+    example = build_example_repo(tmp_path / "support-agent")
+    kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
+    with evalrunner_home(tmp_path / "home") as home, dg.DagsterInstance.local_temp(tempdir=str(tmp_path / "home" / "dagster")) as instance:
+        resources = {
+            "lake": LakeResource(root=str(home.lake_root)),
+            "sandbox": SandboxResource(backend_name="kubernetes", k8s_image=IMAGE, k8s_kubeconfig=str(kubeconfig), max_workers=2),
+            "repos": RepoResource(cache_dir=str(home.root / "repos"), export_dir=str(home.root / "exports")),
+            "github": GitHubResource(),
+        }
+        request = request_for(example, "improve-runbook", "7", max_tasks=1, cap=48, min_pairs=4)
+        result = run_comparison(request, instance=instance, resources=resources)
+    execution = result["execution"]
+    sandboxes = execution["sandboxes"]
+    print(f"\nexecution: {execution}")
+    session_pods = [c for c in standin.created if c["metadata"]["labels"]["evalrunner.dev/role"] == "session"]
+    per_commit_task = [(c["metadata"]["annotations"]["evalrunner.dev/commit"], c["metadata"]["annotations"]["evalrunner.dev/task"]) for c in session_pods]
+    assert len(per_commit_task) == len(set(per_commit_task))  # never a second pod for one (commit, task)
+    assert {commit for commit, _ in per_commit_task} == {request.base_sha, request.head_sha}
+    landed = execution["windows"]["landed"]
+    assert landed >= 4  # at least two windows per arm, all in the pods that listed the ids
+    assert sandboxes == {
+        "cold_pods": len(standin.created) - len(session_pods),  # the .evals/list runs
+        "session_pods": len(session_pods),
+        "session_calls": 2 * len(session_pods) + landed,  # ping + ids per pod, one call per window
+    }
+    assert not standin.pods  # every pod deleted when the comparison ended

@@ -799,12 +799,10 @@ class _PodRun:
             self.cancel.wait(self.config.poll_interval_seconds)
 
     def _deliver(self) -> bool:
-        from kubernetes.stream import stream
-
         payload = pod_wrapper.encode_payload(self.tarball, self.request.stdin or b"", self.key)
         try:
-            ws = stream(
-                self.core.connect_get_namespaced_pod_attach,
+            ws = self._stream(
+                "connect_get_namespaced_pod_attach",
                 self._pod_name(),
                 self.config.namespace,
                 container=INIT_CONTAINER,
@@ -869,11 +867,9 @@ class _PodRun:
                       cancel: threading.Event | None = None) -> bytes:
         """Run a wrapper command in the collector through the exec API; its stdout (records).
         Raises :class:`_Cancelled` when ``cancel`` is set while it runs."""
-        from kubernetes.stream import stream
-
         limits = self.request.limits
-        ws = stream(
-            self.core.connect_get_namespaced_pod_exec,
+        ws = self._stream(
+            "connect_get_namespaced_pod_exec",
             self._pod_name(),
             self.config.namespace,
             container=COLLECTOR_CONTAINER,
@@ -959,6 +955,19 @@ class _PodRun:
 
     def _pod_name(self) -> str:
         return self.pod_name
+
+    def _stream(self, method: str, *args: Any, **kwargs: Any):
+        """A websocket (attach/exec) opened through a private ApiClient: ``kubernetes.stream``
+        swaps the client's ``request`` for the duration of the call, so on a client shared by
+        several threads a concurrent REST call would go out as a websocket (and vice versa)."""
+        import kubernetes
+        from kubernetes.stream import stream
+
+        private = kubernetes.client.ApiClient(self.core.api_client.configuration)
+        try:
+            return stream(getattr(kubernetes.client.CoreV1Api(private), method), *args, **kwargs)
+        finally:
+            private.close()  # the returned WSClient holds its own connection
 
     def _read_pod(self):
         import kubernetes
