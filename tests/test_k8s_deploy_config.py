@@ -115,14 +115,14 @@ def test_without_the_deployed_environment_the_storage_config_is_refused(monkeypa
 
 
 def test_a_module_dagster_cannot_import_fails_this_loading(tmp_path, monkeypatch):
-    text = (DEPLOY / "dagster.yaml").read_text().replace("module: dagster._core.run_coordinator", "module: dagster.run_coordinators")
+    text = (DEPLOY / "dagster.yaml").read_text().replace("module: dagster._core.run_coordinator", "module: dagster_k8s.run_coordinators")
     (tmp_path / "dagster.yaml").write_text(text)
     from dagster._core.instance.ref import InstanceRef
 
     for name, value in configmap_env().items():
         monkeypatch.setenv(name, value)
     ref = InstanceRef.from_dir(str(tmp_path))
-    with pytest.raises(Exception, match="Couldn't import module dagster.run_coordinators"):
+    with pytest.raises(Exception, match="Couldn.t import module dagster_k8s.run_coordinators"):
         ref.run_coordinator  # noqa: B018
 
 
