@@ -1,8 +1,11 @@
 """deploy/ manifests and generated sandbox pods: Kubernetes schemas and Pod Security 'restricted'.
 
 Schemas come from kubernetes-validate's bundled copies (offline). The Dagster chart's values
-schema is not bundled anywhere we can install offline, so the Helm values get structural
-checks only (see test_helm_values_use_k8s_run_launcher_daemon_and_our_image).
+schema ships only inside the chart (`helm pull dagster/dagster --version 1.13.27 --untar` ->
+dagster/values.schema.json, whose Kubernetes types are $refs to kubernetesjsonschema.dev); no
+PyPI package carries it and neither the chart repository nor that site is reachable here, so
+the Helm values get structural checks only (test_helm_values_use_k8s_run_launcher_daemon_and_our_image)
+and their names are cross-checked in tests/test_k8s_deploy_names.py.
 """
 
 from __future__ import annotations
