@@ -101,5 +101,5 @@ class SandboxResource(dg.ConfigurableResource):
             options["model_egress_port"] = self.k8s_model_egress_port
         backend = make_backend("kubernetes", **options)
         if context is not None and hasattr(backend, "bind_context"):
-            backend.bind_context(context)
+            backend = backend.bind_context(context)  # a new backend object: launch through Pipes
         return backend
