@@ -15,7 +15,7 @@ defs = dg.Definitions(
     sensors=[pr_sensor, sampling_sensor],
     resources={
         "lake": LakeResource(),
-        "sandbox": SandboxResource(),
+        "sandbox": SandboxResource.from_env(),  # deploy/k8s sets EVALRUNNER_SANDBOX_* in the pods
         "repos": RepoResource(),
         "github": GitHubResource(),
     },

@@ -328,7 +328,7 @@ def run_comparison(
         window_threads.shutdown(wait=False, cancel_futures=True)
         recorder.shutdown(wait=False, cancel_futures=True)
         _finish(the_lake, request, assess_now, scheduler, "cancelled",
-                "cancelled by the user (SIGINT) while learning the commits' evals")
+                "cancelled by the user (SIGINT) while learning the commits' evals", backend)
         if pool is not None:
             pool.close_all()
         raise
@@ -439,27 +439,35 @@ def run_comparison(
                 recorder.shutdown(wait=True)
     except KeyboardInterrupt:
         _finish(the_lake, request, assess_now, scheduler, "cancelled",
-                "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume")
+                "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume", backend)
         raise
     finally:
         if pool is not None:
             pool.close_all()
     trip = scheduler.breaker.trip
     if trip is not None:
-        result = _finish(the_lake, request, assess_now, scheduler, "stopped", trip.describe())
+        result = _finish(the_lake, request, assess_now, scheduler, "stopped", trip.describe(), backend)
         _materialize(Step("report", f"report:{request.key}:stopped"), request.key, dagster_instance(), resources)
         raise ComparisonStopped(trip.describe(), result)
     if scheduler.stop.is_set():  # stopped from outside (e.g. the Dagster run was terminated)
-        _finish(the_lake, request, assess_now, scheduler, "cancelled", "cancelled by the caller")
+        _finish(the_lake, request, assess_now, scheduler, "cancelled", "cancelled by the caller", backend)
         raise KeyboardInterrupt("comparison cancelled")
     compare_if_due(force=True)
     result = saved()
     assert result is not None
     result["execution"] = {**scheduler.summary(), "retried_failures": len(retired),
-                           "planning": {**planning, "seconds": round(planning["seconds"], 3)}}
+                           "planning": {**planning, "seconds": round(planning["seconds"], 3)},
+                           **_sandbox_counts(backend)}
     assess_mod.save_result(the_lake, result)
     _write_execution(the_lake, request, result["execution"])
     return result
+
+
+def _sandbox_counts(backend: Any) -> dict[str, Any]:
+    """The sandboxes this comparison started (e.g. cold pods vs warm session pods), when the
+    backend counts them: ``{"sandboxes": {...}}`` or nothing."""
+    counts = backend.sandbox_counts() if hasattr(backend, "sandbox_counts") else {}
+    return {"sandboxes": counts} if counts else {}
 
 
 def _write_execution(the_lake: Any, request: ComparisonRequest, execution: dict[str, Any]) -> None:
@@ -470,7 +478,7 @@ def _write_execution(the_lake: Any, request: ComparisonRequest, execution: dict[
 
 
 def _finish(the_lake: Any, request: ComparisonRequest, assess_now: Callable[[], Any],
-            scheduler: PackedScheduler, status: str, reason: str) -> dict[str, Any]:
+            scheduler: PackedScheduler, status: str, reason: str, backend: Any = None) -> dict[str, Any]:
     """Save the document of a comparison that did not run to its end, saying why."""
     result = assess_now().result or {}
     result = dict(result)
@@ -482,7 +490,7 @@ def _finish(the_lake: Any, request: ComparisonRequest, assess_now: Callable[[], 
         result.setdefault("final_verdict", {})["verdict"] = "INCONCLUSIVE"
     if scheduler.breaker.trip is not None:
         result["breaker"] = scheduler.breaker.trip.to_dict()
-    result["execution"] = {**scheduler.summary(), "status": status, "reason": reason}
+    result["execution"] = {**scheduler.summary(), "status": status, "reason": reason, **_sandbox_counts(backend)}
     if result.get("repo"):
         assess_mod.save_result(the_lake, result)
         _write_execution(the_lake, request, result["execution"])

@@ -5,12 +5,25 @@ Switching is configuration only: the same assets call ``backend()`` either way.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 
 from evalrunner_assets.execution.backends import make_backend
 from evalrunner_assets.execution.sandbox import SandboxBackend
+
+
+# The environment variables :meth:`SandboxResource.from_env` reads, and the field each sets.
+ENV_FIELDS = {
+    "EVALRUNNER_SANDBOX_BACKEND": "backend_name",
+    "EVALRUNNER_SANDBOX_NAMESPACE": "k8s_namespace",
+    "EVALRUNNER_SANDBOX_IMAGE": "k8s_image",
+    "EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS": "k8s_max_concurrent_pods",
+    "EVALRUNNER_MODEL_EGRESS_CIDR": "k8s_model_egress_cidr",
+    "EVALRUNNER_MODEL_EGRESS_PORT": "k8s_model_egress_port",
+}
 
 
 class SandboxResource(dg.ConfigurableResource):
@@ -30,6 +43,28 @@ class SandboxResource(dg.ConfigurableResource):
     # Sandboxes running at once for one comparison; 0 means the backend's default: this
     # machine's cores locally, ``k8s_max_concurrent_pods`` (a cluster-wide cap) on Kubernetes.
     max_workers: int = 0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "SandboxResource":
+        """The resource a deployment configures through its environment (the evalrunner-env
+        ConfigMap in deploy/k8s): ``EVALRUNNER_SANDBOX_BACKEND`` (default bubblewrap),
+        ``EVALRUNNER_SANDBOX_NAMESPACE``, ``EVALRUNNER_SANDBOX_IMAGE``,
+        ``EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS``, ``EVALRUNNER_MODEL_EGRESS_CIDR`` and
+        ``EVALRUNNER_MODEL_EGRESS_PORT``. Unset variables keep the defaults."""
+        env = os.environ if env is None else env
+        fields: dict[str, Any] = {}
+        for name, field in ENV_FIELDS.items():
+            value = env.get(name)
+            if value is None or value == "":
+                continue
+            if field in ("k8s_max_concurrent_pods", "k8s_model_egress_port"):
+                try:
+                    fields[field] = int(value)
+                except ValueError:
+                    raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+            else:
+                fields[field] = value
+        return cls(**fields)
 
     def worker_count(self) -> int:
         """How many sample windows one comparison runs at once on this backend."""
@@ -66,5 +101,5 @@ class SandboxResource(dg.ConfigurableResource):
             options["model_egress_port"] = self.k8s_model_egress_port
         backend = make_backend("kubernetes", **options)
         if context is not None and hasattr(backend, "bind_context"):
-            backend.bind_context(context)
+            backend = backend.bind_context(context)  # a new backend object: launch through Pipes
         return backend

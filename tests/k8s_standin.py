@@ -7,7 +7,8 @@ response shapes, so the controller's code runs unmodified against it.
 
 Its "kubelet" runs each container's command as a local process: every emptyDir becomes a
 temporary directory, mount paths in the command are rewritten to those directories, and
-``python`` is this interpreter. It does NOT enforce what only a real node enforces: read-only
+``python`` is this interpreter; an ``exec`` runs its command the same way, with stdin relayed
+as it arrives. It does NOT enforce what only a real node enforces: read-only
 mounts and root filesystem, uids, seccomp, capabilities, cgroup limits, network policy.
 Scenarios a test can ask for: images that fail to pull, eviction, a namespace pod quota;
 ``activeDeadlineSeconds`` is honoured (the pod fails with ``DeadlineExceeded``).
@@ -240,6 +241,7 @@ class KubernetesStandIn:
         self.pod_quota: int | None = None
         self.validate_pods = validate_pods
         self.requests: list[tuple[str, str]] = []
+        self.execs: list[tuple[str, str, list[str]]] = []  # (pod, container, command) of every exec
         self.lock = threading.Lock()
         self.bin_dir = Path(tempfile.mkdtemp(prefix="standin-bin-"))
         shim = self.bin_dir / "python"  # the image's `python` is this interpreter (a venv needs exec, not a symlink)
@@ -388,7 +390,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(400, _status(400, "BadRequest", "Upgrade request required"))
         if sub == "attach":
             return self._attach(container)
-        return self._exec(pod, container, q.get("command", []))
+        return self._exec(pod, container, q.get("command", []), q.get("stdin", ["false"])[0].lower() in ("true", "1"))
 
     def _select(self, ns: str, q: dict) -> list[_Pod]:
         pods = [p for (n, _), p in list(self.standin.pods.items()) if n == ns]
@@ -516,18 +518,49 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _exec(self, pod: _Pod, container: _Container, command: list[str]) -> None:
+    def _exec(self, pod: _Pod, container: _Container, command: list[str], want_stdin: bool = False) -> None:
         self._handshake()
         if container.proc is None or container.proc.poll() is not None:
             self._send(3, json.dumps(_status(400, "BadRequest", f"container {container.name} is not running")).encode())
             return self._close()
         argv, cwd = pod._map(_Container({**container.spec, "command": command, "args": []}, False))
         env = {"PATH": f"{self.standin.bin_dir}:{os.environ.get('PATH', '')}"}
-        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True)
-        for i in range(0, len(proc.stdout), 1 << 16):
-            self._send(1, proc.stdout[i : i + (1 << 16)])
-        if proc.stderr:
-            self._send(2, proc.stderr)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.standin.execs.append((pod.name, container.name, list(command)))
+        if want_stdin:
+            # Stdin frames are relayed as they arrive (the command may read a framed request
+            # without waiting for EOF); a v5 close of channel 0 or the socket's close ends it.
+            def relay() -> None:
+                while True:
+                    frame = self._recv()
+                    if frame is None or frame[0] == 8:
+                        break
+                    opcode, data = frame
+                    if opcode in (1, 2) and data[:1] == b"\0":
+                        try:
+                            proc.stdin.write(data[1:])
+                            proc.stdin.flush()
+                        except (BrokenPipeError, ValueError, OSError):
+                            pass
+                    elif opcode in (1, 2) and data[:2] == b"\xff\0":
+                        break
+                try:
+                    proc.stdin.close()
+                except (BrokenPipeError, OSError, ValueError):
+                    pass
+
+            threading.Thread(target=relay, daemon=True).start()
+        err: list[bytes] = []
+        drain = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+        drain.start()
+        stdout = proc.stdout.read()
+        proc.wait()
+        drain.join(timeout=10)
+        for i in range(0, len(stdout), 1 << 16):
+            self._send(1, stdout[i : i + (1 << 16)])
+        if err and err[0]:
+            self._send(2, err[0])
         if proc.returncode == 0:
             status = {"metadata": {}, "status": "Success"}
         else:
@@ -535,3 +568,8 @@ class _Handler(BaseHTTPRequestHandler):
                       "details": {"causes": [{"reason": "ExitCode", "message": str(proc.returncode)}]}}
         self._send(3, json.dumps(status).encode())
         self._close()
+        if want_stdin:
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)  # ends the relay thread's read
+            except OSError:
+                pass

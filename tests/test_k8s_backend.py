@@ -279,3 +279,13 @@ def test_credential_like_environment_is_refused_before_any_pod_exists(standin, t
     result = backend(standin, tmp_path).run(py("print(1)", repo, env={"OPENAI_API_KEY": "sk-..."}))
     assert result.status is SandboxStatus.CRASHED and "OPENAI_API_KEY" in result.detail
     assert not standin.created
+
+
+def test_the_sandbox_resource_binds_the_dagster_context_for_pipes_launches():
+    from resources.sandbox import SandboxResource
+
+    context = object()
+    resource = SandboxResource(backend_name="kubernetes", k8s_image=IMAGE)
+    bound = resource.backend(context)
+    assert isinstance(bound, KubernetesBackend) and bound._context is context
+    assert resource.backend()._context is None

@@ -107,3 +107,22 @@ def test_sandbox_image_matches_the_pod_spec():
     assert _wrapper_command() == ["python", "-m", "evalrunner_assets.execution.pod_wrapper"]
     uid = int(sandbox["USER"].split(":")[0])
     assert uid == KubernetesSandboxConfig.model_fields["run_as_user"].default
+
+
+def test_base_image_is_pinned_by_digest():
+    args = {rest.split("=", 1)[0]: rest.split("=", 1)[1] for word, rest in instructions(DOCKERFILE.read_text()) if word == "ARG" and "=" in rest}
+    froms = [rest.split(" AS ")[0] for word, rest in instructions(DOCKERFILE.read_text()) if word == "FROM"]
+    assert set(froms) == {"${PYTHON_IMAGE}"}
+    assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", args["PYTHON_IMAGE"])
+
+
+def test_dagster_home_belongs_to_the_code_location_user():
+    stage = stages(DOCKERFILE.read_text())["code-location"]
+    env = " ".join(rest for word, rest in stage if word == "ENV")
+    home = re.search(r"DAGSTER_HOME=(\S+)", env).group(1)
+    uid_gid = [rest for word, rest in stage if word == "USER"][-1]
+    copies = [rest for word, rest in stage if word == "COPY" and rest.rstrip("/").endswith(home)]
+    assert copies and all(c.startswith(f"--chown={uid_gid} ") for c in copies)
+    uid, gid = uid_gid.split(":")
+    runs = " ".join(rest for word, rest in stage if word == "RUN")
+    assert re.search(rf"install -d -o {uid} -g {gid} .*{re.escape(home)}", runs)  # the directory itself, not only the files

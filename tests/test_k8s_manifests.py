@@ -1,8 +1,11 @@
 """deploy/ manifests and generated sandbox pods: Kubernetes schemas and Pod Security 'restricted'.
 
 Schemas come from kubernetes-validate's bundled copies (offline). The Dagster chart's values
-schema is not bundled anywhere we can install offline, so the Helm values get structural
-checks only (see test_helm_values_use_k8s_run_launcher_daemon_and_our_image).
+schema ships only inside the chart (`helm pull dagster/dagster --version 1.13.27 --untar` ->
+dagster/values.schema.json, whose Kubernetes types are $refs to kubernetesjsonschema.dev); no
+PyPI package carries it and neither the chart repository nor that site is reachable here, so
+the Helm values get structural checks only (test_helm_values_use_k8s_run_launcher_daemon_and_our_image)
+and their names are cross-checked in tests/test_k8s_deploy_names.py.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ def generated_pods() -> list[tuple[str, dict]]:
         ("default", build_sandbox_pod(request(), config(), sandbox_id="0123abcd", pod_name="evalrunner-sbx-0123abcd")),
         ("model-egress", build_sandbox_pod(request(network=NetworkPolicy.MODEL_EGRESS, env={"OPENAI_BASE_URL": "http://proxy"}), egress, sandbox_id="x")),
         ("stdin+limits", build_sandbox_pod(request(stdin=b"{}", limits=Limits(wall_seconds=30, memory_bytes=1 << 30)), config(runtime_class_name="gvisor", node_selector={"pool": "sandbox"}), sandbox_id="y")),
+        ("warm-session", build_sandbox_pod(request(), config(), sandbox_id="w", session=True)),
     ]
 
 
@@ -192,6 +196,18 @@ def test_sandbox_pod_has_no_credentials_links_or_writable_root():
     assert not mounts["/work/out"].get("readOnly")
     collector = spec["containers"][1]
     assert all(m.get("readOnly") for m in collector["volumeMounts"])
+
+
+def test_session_pod_takes_requests_through_an_inbox_the_sandbox_cannot_write():
+    pod = dict(generated_pods())["warm-session"]
+    sandbox, collector = pod["spec"]["containers"]
+    assert sandbox["args"][0] == "serve" and "--wall-seconds" not in sandbox["args"]
+    inbox = {c["name"]: next(m for m in c["volumeMounts"] if m["name"] == "inbox") for c in (sandbox, collector)}
+    assert inbox["sandbox"].get("readOnly") is True and not inbox["collector"].get("readOnly")
+    assert pod["metadata"]["labels"]["evalrunner.dev/role"] == "session"
+    assert pod["spec"]["activeDeadlineSeconds"] >= config().session_max_seconds
+    cold = dict(generated_pods())["default"]
+    assert "inbox" not in {v["name"] for v in cold["spec"]["volumes"]}
 
 
 def test_labels_are_label_syntax_and_annotations_keep_full_values():

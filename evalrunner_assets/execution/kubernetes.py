@@ -75,6 +75,7 @@ MOUNTS = {
     "scratch": SANDBOX_HOME_DIR,
     "control": "/work/control",  # wrapper <-> collector hand-off; not part of the sandbox contract
     "tmp": "/tmp",
+    "inbox": "/work/inbox",  # warm sessions: requests from the collector, read-only for the sandbox
 }
 
 
@@ -110,6 +111,7 @@ class KubernetesSandboxConfig(BaseModel):
     node_selector: dict[str, str] = Field(default_factory=dict, description="nodeSelector for sandbox pods (e.g. a dedicated node pool).")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations for sandbox pods.")
     use_pipes: bool = Field(True, description="Launch through dagster_k8s.PipesK8sClient when a Dagster context is bound.")
+    session_max_seconds: float = Field(4 * 3600.0, gt=0, description="Longest life of a warm session pod (its activeDeadlineSeconds, plus the slacks); the warm pool closes sessions of decided tasks long before.")
 
 
 class KubernetesSandboxError(RuntimeError):
@@ -144,8 +146,9 @@ def _quantity(n_bytes: int) -> str:
     return f"{(int(n_bytes) + (1 << 20) - 1) >> 20}Mi"
 
 
-def pod_deadline_seconds(request: SandboxRequest, config: KubernetesSandboxConfig) -> int:
-    return int(math.ceil(request.limits.wall_seconds + config.startup_slack_seconds + config.collect_slack_seconds))
+def pod_deadline_seconds(request: SandboxRequest, config: KubernetesSandboxConfig, *, session: bool = False) -> int:
+    busy = config.session_max_seconds if session else request.limits.wall_seconds
+    return int(math.ceil(busy + config.startup_slack_seconds + config.collect_slack_seconds))
 
 
 def _container_security(config: KubernetesSandboxConfig) -> dict:
@@ -171,8 +174,12 @@ def build_sandbox_pod(
     *,
     sandbox_id: str,
     pod_name: str | None = None,
+    session: bool = False,
 ) -> dict:
-    """The V1Pod manifest (as a dict) for ``request``. Pure: same inputs, same manifest."""
+    """The V1Pod manifest (as a dict) for ``request``. Pure: same inputs, same manifest.
+
+    ``session``: a warm session pod -- the wrapper serves successive requests (``serve``) that
+    the collector hands it through the ``inbox`` volume, instead of running ``argv`` once."""
     if not request.argv:
         raise KubernetesSandboxError("request.argv is empty")
     workdir = Path(request.workdir)
@@ -192,7 +199,7 @@ def build_sandbox_pod(
     labels = {
         "app.kubernetes.io/name": "evalrunner-sandbox",
         "app.kubernetes.io/component": "sandbox",
-        ROLE_LABEL: "sandbox",
+        ROLE_LABEL: "session" if session else "sandbox",
         SANDBOX_ID_LABEL: sanitize_label_value(sandbox_id),
         NETWORK_LABEL: request.network.value,
         LABEL_PREFIX + "repo-commit": sanitize_label_value(request.export.commit),
@@ -215,15 +222,17 @@ def build_sandbox_pod(
     control_size = limits.stdout_bytes + (64 << 20) + (0 if request.stdin is None else len(request.stdin))
     small = {"requests": {"cpu": "50m", "memory": "64Mi", "ephemeral-storage": "16Mi"}, "limits": {"cpu": "250m", "memory": "256Mi", "ephemeral-storage": "64Mi"}}
     ephemeral = limits.scratch_bytes + config.tmp_size_limit_bytes + out_size + control_size
+    deadline = pod_deadline_seconds(request, config, session=session)
     run_args = [
-        "run",
+        "serve" if session else "run",
         "--repo", MOUNTS["repo"],
         "--out", MOUNTS["out"],
         "--scratch", MOUNTS["scratch"],
         "--tmp", MOUNTS["tmp"],
         "--control", MOUNTS["control"],
+        *(["--inbox", MOUNTS["inbox"]] if session else []),
         "--workdir", request.workdir,
-        "--wall-seconds", f"{limits.wall_seconds:g}",
+        *([] if session else ["--wall-seconds", f"{limits.wall_seconds:g}"]),
         "--cpu-seconds", str(limits.cpu_seconds),
         "--file-size-bytes", str(limits.file_size_bytes),
         "--stdout-bytes", str(limits.stdout_bytes),
@@ -234,7 +243,7 @@ def build_sandbox_pod(
 
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "activeDeadlineSeconds": pod_deadline_seconds(request, config),
+        "activeDeadlineSeconds": deadline,
         "terminationGracePeriodSeconds": 5,
         "serviceAccountName": config.service_account,
         "automountServiceAccountToken": False,
@@ -287,17 +296,19 @@ def build_sandbox_pod(
                     {"name": "scratch", "mountPath": MOUNTS["scratch"]},
                     {"name": "control", "mountPath": MOUNTS["control"]},
                     {"name": "tmp", "mountPath": MOUNTS["tmp"]},
+                    *([{"name": "inbox", "mountPath": MOUNTS["inbox"], "readOnly": True}] if session else []),
                 ],
             },
             {
                 **common,
                 "name": COLLECTOR_CONTAINER,
                 "command": _wrapper_command(),
-                "args": ["hold", "--max-seconds", str(pod_deadline_seconds(request, config))],
+                "args": ["hold", "--max-seconds", str(deadline)],
                 "resources": small,
                 "volumeMounts": [
                     {"name": "out", "mountPath": MOUNTS["out"], "readOnly": True},
                     {"name": "control", "mountPath": MOUNTS["control"], "readOnly": True},
+                    *([{"name": "inbox", "mountPath": MOUNTS["inbox"]}] if session else []),
                 ],
             },
         ],
@@ -307,6 +318,7 @@ def build_sandbox_pod(
             {"name": "scratch", "emptyDir": {"sizeLimit": _quantity(limits.scratch_bytes)}},
             {"name": "control", "emptyDir": {"sizeLimit": _quantity(control_size)}},
             {"name": "tmp", "emptyDir": {"sizeLimit": _quantity(config.tmp_size_limit_bytes)}},
+            *([{"name": "inbox", "emptyDir": {"sizeLimit": _quantity(2 * pod_wrapper.MAX_REQUEST_BYTES)}}] if session else []),
         ],
     }
     if config.runtime_class_name:
@@ -486,6 +498,10 @@ class _Cancelled(Exception):
     pass
 
 
+_NO_CHANNELS = ("channels (model gateway, package index) are not supported "
+                "by the kubernetes backend yet; use the bubblewrap backend")
+
+
 class KubernetesBackend(SandboxBackend):
     """Runs each :class:`SandboxRequest` in its own pod (see the module docstring)."""
 
@@ -509,11 +525,25 @@ class KubernetesBackend(SandboxBackend):
         self._api_client = api_client
         self._context = dagster_context
         self._slots = _slots or threading.BoundedSemaphore(config.max_concurrent_pods)
+        self._counts: dict[str, int] = {"cold_pods": 0, "session_pods": 0, "session_calls": 0}
+        self._counts_lock = threading.Lock()
 
     def bind_context(self, context: Any) -> "KubernetesBackend":
-        """The same backend (sharing its concurrency slots), launching through PipesK8sClient
-        with ``context`` (an asset/op execution context)."""
-        return KubernetesBackend(self.config, api_client=self._api_client, dagster_context=context, _slots=self._slots)
+        """The same backend (sharing its concurrency slots and pod counts), launching through
+        PipesK8sClient with ``context`` (an asset/op execution context)."""
+        bound = KubernetesBackend(self.config, api_client=self._api_client, dagster_context=context, _slots=self._slots)
+        bound._counts, bound._counts_lock = self._counts, self._counts_lock
+        return bound
+
+    def sandbox_counts(self) -> dict[str, int]:
+        """Pods this backend created: ``cold_pods`` (one request each), ``session_pods`` (warm
+        sessions, each serving ``session_calls`` requests in all)."""
+        with self._counts_lock:
+            return dict(self._counts)
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._counts_lock:
+            self._counts[name] += n
 
     # -- interface
 
@@ -540,9 +570,7 @@ class KubernetesBackend(SandboxBackend):
         if request.channels:
             # A pod reaches controller services through a Service its NetworkPolicy allows,
             # not a relayed unix socket; that path is not wired yet.
-            return self._result(SandboxStatus.CRASHED, started,
-                                detail="channels (model gateway, package index) are not supported "
-                                       "by the kubernetes backend yet; use the bubblewrap backend")
+            return self._result(SandboxStatus.CRASHED, started, detail=_NO_CHANNELS)
         try:
             tarball = build_repo_tarball(request.export.path, self.config.repo_size_limit_bytes)
         except KubernetesSandboxError as exc:
@@ -557,6 +585,17 @@ class KubernetesBackend(SandboxBackend):
             return run.via_client()
         finally:
             self._slots.release()
+
+    def open_session(self, request: SandboxRequest) -> "KubernetesWarmSession":
+        """A warm session pod for one (commit, task): ``request.argv`` is the worker, started
+        once; each :meth:`KubernetesWarmSession.call` is one JSON request line and one reply.
+
+        A session pod takes no slot of ``max_concurrent_pods`` (an idle one would starve cold
+        runs): the warm pool's ``max_sessions`` bounds them per process, the namespace
+        ResourceQuota across the cluster."""
+        if request.channels:
+            raise KubernetesSandboxError(_NO_CHANNELS)
+        return KubernetesWarmSession(self, request)
 
     # -- plumbing
 
@@ -604,6 +643,7 @@ class _PodRun:
         self.pod_name = f"evalrunner-sbx-{self.sandbox_id}"
         self.delivered = False
         self.delivery_error = ""
+        self.pod_seen = False
 
     # -- the two launch paths
 
@@ -661,6 +701,8 @@ class _PodRun:
         finally:
             stop.set()
             helper.join(timeout=10)
+        if self.pod_seen:
+            self.backend._count("cold_pods")  # created by PipesK8sClient
         try:
             if self.collected is not None:
                 return self.collected
@@ -719,6 +761,7 @@ class _PodRun:
                 raise _Cancelled()
             try:
                 self.core.create_namespaced_pod(self.config.namespace, manifest)
+                self.backend._count("session_pods" if manifest["metadata"]["labels"].get(ROLE_LABEL) == "session" else "cold_pods")
                 return
             except kubernetes.client.ApiException as exc:
                 # A full ResourceQuota is the cluster-wide concurrency cap: wait for a slot.
@@ -756,12 +799,10 @@ class _PodRun:
             self.cancel.wait(self.config.poll_interval_seconds)
 
     def _deliver(self) -> bool:
-        from kubernetes.stream import stream
-
         payload = pod_wrapper.encode_payload(self.tarball, self.request.stdin or b"", self.key)
         try:
-            ws = stream(
-                self.core.connect_get_namespaced_pod_attach,
+            ws = self._stream(
+                "connect_get_namespaced_pod_attach",
                 self._pod_name(),
                 self.config.namespace,
                 container=INIT_CONTAINER,
@@ -818,17 +859,22 @@ class _PodRun:
         )
 
     def _exec_collect(self) -> bytes:
-        from kubernetes.stream import stream
-
         limits = self.request.limits
         command = [*_wrapper_command(), "collect", "--out", MOUNTS["out"], "--control", MOUNTS["control"], "--max-files", str(limits.output_files), "--max-bytes", str(limits.output_bytes)]
-        ws = stream(
-            self.core.connect_get_namespaced_pod_exec,
+        return self._exec_records(command)
+
+    def _exec_records(self, command: list[str], *, stdin: bytes | None = None, wait_seconds: float = 0.0,
+                      cancel: threading.Event | None = None) -> bytes:
+        """Run a wrapper command in the collector through the exec API; its stdout (records).
+        Raises :class:`_Cancelled` when ``cancel`` is set while it runs."""
+        limits = self.request.limits
+        ws = self._stream(
+            "connect_get_namespaced_pod_exec",
             self._pod_name(),
             self.config.namespace,
             container=COLLECTOR_CONTAINER,
             command=command,
-            stdin=False,
+            stdin=stdin is not None,
             stdout=True,
             stderr=True,
             tty=False,
@@ -837,12 +883,17 @@ class _PodRun:
         )
         cap = limits.output_bytes + limits.stdout_bytes + (4 << 20)
         out = bytearray()
-        deadline = time.monotonic() + self.config.collect_slack_seconds
+        deadline = time.monotonic() + wait_seconds + self.config.collect_slack_seconds
         try:
+            if stdin is not None:
+                ws.write_stdin(stdin)
+                ws.close_channel(0)
             while ws.is_open():
+                if cancel is not None and cancel.is_set():
+                    raise _Cancelled()
                 if time.monotonic() > deadline:
-                    raise KubernetesSandboxError(f"collect did not finish within collect_slack_seconds={self.config.collect_slack_seconds:g}")
-                ws.update(timeout=1)
+                    raise KubernetesSandboxError(f"{command[len(_wrapper_command())]} did not finish within {wait_seconds:g}s + collect_slack_seconds={self.config.collect_slack_seconds:g}")
+                ws.update(timeout=0.2 if cancel is not None else 1)
                 out += ws.read_channel(1, timeout=0)
                 if len(out) > cap:
                     raise KubernetesSandboxError(f"collector stream exceeds {cap} bytes")
@@ -853,11 +904,70 @@ class _PodRun:
         if status_raw:
             status = json.loads(status_raw)
             if status.get("status") != "Success":
-                raise KubernetesSandboxError(f"collect exited unsuccessfully: {status.get('message') or status}")
+                raise KubernetesSandboxError(f"{command[len(_wrapper_command())]} exited unsuccessfully: {status.get('message') or status}")
         return bytes(out)
+
+    def wait_running(self) -> tuple[SandboxStatus, str] | None:
+        """Deliver the repository and wait until the sandbox container runs (a warm session's
+        worker is up). None when it does; else the status and cause of why not."""
+        pull_since = unsched_since = None
+        give_up = time.monotonic() + self.config.startup_slack_seconds + 60
+        while True:
+            if self.cancel.is_set():
+                return SandboxStatus.CANCELLED, "cancelled while the session pod started"
+            pod = self._read_pod()
+            if pod is None:
+                return SandboxStatus.CRASHED, "session pod disappeared while starting (deleted from outside?)"
+            now = time.time()
+            obs = observe_pod(pod, pull_error_since=pull_since, unschedulable_since=unsched_since, now=now, config=self.config)
+            if obs.phase == "waiting" and obs.reason in PULL_ERRORS | CONFIG_ERRORS:
+                pull_since = pull_since if pull_since is not None else now
+            elif obs.phase == "waiting" and obs.reason == "Unschedulable":
+                unsched_since = unsched_since if unsched_since is not None else now
+            if obs.phase == "failed":
+                return obs.status or SandboxStatus.CRASHED, obs.detail
+            if obs.phase == "main-exited":
+                return SandboxStatus.CRASHED, f"session wrapper exited {obs.exit_code} before serving: {self._log_tail()}"
+            if obs.phase == "running" and self.delivered:
+                return None
+            if obs.phase == "deliver" and not self.delivered:
+                if not self._deliver():
+                    return SandboxStatus.CRASHED, self.delivery_error
+                continue
+            if time.monotonic() > give_up:
+                return SandboxStatus.CRASHED, f"session pod not running within startup_slack_seconds={self.config.startup_slack_seconds:g} + 60s"
+            self.cancel.wait(self.config.poll_interval_seconds)
+
+    def failure_cause(self) -> str:
+        """What the pod status says went wrong (empty when it says nothing)."""
+        try:
+            pod = self._read_pod()
+        except Exception:
+            return ""
+        if pod is None:
+            return "the pod is gone (deleted from outside?)"
+        obs = observe_pod(pod, pull_error_since=None, unschedulable_since=None, now=time.time(), config=self.config)
+        if obs.phase == "failed":
+            return obs.detail
+        if obs.phase == "main-exited":
+            return f"the session wrapper exited {obs.exit_code}: {self._log_tail()}"
+        return ""
 
     def _pod_name(self) -> str:
         return self.pod_name
+
+    def _stream(self, method: str, *args: Any, **kwargs: Any):
+        """A websocket (attach/exec) opened through a private ApiClient: ``kubernetes.stream``
+        swaps the client's ``request`` for the duration of the call, so on a client shared by
+        several threads a concurrent REST call would go out as a websocket (and vice versa)."""
+        import kubernetes
+        from kubernetes.stream import stream
+
+        private = kubernetes.client.ApiClient(self.core.api_client.configuration)
+        try:
+            return stream(getattr(kubernetes.client.CoreV1Api(private), method), *args, **kwargs)
+        finally:
+            private.close()  # the returned WSClient holds its own connection
 
     def _read_pod(self):
         import kubernetes
@@ -873,6 +983,7 @@ class _PodRun:
         pods = self.core.list_namespaced_pod(self.config.namespace, label_selector=f"{SANDBOX_ID_LABEL}={self.sandbox_id}").items
         if pods:
             self.pod_name = pods[0].metadata.name  # PipesK8sClient names the pod itself
+            self.pod_seen = True
             return pods[0]
         return None
 
@@ -893,6 +1004,105 @@ class _PodRun:
                 raise
         except Exception:
             pass
+
+
+class KubernetesWarmSession:
+    """One pod that serves successive requests of one (commit, task): the worker process
+    starts once (``pod_wrapper serve``), and each :meth:`call` is one exec of ``pod_wrapper
+    call`` in the collector, which hands the request over through the ``inbox`` volume and
+    streams back the wrapper's signed reply and the output files.
+
+    The reply is untrusted (task code runs in the worker): it only travels back as
+    ``SandboxResult.stdout``. After a timeout, cancellation or crash the session is dead, its
+    pod deleted, and every later call returns CRASHED -- as for the local warm sessions."""
+
+    def __init__(self, backend: KubernetesBackend, request: SandboxRequest) -> None:
+        import kubernetes
+
+        self.backend, self.request = backend, request
+        self.dead = ""
+        self.seq = 0
+        started = time.monotonic()
+        tarball = build_repo_tarball(request.export.path, backend.config.repo_size_limit_bytes)
+        self.pod = _PodRun(backend, request, tarball, threading.Event(), started)
+        manifest = build_sandbox_pod(request, backend.config, sandbox_id=self.pod.sandbox_id, pod_name=self.pod.pod_name, session=True)
+        try:
+            self.pod._create(manifest)
+        except kubernetes.client.ApiException as exc:
+            raise KubernetesSandboxError(f"session pod creation refused: {exc.status} {exc.reason}: {_api_message(exc)}") from exc
+        try:
+            failed = self.pod.wait_running()
+        except BaseException:
+            self.pod._delete()
+            raise
+        if failed is not None:
+            self.pod._delete()
+            raise KubernetesSandboxError(f"warm session pod did not start ({failed[0].value}): {failed[1]}")
+        self.start_s = time.monotonic() - started
+
+    @property
+    def pod_name(self) -> str:
+        return self.pod.pod_name
+
+    def call(self, payload: dict, *, timeout: float, cancel: threading.Event | None = None) -> SandboxResult:
+        started = time.monotonic()
+        result = self.backend._result
+        if self.dead:
+            return result(SandboxStatus.CRASHED, started, detail=f"warm session is closed: {self.dead}")
+        self.seq += 1
+        self.backend._count("session_calls")
+        line = json.dumps(payload, separators=(",", ":")).encode()
+        limits = self.request.limits
+        command = [*_wrapper_command(), "call", "--inbox", MOUNTS["inbox"], "--out", MOUNTS["out"], "--control", MOUNTS["control"],
+                   "--seq", str(self.seq), "--timeout", f"{timeout:g}",
+                   "--max-files", str(limits.output_files), "--max-bytes", str(limits.output_bytes)]
+        try:
+            raw = self.pod._exec_records(command, stdin=f"{len(line)}\n".encode() + line, wait_seconds=timeout, cancel=cancel)
+        except _Cancelled:
+            self._die("cancelled")
+            return result(SandboxStatus.CANCELLED, started, detail="cancelled by the caller; session pod deleted")
+        except Exception as exc:
+            cause = self.pod.failure_cause() or f"{type(exc).__name__}: {exc}"
+            self._die(cause)
+            return result(SandboxStatus.TIMEOUT if "deadline exceeded" in cause else SandboxStatus.CRASHED, started,
+                          detail=f"warm session call failed: {cause}")
+        try:
+            records = pod_wrapper.read_records(raw)
+        except pod_wrapper.PayloadError as exc:
+            self._die(str(exc))
+            return result(SandboxStatus.CRASHED, started, detail=f"warm session reply malformed: {exc}")
+        if records and records[0][0].get("timeout"):
+            self._die("timeout")
+            return result(SandboxStatus.TIMEOUT, started, detail=f"no reply within {timeout:g}s; session pod deleted")
+        try:
+            reply, stdout, outputs, rejected, _ = verify_collected(raw, self.pod.key, self.request)
+            if reply.get("seq") != self.seq:
+                raise KubernetesSandboxError(f"signed reply is for request {reply.get('seq')!r}, not {self.seq}")
+        except (KubernetesSandboxError, ValueError) as exc:
+            self._die(str(exc))
+            return result(SandboxStatus.CRASHED, started, detail=f"warm session reply refused: {exc}")
+        status = _WRAPPER_STATUS.get(str(reply.get("status")), SandboxStatus.CRASHED)
+        detail = str(reply.get("detail", ""))
+        if status is not SandboxStatus.OK:
+            # The worker is gone: as for the local sessions, an exit before replying is a crash.
+            status = status if status is SandboxStatus.KILLED else SandboxStatus.CRASHED
+            detail = f"warm worker ended: {detail}"
+            self._die(detail)
+        return result(status, started, exit_code=reply.get("exit_code"), stdout=stdout, stderr_tail=str(reply.get("stderr_tail", "")),
+                      outputs=outputs, rejected_outputs=rejected, detail=detail)
+
+    def _die(self, why: str) -> None:
+        self.dead = self.dead or why
+        self.pod._delete()
+
+    def close(self) -> None:
+        self._die("closed")
+
+    def __enter__(self) -> "KubernetesWarmSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _CollectedMessageReader(run: "_PodRun"):

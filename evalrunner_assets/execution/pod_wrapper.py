@@ -21,6 +21,12 @@ One pod runs three roles of this module, each in its own container:
     ``collect`` through the exec API: it streams the signed result, the captured stdout and the
     regular files of the output volume (mounted read-only here) as length-prefixed records.
 
+``serve`` / ``call`` (a warm session pod)
+    ``serve`` (the sandbox container) starts the untrusted worker once and relays successive
+    requests to it as JSON lines; ``call`` (run through the exec API in the collector) drops
+    request N into the inbox volume (read-only for the sandbox container), waits for the
+    wrapper's signed reply N and streams it with the output files, like ``collect``.
+
 Why the split: anything the untrusted process prints could forge a message if it reached the
 pod log (dagster-k8s parses Pipes messages out of it), so only the wrapper writes there; and the
 pod never holds credentials, so results leave through the controller, never pushed from here.
@@ -265,25 +271,27 @@ def _signal_detail(sig: int) -> tuple[str, str]:
     return "killed", f"killed by {name}"
 
 
-def run(args: argparse.Namespace) -> int:
-    control = Path(args.control)
+def _take_key(control: Path) -> bytes | None:
     key_path = control / KEY_FILE
     try:
         key = key_path.read_bytes()
         key_path.unlink()
     except OSError as exc:
         print(json.dumps({"event": "evalrunner-sandbox-error", "detail": f"no result key: {exc}"}), flush=True)
-        return EXIT_NOT_DELIVERED
-    _make_undumpable()
+        return None
+    return key
 
+
+def _child_cwd(args: argparse.Namespace) -> Path | None:
     repo = Path(args.repo).resolve()
     cwd = (repo / args.workdir).resolve()
     if cwd != repo and repo not in cwd.parents:
         print(json.dumps({"event": "evalrunner-sandbox-error", "detail": f"workdir {args.workdir!r} leaves the repo"}), flush=True)
-        return EXIT_WRAPPER_ERROR
-    stdin_path = control / STDIN_FILE
-    stdin_bytes = stdin_path.read_bytes() if stdin_path.exists() else b""
+        return None
+    return cwd
 
+
+def _child_env(args: argparse.Namespace) -> dict[str, str]:
     # The same fixed variables as the local backends' sandboxes; nothing of our own leaks in.
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
@@ -302,6 +310,21 @@ def run(args: argparse.Namespace) -> int:
     for item in args.env or []:
         name, _, value = item.partition("=")
         env[name] = value
+    return env
+
+
+def run(args: argparse.Namespace) -> int:
+    control = Path(args.control)
+    key = _take_key(control)
+    if key is None:
+        return EXIT_NOT_DELIVERED
+    _make_undumpable()
+    cwd = _child_cwd(args)
+    if cwd is None:
+        return EXIT_WRAPPER_ERROR
+    stdin_path = control / STDIN_FILE
+    stdin_bytes = stdin_path.read_bytes() if stdin_path.exists() else b""
+    env = _child_env(args)
 
     start = time.monotonic()
     status, detail, exit_code, sig = "ok", "", None, None
@@ -418,6 +441,200 @@ def _report_to_pipes(summary: dict, control: Path) -> bytes:
     return data or b""
 
 
+# --- serve / call (warm sessions) ---------------------------------------------------------
+
+REQUEST_FILE = "{seq}.json"  # in the inbox volume, written by ``call``
+REPLY_FILE = "reply-{seq}.json"  # in the control volume, signed by ``serve``
+REPLY_OUT_FILE = "reply-{seq}.out"
+MAX_REQUEST_BYTES = 16 << 20
+
+
+def _clear_dir(path: Path) -> None:
+    """Empty ``path`` without following links (the child may have planted some)."""
+    for entry in os.scandir(path):
+        p = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+
+class _Lines(threading.Thread):
+    """Reads the worker's reply lines (at most ``cap`` bytes each) into a queue; ``None`` at EOF."""
+
+    def __init__(self, pipe, cap: int):
+        super().__init__(daemon=True)
+        import queue
+
+        self.pipe, self.cap = pipe, cap
+        self.lines: "queue.Queue[bytes | None]" = queue.Queue()
+        self.violation = ""
+
+    def run(self) -> None:
+        while True:
+            line = self.pipe.readline(self.cap + 1)
+            if not line:
+                break
+            if len(line) > self.cap and not line.endswith(b"\n"):
+                self.violation = f"a reply line exceeds {self.cap} bytes"
+                break
+            self.lines.put(line.rstrip(b"\n"))
+        self.lines.put(None)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the untrusted worker once and relay requests N = 1, 2, ... from the inbox to its
+    stdin; each reply line goes back as ``reply-N`` signed with the key the worker never saw.
+    Ends when the worker exits or breaks the protocol (after a final signed reply), or on
+    SIGTERM (pod deletion)."""
+    import queue
+
+    control, inbox, out = Path(args.control), Path(args.inbox), Path(args.out)
+    key = _take_key(control)
+    if key is None:
+        return EXIT_NOT_DELIVERED
+    _make_undumpable()
+    cwd = _child_cwd(args)
+    if cwd is None:
+        return EXIT_WRAPPER_ERROR
+    terminated = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+    try:
+        child = subprocess.Popen(
+            list(args.argv), cwd=cwd, env=_child_env(args),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, preexec_fn=_child_limits(args.cpu_seconds, args.file_size_bytes),
+        )
+    except OSError as exc:
+        print(json.dumps({"event": "evalrunner-sandbox-error", "detail": f"could not start {args.argv[0]!r}: {exc}"}), flush=True)
+        return EXIT_WRAPPER_ERROR
+    replies = _Lines(child.stdout, args.stdout_bytes)
+    err = _Capture(child.stderr, tail=args.stderr_tail_bytes)
+    replies.start()
+    err.start()
+
+    def ended() -> tuple[str, str, int | None, int | None]:
+        if replies.violation:
+            return "crashed", f"the worker broke the protocol: {replies.violation}", None, None
+        rc = child.poll()
+        if rc is None:
+            return "crashed", "the worker closed its reply stream", None, None
+        if rc < 0:
+            status, detail = _signal_detail(-rc)
+            return status, detail, None, -rc
+        return "exit_nonzero" if rc else "crashed", f"the worker exited with code {rc} before replying", rc, None
+
+    seq, status, calls = 0, "ok", 0
+    while status == "ok" and not terminated.is_set():
+        seq += 1
+        request_path = inbox / REQUEST_FILE.format(seq=seq)
+        while not request_path.exists() and child.poll() is None and not terminated.is_set():
+            time.sleep(0.02)
+        if terminated.is_set():
+            break
+        started = time.monotonic()
+        reply, exit_code, sig, detail = b"", None, None, ""
+        if child.poll() is not None:
+            replies.join(timeout=5)
+            status, detail, exit_code, sig = ended()
+        else:
+            for old in (REPLY_FILE, REPLY_OUT_FILE):  # read by the controller before it sent this request
+                try:
+                    (control / old.format(seq=seq - 1)).unlink()
+                except OSError:
+                    pass
+            _clear_dir(out)
+            request = request_path.read_bytes()
+            try:
+                child.stdin.write(request.rstrip(b"\n") + b"\n")
+                child.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
+            line = None
+            while not terminated.is_set():
+                try:
+                    line = replies.lines.get(timeout=0.05)
+                    break
+                except queue.Empty:
+                    continue
+            if terminated.is_set():
+                break
+            if line is None:
+                try:
+                    child.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+                status, detail, exit_code, sig = ended()
+            else:
+                reply = line
+                calls += 1
+        result = {
+            "version": PROTOCOL_VERSION,
+            "seq": seq,
+            "status": status,
+            "exit_code": exit_code,
+            "signal": sig,
+            "detail": detail,
+            "duration_s": round(time.monotonic() - started, 3),
+            "stdout_total": len(reply),
+            "stdout_truncated": False,
+            "stderr_tail": bytes(err.data).decode("utf-8", "replace"),
+            "pipes_sha256": hashlib.sha256(b"").hexdigest(),
+        }
+        result["mac"] = result_mac(key, result, reply)
+        try:
+            _atomic_write(control / REPLY_OUT_FILE.format(seq=seq), reply)
+            _atomic_write(control / REPLY_FILE.format(seq=seq), json.dumps(result, sort_keys=True).encode())
+        except OSError as exc:
+            print(json.dumps({"event": "evalrunner-sandbox-error", "detail": f"could not write reply {seq}: {exc}"}), flush=True)
+            status = "crashed"
+    _kill_leftovers(child.pid)
+    child.wait()
+    print(json.dumps({"event": "evalrunner-session-end", "calls": calls, "status": status}, sort_keys=True), flush=True)
+    return EXIT_OK
+
+
+def _read_request(stdin) -> bytes:
+    """``call``'s stdin: a decimal length line, then that many bytes (no EOF needed, so the
+    exec stream's stdin need not be closable)."""
+    line = stdin.readline(32)
+    try:
+        size = int(line.strip())
+    except ValueError as exc:
+        raise PayloadError(f"request length line is not a number: {line[:32]!r}") from exc
+    if not 0 < size <= MAX_REQUEST_BYTES:
+        raise PayloadError(f"request of {size} bytes is outside 1..{MAX_REQUEST_BYTES}")
+    data = _read_exact(stdin, size)
+    if b"\n" in data.rstrip(b"\n"):
+        raise PayloadError("a request must be one JSON line")
+    return data
+
+
+def call(inbox: Path, out_dir: Path, control: Path, seq: int, timeout: float, max_files: int, max_bytes: int, stdin, sink) -> int:
+    request = _read_request(stdin)
+    try:
+        (inbox / REQUEST_FILE.format(seq=seq - 1)).unlink()  # answered: the controller got its reply
+    except OSError:
+        pass
+    tmp = inbox / f".{seq}.tmp"
+    tmp.write_bytes(request)
+    os.replace(tmp, inbox / REQUEST_FILE.format(seq=seq))
+    reply = control / REPLY_FILE.format(seq=seq)
+    deadline = time.monotonic() + timeout
+    while not reply.exists():
+        if time.monotonic() >= deadline:
+            write_record(sink, {"kind": "result", "missing": True, "timeout": True, "reason": f"no reply within {timeout:g}s"})
+            write_record(sink, {"kind": "end", "files": 0, "bytes": 0})
+            sink.flush()
+            return EXIT_OK
+        time.sleep(0.02)
+    return collect(out_dir, control, max_files, max_bytes, sink,
+                   result_name=REPLY_FILE.format(seq=seq), stdout_name=REPLY_OUT_FILE.format(seq=seq))
+
+
 # --- hold / collect ---------------------------------------------------------------------
 
 
@@ -445,10 +662,11 @@ def _read_regular(path: Path, limit: int) -> tuple[bytes | None, str]:
         return data, ""
 
 
-def collect(out_dir: Path, control: Path, max_files: int, max_bytes: int, sink) -> int:
-    result, why = _read_regular(control / RESULT_FILE, 1 << 20)
+def collect(out_dir: Path, control: Path, max_files: int, max_bytes: int, sink,
+            result_name: str = RESULT_FILE, stdout_name: str = STDOUT_FILE) -> int:
+    result, why = _read_regular(control / result_name, 1 << 20)
     write_record(sink, {"kind": "result", "missing": result is None, "reason": why}, result or b"")
-    stdout, _ = _read_regular(control / STDOUT_FILE, 1 << 30)
+    stdout, _ = _read_regular(control / stdout_name, 1 << 30)
     write_record(sink, {"kind": "stdout"}, stdout or b"")
     pipes, _ = _read_regular(control / PIPES_FILE, 1 << 20)
     write_record(sink, {"kind": "pipes"}, pipes or b"")
@@ -504,6 +722,25 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--stderr-tail-bytes", type=int, default=16384)
     x.add_argument("--env", action="append", metavar="NAME=VALUE")
     x.add_argument("argv", nargs="+")
+    v = sub.add_parser("serve")
+    for flag in ("--repo", "--out", "--scratch", "--control", "--inbox"):
+        v.add_argument(flag, required=True)
+    v.add_argument("--tmp", default="/tmp")
+    v.add_argument("--workdir", default=".")
+    v.add_argument("--cpu-seconds", type=int, required=True)
+    v.add_argument("--file-size-bytes", type=int, required=True)
+    v.add_argument("--stdout-bytes", type=int, required=True)
+    v.add_argument("--stderr-tail-bytes", type=int, default=16384)
+    v.add_argument("--env", action="append", metavar="NAME=VALUE")
+    v.add_argument("argv", nargs="+")
+    k = sub.add_parser("call")
+    k.add_argument("--inbox", required=True)
+    k.add_argument("--out", required=True)
+    k.add_argument("--control", required=True)
+    k.add_argument("--seq", type=int, required=True)
+    k.add_argument("--timeout", type=float, required=True)
+    k.add_argument("--max-files", type=int, required=True)
+    k.add_argument("--max-bytes", type=int, required=True)
     h = sub.add_parser("hold")
     h.add_argument("--max-seconds", type=float, required=True)
     c = sub.add_parser("collect")
@@ -526,6 +763,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     if args.cmd == "run":
         return run(args)
+    if args.cmd == "serve":
+        return serve(args)
+    if args.cmd == "call":
+        try:
+            return call(Path(args.inbox), Path(args.out), Path(args.control), args.seq, args.timeout,
+                        args.max_files, args.max_bytes, sys.stdin.buffer, sys.stdout.buffer)
+        except PayloadError as exc:
+            print(f"call: {exc}", file=sys.stderr, flush=True)
+            return EXIT_BAD_PAYLOAD
     if args.cmd == "hold":
         return hold(args.max_seconds)
     return collect(Path(args.out), Path(args.control), args.max_files, args.max_bytes, sys.stdout.buffer)

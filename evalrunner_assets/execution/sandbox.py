@@ -154,3 +154,8 @@ class SandboxBackend(abc.ABC):
     def open_session(self, request: SandboxRequest) -> WarmSession:
         """Start a warm sandbox whose process serves requests (JSON lines on stdin/stdout)."""
         raise NotImplementedError(f"backend {self.name!r} has no warm sessions")
+
+    def sandbox_counts(self) -> dict[str, int]:
+        """How many sandboxes this backend object started, by kind (e.g. ``cold_pods``,
+        ``session_pods``); empty when the backend does not count them."""
+        return {}

@@ -1,0 +1,369 @@
+"""Names in deploy/ (README commands, manifests, Helm values, dagster.yaml, Dockerfile) against
+the names the code reads: environment variables, secret keys, ConfigMaps and Secrets, ports,
+service names, namespaces, the webhook path. A rename on either side fails here, not in a
+cluster. Each check returns its findings so it is also shown to catch a broken name."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+CODE_DIRS = ("evalrunner_assets", "sensors", "resources", "lake")
+RELEASE_NAMESPACE = "evalrunner"
+
+
+# --- what deploy/ says ---------------------------------------------------------------------
+
+
+def manifests() -> list[dict]:
+    return [d for p in sorted((DEPLOY / "k8s").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+
+
+def find(docs: list[dict], kind: str, name: str) -> dict:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def values() -> dict:
+    return yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+
+
+def instance() -> dict:
+    return yaml.safe_load((DEPLOY / "dagster.yaml").read_text())
+
+
+def readme() -> str:
+    return (DEPLOY / "README.md").read_text()
+
+
+def readme_commands(text: str) -> list[list[str]]:
+    """Shell commands of the README's bash blocks, continuation lines joined, split into words
+    (comments dropped; `a || b` and `a && b` give two commands)."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            words = shlex.split(line, comments=True)
+            current: list[str] = []
+            for w in words:
+                if w in ("||", "&&", ";", "|"):
+                    commands.append(current)
+                    current = []
+                else:
+                    current.append(w)
+            commands.append(current)
+    return [c for c in commands if c]
+
+
+def readme_secrets(text: str) -> dict[str, set[str]]:
+    """Secret name -> keys, for every `kubectl create secret generic|tls` in the README."""
+    out: dict[str, set[str]] = {}
+    for cmd in readme_commands(text):
+        if cmd[:1] != ["kubectl"] or "create" not in cmd or "secret" not in cmd:
+            continue
+        i = cmd.index("secret")
+        kind, name = cmd[i + 1], cmd[i + 2]
+        keys = out.setdefault(name, set())
+        if kind == "tls":
+            keys |= {"tls.crt", "tls.key"}
+        for w in cmd:
+            for flag in ("--from-literal=", "--from-file="):
+                if w.startswith(flag):
+                    keys.add(w[len(flag):].split("=", 1)[0])
+    return out
+
+
+def helm_release(text: str) -> tuple[str, str]:
+    """(release name, namespace) of the README's `helm upgrade --install` of the Dagster chart."""
+    for cmd in readme_commands(text):
+        if cmd[:3] == ["helm", "upgrade", "--install"] and "dagster/dagster" in cmd:
+            return cmd[3], cmd[cmd.index("--namespace") + 1]
+    raise AssertionError("README has no `helm upgrade --install … dagster/dagster`")
+
+
+def user_deployment(v: dict) -> dict:
+    (dep,) = v["dagster-user-deployments"]["deployments"]
+    return dep
+
+
+def chart_created_configmaps(release: str) -> set[str]:
+    # The Dagster chart's instance ConfigMap is "<fullname>-instance"; fullname is the release
+    # name when it contains the chart name "dagster".
+    assert "dagster" in release
+    return {f"{release}-instance"}
+
+
+# --- what the code reads -------------------------------------------------------------------
+
+_ENV_NAME = re.compile(r"^(EVALRUNNER|DAGSTER|GCSFS)_[A-Z0-9_]+$")
+
+
+def code_env_names() -> set[str]:
+    """Every string constant in the code that is a whole environment variable name we own or
+    set for libraries (EVALRUNNER_*, DAGSTER_*, GCSFS_*)."""
+    names: set[str] = set()
+    for top in CODE_DIRS:
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and _ENV_NAME.match(node.value):
+                    names.add(node.value)
+    return names
+
+
+def instance_env_names() -> set[str]:
+    """Environment variables deploy/dagster.yaml reads (``env:`` sources)."""
+    found: set[str] = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if set(node) == {"env"} and isinstance(node["env"], str):
+                found.add(node["env"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(instance())
+    return found
+
+
+# --- the checks ----------------------------------------------------------------------------
+
+
+def unread_env_names(docs: list[dict], secrets: dict[str, set[str]], v: dict) -> list[str]:
+    """Variables deploy/ sets that nothing reads (a typo or a rename on one side)."""
+    read = code_env_names() | instance_env_names()
+    bad = []
+    for key in find(docs, "ConfigMap", "evalrunner-env")["data"]:
+        if key not in read:
+            bad.append(f"ConfigMap evalrunner-env sets {key}, which no code reads")
+    for d in docs:
+        for spec in _pod_specs(d):
+            for c in spec.get("containers", []):
+                for e in c.get("env", []):
+                    if e["name"] not in read:
+                        bad.append(f"{d['kind']} {d['metadata']['name']} sets {e['name']}, which no code reads")
+    env_secret_names = {s["name"] for s in user_deployment(v).get("envSecrets", [])}
+    env_secret_names |= {s["name"] for s in v["runLauncher"]["config"]["k8sRunLauncher"].get("envSecrets", [])}
+    for name in env_secret_names:
+        for key in secrets.get(name, ()):
+            if key not in read:
+                bad.append(f"Secret {name} (envSecrets) has key {key}, which no code reads")
+    return bad
+
+
+def _pod_specs(doc: dict) -> list[dict]:
+    if doc["kind"] == "Deployment":
+        return [doc["spec"]["template"]["spec"]]
+    return []
+
+
+def missing_objects(docs: list[dict], secrets: dict[str, set[str]], v: dict, inst: dict, release: str) -> list[str]:
+    """Secrets and ConfigMaps named somewhere that nothing creates."""
+    created_cm = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"} | chart_created_configmaps(release)
+    created_secrets = set(secrets)
+    for d in docs:
+        if d["kind"] == "Ingress" and any(k.startswith("cert-manager.io/") for k in d["metadata"].get("annotations", {})):
+            created_secrets |= {t["secretName"] for t in d["spec"].get("tls", [])}  # issued by cert-manager
+    wanted_cm: dict[str, str] = {}
+    wanted_secrets: dict[str, str] = {}
+    for d in docs:
+        where = f"{d['kind']} {d['metadata']['name']}"
+        for spec in _pod_specs(d):
+            for vol in spec.get("volumes", []):
+                if "secret" in vol:
+                    wanted_secrets[vol["secret"]["secretName"]] = where
+                if "configMap" in vol:
+                    wanted_cm[vol["configMap"]["name"]] = where
+            for c in spec.get("containers", []):
+                for ref in c.get("envFrom", []):
+                    if "configMapRef" in ref:
+                        wanted_cm[ref["configMapRef"]["name"]] = where
+                    if "secretRef" in ref:
+                        wanted_secrets[ref["secretRef"]["name"]] = where
+        if d["kind"] == "Ingress":
+            for t in d["spec"].get("tls", []):
+                wanted_secrets.setdefault(t["secretName"], where)
+    launcher_values = v["runLauncher"]["config"]["k8sRunLauncher"]
+    for section, conf in (("dagsterWebserver", v["dagsterWebserver"]), ("dagsterDaemon", v["dagsterDaemon"]),
+                          ("user deployment", user_deployment(v)), ("k8sRunLauncher", launcher_values)):
+        for ref in conf.get("envConfigMaps", []):
+            wanted_cm[ref["name"]] = f"helm/values.yaml {section}"
+        for ref in conf.get("envSecrets", []):
+            wanted_secrets[ref["name"]] = f"helm/values.yaml {section}"
+    if not v.get("generatePostgresqlPasswordSecret", True):
+        wanted_secrets[v["global"]["postgresqlSecretName"]] = "helm/values.yaml global.postgresqlSecretName"
+    if v["postgresql"].get("existingSecret"):
+        wanted_secrets[v["postgresql"]["existingSecret"]] = "helm/values.yaml postgresql.existingSecret"
+    launcher = inst["run_launcher"]["config"]
+    wanted_cm[launcher["instance_config_map"]] = "dagster.yaml instance_config_map"
+    for name in launcher.get("env_config_maps", []):
+        wanted_cm[name] = "dagster.yaml env_config_maps"
+    for name in launcher.get("env_secrets", []):
+        wanted_secrets[name] = "dagster.yaml env_secrets"
+    wanted_secrets[launcher["postgres_password_secret"]] = "dagster.yaml postgres_password_secret"
+    bad = [f"ConfigMap {n} ({w}) is created by nothing in deploy/" for n, w in wanted_cm.items() if n not in created_cm]
+    bad += [f"Secret {n} ({w}) is created by nothing in deploy/" for n, w in wanted_secrets.items() if n not in created_secrets]
+    return bad
+
+
+# --- tests ---------------------------------------------------------------------------------
+
+
+def test_the_readme_parser_sees_the_commands():
+    secrets = readme_secrets(readme())
+    assert {"evalrunner-github-webhook", "evalrunner-github-app", "evalrunner-postgresql"} <= set(secrets)
+    assert helm_release(readme()) == ("dagster", RELEASE_NAMESPACE)
+
+
+def test_every_variable_deploy_sets_is_read_by_the_code():
+    assert unread_env_names(manifests(), readme_secrets(readme()), values()) == []
+
+
+def test_every_secret_and_configmap_deploy_names_is_created_by_deploy():
+    release, _ = helm_release(readme())
+    assert missing_objects(manifests(), readme_secrets(readme()), values(), instance(), release) == []
+
+
+def test_renames_are_caught():
+    docs, secrets, v, inst = manifests(), readme_secrets(readme()), values(), instance()
+    # The README's old key names for the App, and a ConfigMap key with a typo:
+    renamed = {**secrets, "evalrunner-github-app": {"GITHUB_APP_ID", "GITHUB_APP_PRIVATE_KEY"}}
+    assert any("GITHUB_APP_ID" in b for b in unread_env_names(docs, renamed, v))
+    cm = find(docs, "ConfigMap", "evalrunner-env")
+    cm["data"]["EVALRUNNER_SANDBOX_IMAGES"] = cm["data"].pop("EVALRUNNER_SANDBOX_IMAGE")
+    assert any("EVALRUNNER_SANDBOX_IMAGES" in b for b in unread_env_names(docs, secrets, v))
+    # The instance ConfigMap and Postgres Secret of the old dagster.yaml:
+    inst["run_launcher"]["config"]["instance_config_map"] = "evalrunner-dagster-instance"
+    without_pg = {k: keys for k, keys in secrets.items() if k != "evalrunner-postgresql"}
+    found = missing_objects(docs, without_pg, v, inst, "dagster")
+    assert any("evalrunner-dagster-instance" in b for b in found) and any("evalrunner-postgresql" in b for b in found)
+    # A TLS secret with neither cert-manager nor a README step:
+    ingress = find(docs, "Ingress", "evalrunner-webhook")
+    ingress["metadata"]["annotations"] = {}
+    assert any("evalrunner-webhook-tls" in b for b in missing_objects(docs, secrets, v, instance(), "dagster"))
+
+
+def test_github_app_secret_carries_the_variables_the_github_resource_reads_and_is_wired_into_runs():
+    from resources._github_client import ENV_APP_ID, ENV_PRIVATE_KEY
+
+    secrets = readme_secrets(readme())
+    assert {ENV_APP_ID, ENV_PRIVATE_KEY} <= secrets["evalrunner-github-app"]
+    v = values()
+    for where in (user_deployment(v), v["runLauncher"]["config"]["k8sRunLauncher"]):
+        assert {"name": "evalrunner-github-app"} in where["envSecrets"]  # not optional: no App, no verdict
+    assert "evalrunner-github-app" in instance()["run_launcher"]["config"]["env_secrets"]
+
+
+def test_webhook_secret_file_is_where_the_receiver_reads_it():
+    from sensors.webhook import SECRET_FILE_ENV
+
+    hook = find(manifests(), "Deployment", "evalrunner-webhook")["spec"]["template"]["spec"]
+    (container,) = hook["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    path = Path(env[SECRET_FILE_ENV])
+    mount = next(m for m in container["volumeMounts"] if Path(m["mountPath"]) == path.parent)
+    volume = next(vol for vol in hook["volumes"] if vol["name"] == mount["name"])
+    assert path.name in readme_secrets(readme())[volume["secret"]["secretName"]]
+
+
+def test_postgres_password_secret_has_the_key_dagster_k8s_reads_and_is_made_once():
+    from dagster_k8s.job import DAGSTER_PG_PASSWORD_SECRET_KEY
+
+    assert readme_secrets(readme())["evalrunner-postgresql"] == {DAGSTER_PG_PASSWORD_SECRET_KEY}
+    v = values()
+    assert v["generatePostgresqlPasswordSecret"] is False
+    assert v["global"]["postgresqlSecretName"] == v["postgresql"]["existingSecret"] == "evalrunner-postgresql"
+    # Created only when absent, and no install or upgrade sets a password of its own.
+    commands = readme_commands(readme())
+    i = next(i for i, c in enumerate(commands) if c[:4] == ["kubectl", "-n", "evalrunner", "get"] and "evalrunner-postgresql" in c)
+    assert commands[i + 1][:2] == ["kubectl", "-n"] and "create" in commands[i + 1]
+    assert "||" in readme()  # the create runs only when the get failed
+    assert not any("postgresqlPassword" in w for c in commands for w in c)
+
+
+def test_postgres_connection_names_match_the_chart_values():
+    env = find(manifests(), "ConfigMap", "evalrunner-env")["data"]
+    v = values()
+    release, _ = helm_release(readme())
+    assert env["DAGSTER_PG_USER"] == v["postgresql"]["postgresqlUsername"]
+    assert env["DAGSTER_PG_DB"] == v["postgresql"]["postgresqlDatabase"]
+    assert v["postgresql"]["enabled"] and env["DAGSTER_PG_HOST"] == f"{release}-postgresql"  # the bundled Postgres service
+    assert instance()["storage"]["postgres"]["postgres_db"]["port"] == v["postgresql"]["service"]["port"]
+
+
+def test_ports_services_and_paths_agree():
+    from sensors.webhook import WEBHOOK_PATH
+
+    docs, v = manifests(), values()
+    dep = user_deployment(v)
+    workspace = yaml.safe_load((DEPLOY / "workspace.yaml").read_text())["load_from"][0]["grpc_server"]
+    assert workspace["host"] == dep["name"] and workspace["port"] == dep["port"]  # the chart's Service is named after the deployment
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert f"EXPOSE {dep['port']}" in dockerfile and f'"--port", "{dep["port"]}"' in dockerfile
+    hook = find(docs, "Deployment", "evalrunner-webhook")["spec"]["template"]["spec"]["containers"][0]
+    (port,) = hook["ports"]
+    assert hook["command"][hook["command"].index("--port") + 1] == str(port["containerPort"])
+    service = find(docs, "Service", "evalrunner-webhook")
+    (sport,) = service["spec"]["ports"]
+    assert sport["targetPort"] == port["name"]
+    ingress = find(docs, "Ingress", "evalrunner-webhook")
+    (rule,) = ingress["spec"]["rules"]
+    (path,) = rule["http"]["paths"]
+    assert path["backend"]["service"] == {"name": service["metadata"]["name"], "port": {"name": sport["name"]}}
+    assert path["path"] == WEBHOOK_PATH
+    assert f"https://{rule['host']}{WEBHOOK_PATH}" in readme()  # the URL the README has GitHub call
+    assert rule["host"] in ingress["spec"]["tls"][0]["hosts"]
+
+
+def test_namespaces_and_service_accounts_agree():
+    from evalrunner_assets.execution.kubernetes import KubernetesSandboxConfig
+    from resources.sandbox import SandboxResource
+
+    docs, v, inst = manifests(), values(), instance()
+    namespaces = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
+    assert namespaces == {RELEASE_NAMESPACE, "evalrunner-sandbox"}
+    assert all(d["metadata"]["namespace"] in namespaces for d in docs if d["kind"] != "Namespace")
+    assert helm_release(readme())[1] == RELEASE_NAMESPACE
+    assert inst["run_launcher"]["config"]["job_namespace"] == v["runLauncher"]["config"]["k8sRunLauncher"]["jobNamespace"] == RELEASE_NAMESPACE
+    env = find(docs, "ConfigMap", "evalrunner-env")["data"]
+    sandbox_ns = env["EVALRUNNER_SANDBOX_NAMESPACE"]
+    assert sandbox_ns == KubernetesSandboxConfig.model_fields["namespace"].default == "evalrunner-sandbox"
+    assert find(docs, "Role", "evalrunner-sandbox-controller")["metadata"]["namespace"] == sandbox_ns
+    controller = find(docs, "ServiceAccount", "evalrunner-dagster")
+    assert controller["metadata"]["namespace"] == RELEASE_NAMESPACE
+    names = {v["global"]["serviceAccountName"], v["serviceAccount"]["name"], inst["run_launcher"]["config"]["service_account_name"]}
+    assert names == {controller["metadata"]["name"]}
+    (subject,) = find(docs, "RoleBinding", "evalrunner-sandbox-controller")["subjects"]
+    assert (subject["name"], subject["namespace"]) == (controller["metadata"]["name"], RELEASE_NAMESPACE)
+    sandbox_sa = find(docs, "ServiceAccount", KubernetesSandboxConfig.model_fields["service_account"].default)
+    assert sandbox_sa["metadata"]["namespace"] == sandbox_ns
+    # The code location reads the ConfigMap's sandbox settings (definitions use from_env).
+    resource = SandboxResource.from_env(env)
+    assert resource.backend_name == "kubernetes" and resource.k8s_namespace == sandbox_ns
+    assert resource.k8s_image == env["EVALRUNNER_SANDBOX_IMAGE"]
+    assert resource.k8s_max_concurrent_pods == int(env["EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS"])
+
+
+def test_images_are_deployed_by_digest():
+    docs, v = manifests(), values()
+    assert "@sha256:" in user_deployment(v)["image"]["tag"]
+    hook = find(docs, "Deployment", "evalrunner-webhook")["spec"]["template"]["spec"]["containers"][0]
+    assert "@sha256:" in hook["image"]
+    assert "@sha256:" in find(docs, "ConfigMap", "evalrunner-env")["data"]["EVALRUNNER_SANDBOX_IMAGE"]
+    assert "RepoDigests" in readme()  # the README step that produces the digests
+
+
+@pytest.mark.parametrize("bad", ["EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS", "EVALRUNNER_MODEL_EGRESS_PORT"])
+def test_sandbox_settings_from_the_environment_refuse_a_non_number_naming_it(bad):
+    from resources.sandbox import SandboxResource
+
+    with pytest.raises(ValueError, match=bad):
+        SandboxResource.from_env({bad: "eight"})
