@@ -16,11 +16,24 @@ from evalrunner_assets.stats._decide import (
 from evalrunner_assets.stats._errors import PairingError, ParamsError, PlanError, StatsError
 from evalrunner_assets.stats._pairing import Pairing, pair_task, seeded_order
 from evalrunner_assets.stats._params import StatsParams
-from evalrunner_assets.stats._planner import ARMS, Budget, TaskPlanState, WindowPlan, plan_next_windows
+from evalrunner_assets.stats._planner import (
+    ARMS,
+    WINDOW_GROWTH,
+    WINDOW_MIN,
+    Budget,
+    TaskPlanState,
+    WindowPlan,
+    plan_next_windows,
+    window_schedule,
+    window_size,
+    window_span,
+)
 from evalrunner_assets.stats._verdict import RunVerdict, Verdict, run_verdict
 
 __all__ = [
     "ARMS",
+    "WINDOW_GROWTH",
+    "WINDOW_MIN",
     "LABELS",
     "Budget",
     "Label",
@@ -43,4 +56,7 @@ __all__ = [
     "plan_next_windows",
     "run_verdict",
     "seeded_order",
+    "window_schedule",
+    "window_size",
+    "window_span",
 ]
