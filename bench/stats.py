@@ -22,7 +22,7 @@ Methods, run on the same simulated pairs:
                +-margin -- the rule DESIGN §6 warns against
 
 `python -m bench stats` runs the full evidence (2,000 repetitions per row, 40,000 null tasks
-per generator); `--quick` 200; `--reps N` any other count.
+per generator); `--quick` 200; `--reps=N` any other count; `--priors` compares bet priors.
 """
 
 from __future__ import annotations
@@ -112,16 +112,19 @@ DELTAS = (0.0, 0.1, 0.2, -0.2)
 # --- methods ----------------------------------------------------------------------------------
 
 
-def crossings(d: np.ndarray, params: StatsParams, log_thrs: dict[str, float]) -> dict[str, dict[str, np.ndarray]]:
+def crossings(d: np.ndarray, params: StatsParams, log_thrs: dict[str, float],
+              prior: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """First crossing of each test for each threshold, per path, with the library's e-processes
-    and its rounding toward each null (float32 running sums: a simulation shortcut)."""
+    and its rounding toward each null (float32 running sums: a simulation shortcut).
+    ``prior``: (bet fractions, log weights) instead of the library's, to compare priors."""
+    fractions, log_weights = prior if prior is not None else (seq.BET_FRACTIONS, seq.BET_LOG_WEIGHTS)
     out: dict[str, dict[str, np.ndarray]] = {k: {} for k in log_thrs}
     for name, (d0, side) in zip(seq.TEST_NAMES, seq.test_boundaries(params.margin)):
         rounded = seq._rounded(d, side)
         values, inverse = np.unique(rounded, return_inverse=True)
-        table = seq.bet_log_factors(values, d0, side).astype(np.float32)  # (S, K)
+        table = seq.bet_log_factors(values, d0, side, fractions).astype(np.float32)  # (S, K)
         cum = np.cumsum(table[inverse.reshape(d.shape)], axis=1)  # (P, n, K)
-        log_w = seq.mixture_log_wealth(cum)
+        log_w = seq.mixture_log_wealth(cum, log_weights)
         for key, thr in log_thrs.items():
             out[key][name] = seq.first_crossings(log_w, thr)
     return out
@@ -297,13 +300,61 @@ def all_tie_pairs_to_unchanged(margin: float, n_tasks: int, params: StatsParams,
     return int(at) if int(code) == seq.UNCHANGED else f">{horizon}"
 
 
+def _prior(fractions: np.ndarray, weights: np.ndarray | None = None, top: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(fractions, log weights): ``weights`` (default equal) scaled to 1 - top, plus ``top`` at 0.99."""
+    w = np.ones(fractions.size) if weights is None else np.asarray(weights, dtype=np.float64)
+    w = (1 - top) * w / w.sum()
+    if top:
+        fractions, w = np.append(fractions, 0.99), np.append(w, top)
+    return fractions, np.log(w)
+
+
+def compare_priors(reps: int, seed: int) -> None:
+    """The bet prior under the same rule: power at 0.1, median pairs at +-0.2, all-tie 'unchanged'."""
+    params = StatsParams(cap=CAP)
+    ends = window_ends()
+    mid = (np.arange(32) + 0.5) / 32
+    priors = {
+        "equal, 40 points (before)": _prior(np.arange(1, 41) / 41.0),
+        "equal, 32 points (chosen)": _prior(mid),
+        "Beta(1.5,3) density": _prior(mid, sps.beta.pdf(mid, 1.5, 3)),
+        "Beta(1.5,3) + 25% at 0.99": _prior(mid, sps.beta.pdf(mid, 1.5, 3), top=0.25),
+        "Beta(1.2,2) + 20% at 0.99": _prior(mid, sps.beta.pdf(mid, 1.2, 2), top=0.2),
+        "log-spaced 0.01-0.99": _prior(np.geomspace(0.01, 0.99, 32)),
+    }
+    thr = {"T=1": seq.log_threshold(params.alpha, 1)}
+    print(f"\n## Bet priors under the same rule (T = 1, cap {CAP}, {reps} reps per cell): power at +0.1 / median pairs at +0.2, -0.2")
+    for name, prior in priors.items():
+        cells = []
+        for gname in ("binary Beta(.5,.5)", "binary Beta(2,2)", "heterogeneous"):
+            rng = np.random.default_rng(seed)
+            out = []
+            for delta in (0.1, 0.2, -0.2):
+                d = GENERATORS[gname](rng, delta, reps, CAP)
+                code, at = sequential_labels(crossings(d, params, thr, prior)["T=1"], params)
+                right = code == (seq.IMPROVED if delta > 0 else seq.REGRESSED)
+                run = pairs_run(at, ends)
+                out.append(f"{100 * right.mean():.0f}%" if delta == 0.1 else f"{np.median(run[right]) if right.any() else float('nan'):.0f}")
+            cells.append(f"{gname}: {out[0]} / {out[1]}, {out[2]}")
+        fractions, log_weights = prior
+        ties = []
+        for t in (1, 3, 20):
+            path = seq.mixture_log_wealth(np.cumsum(seq.bet_log_factors(np.zeros(600), -params.margin, +1, fractions), axis=0), log_weights)
+            ties.append(int(seq.first_crossings(path, seq.log_threshold(params.alpha, t))))
+        print(f"{name:<28} " + " | ".join(cells) + f" | all ties 'unchanged' at T=1/3/20: {'/'.join(map(str, ties))}")
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench stats", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run (200 reps) instead of the full evidence")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per non-null row (default 2000, quick 200)")
     parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--priors", action="store_true", help="only compare bet priors under the same rule")
     args = parser.parse_args(argv)
     reps = args.reps or (200 if args.quick else 2000)
+    if args.priors:
+        compare_priors(reps, args.seed)
+        return
     null_paths = reps * max(T_RUN)  # enough null tasks for `reps` runs of T = 20
     params = StatsParams(cap=CAP)
     ends = window_ends()

@@ -122,8 +122,8 @@ class TaskDecision:
 Sides = dict[int, "_sequence.Compressed"]
 
 
-def _crossings(data: Sides, margin: float, log_thr: float) -> dict[str, _sequence.TestScan]:
-    scans: dict[str, _sequence.TestScan] = {}
+def _crossings(data: Sides, margin: float, log_thr: float) -> dict[str, _sequence.ScanResult]:
+    scans: dict[str, _sequence.ScanResult] = {}
     for name, (d0, side) in zip(_sequence.TEST_NAMES, _sequence.test_boundaries(margin)):
         scans[name] = _sequence.scan(data[side], d0, side, log_thr, want_sup=name in ("above_zero", "below_zero"))
     return scans
@@ -139,7 +139,7 @@ def _settle(crossings: dict[str, int], min_pairs: int, n: int) -> tuple[int, int
     return int(code), int(at)
 
 
-def _forecast_more_pairs(sides: Sides, scans: dict[str, _sequence.TestScan], params: StatsParams,
+def _forecast_more_pairs(sides: Sides, scans: dict[str, _sequence.ScanResult], params: StatsParams,
                          log_thr: float) -> int | None:
     """Median extra pairs until some label settles, over posterior draws of the pair distribution.
 
@@ -182,7 +182,7 @@ def _forecast_more_pairs(sides: Sides, scans: dict[str, _sequence.TestScan], par
     return int(max(median, 1))
 
 
-def _interval(data: Sides, scans: dict[str, _sequence.TestScan], margin: float, log_thr: float,
+def _interval(data: Sides, scans: dict[str, _sequence.ScanResult], margin: float, log_thr: float,
               contradicted: bool) -> tuple[float, float]:
     """The confidence sequence at this look, intersected with what the four tests established at
     any earlier look (each crossing rejects its d0 for good), so the interval never contradicts
@@ -233,7 +233,10 @@ def decide_task(
     The label is the first one settled at any look (every prefix of at least ``min_pairs``
     pairs), so adding pairs never changes a settled label. ``at_cap`` / ``budget_exhausted``
     turn an undecided task into "inconclusive"; a failed arm makes the task "inconclusive"
-    with the reason. ``forecast=False`` skips the more-pairs estimate (it simulates continuations).
+    with the reason. ``forecast=False`` skips the more-pairs estimate. ``p_improvement`` is
+    given only beside "improved" / "regressed"; otherwise it is None and
+    ``p_improvement_note`` says why (a posterior beside an undecided label reads as a decision
+    the anytime-valid rule did not make).
     """
     if not isinstance(pairing, Pairing):
         raise TypeError(f"pairing must be a Pairing (from pair_task), got {type(pairing).__name__}")

@@ -46,20 +46,6 @@ TEST_NAMES = ("above_zero", "below_zero", "above_minus_margin", "below_plus_marg
 _BLOCK = 64
 
 
-def set_mixture(fractions: np.ndarray, weights: np.ndarray | None = None) -> None:
-    """Replace the bet grid (benchmark use only: compare priors under the same rule)."""
-    global BET_FRACTIONS, BET_LOG_WEIGHTS
-    fractions = np.asarray(fractions, dtype=np.float64)
-    if fractions.ndim != 1 or fractions.size == 0 or fractions.min() <= 0 or fractions.max() >= 1:
-        raise ValueError("bet fractions must be a non-empty 1-d array in (0, 1)")
-    w = np.full(fractions.size, 1.0) if weights is None else np.asarray(weights, dtype=np.float64)
-    if w.shape != fractions.shape or w.min() < 0 or w.sum() <= 0:
-        raise ValueError("weights must be non-negative, one per fraction, not all zero")
-    BET_FRACTIONS = fractions
-    with np.errstate(divide="ignore"):
-        BET_LOG_WEIGHTS = np.log(w / w.sum())
-
-
 def test_boundaries(margin: float) -> tuple[tuple[float, int], ...]:
     """(d0, side) for each of :data:`TEST_NAMES`."""
     return ((0.0, +1), (0.0, -1), (-margin, +1), (margin, -1))
@@ -156,7 +142,7 @@ class Compressed:
         return int(self.deltas.size)
 
 
-class TestScan:
+class ScanResult:
     """One test's evidence over every prefix: first crossing, current and supremum e-value."""
 
     __slots__ = ("crossing", "final", "sup")
@@ -171,7 +157,7 @@ def _excess(values: np.ndarray, d0: float, side: int) -> np.ndarray:
     return (values - d0) / (1.0 + d0) if side > 0 else (d0 - values) / (1.0 - d0)
 
 
-def scan(data: Compressed, d0: float, side: int, log_thr: float, *, want_sup: bool = False) -> TestScan:
+def scan(data: Compressed, d0: float, side: int, log_thr: float, *, want_sup: bool = False) -> ScanResult:
     """First crossing of ``log_thr`` (and optionally the supremum) of one test's mixture.
 
     Exact, without the n x bets array of running capitals: pairs are taken in fixed blocks of
@@ -183,7 +169,7 @@ def scan(data: Compressed, d0: float, side: int, log_thr: float, *, want_sup: bo
     """
     n = data.n
     if n == 0:
-        return TestScan(0, 0.0, 0.0)
+        return ScanResult(0, 0.0, 0.0)
     if data.side != side:
         raise ValueError("data was rounded for the other side's tests")
     table = np.ascontiguousarray(bet_log_factors(data.values, d0, side).T)  # (K, S)
@@ -222,7 +208,7 @@ def scan(data: Compressed, d0: float, side: int, log_thr: float, *, want_sup: bo
                 break
             best = max(best, float(expand(int(b)).max()))
         sup = best
-    return TestScan(crossing, final, sup)
+    return ScanResult(crossing, final, sup)
 
 
 # Label codes shared by the per-task decision and the vectorized benchmark.
