@@ -177,3 +177,84 @@ def test_all_tie_data_never_yields_improved_or_regressed(scores, n_tasks):
     d = decide_task(Pairing.from_scores(scores, scores), PARAMS, n_tasks, forecast=False)
     assert d.label in ("continue", "unchanged")
     assert d.p_value == 1.0
+
+
+@pytest.mark.parametrize("kind", ["binary", "continuous", "near-deterministic", "thirds"])
+def test_block_scan_matches_the_full_path_of_every_test(kind):
+    # The decision never builds the n x bets path; its crossings, current and largest
+    # e-values must equal the full path's (on the differences rounded toward each null).
+    rng = np.random.default_rng(abs(hash(kind)) % 2**32)
+    for n in (1, 7, 63, 64, 65, 300, 700):
+        if kind == "binary":
+            d = rng.choice([-1.0, 0.0, 1.0], p=[0.2, 0.5, 0.3], size=n)
+        elif kind == "continuous":
+            d = np.clip(rng.random(n) - rng.random(n) + 0.05, -1, 1)
+        elif kind == "near-deterministic":
+            d = rng.choice([-1.0, 0.0, 1.0], p=[0.01, 0.98, 0.01], size=n)
+        else:
+            d = rng.choice([-2 / 3, -1 / 3, 0.0, 1 / 3, 2 / 3], size=n)
+        for n_tasks in (1, 3):
+            thr = _sequence.log_threshold(0.05, n_tasks)
+            for d0, side in _sequence.test_boundaries(0.05):
+                got = _sequence.scan(_sequence.Compressed(d, side), d0, side, thr, want_sup=True)
+                path = _sequence.log_wealth_path(_sequence._rounded(d, side), d0, side)
+                assert got.crossing == int(_sequence.first_crossings(path, thr))
+                assert got.final == pytest.approx(path[-1], abs=1e-9)
+                assert got.sup == pytest.approx(max(0.0, path.max()), abs=1e-9)
+
+
+def test_rounding_toward_the_null_keeps_grid_values_and_never_helps_the_claim():
+    d = np.array([1.0, 0.5, 0.25, -0.125, 0.0, 0.1 - 0.6, 1 / 3, -1 / 3, 0.123456])
+    up, down = _sequence._rounded(d, +1), _sequence._rounded(d, -1)
+    assert up[:6].tolist() == down[:6].tolist() == [1.0, 0.5, 0.25, -0.125, 0.0, -0.5]
+    assert np.all(up <= d + 1e-12) and np.all(down >= d - 1e-12)
+    assert np.all(d - up < 1 / _sequence.GRID) and np.all(down - d < 1 / _sequence.GRID)
+
+
+def test_p_improvement_is_shown_only_beside_a_directional_label():
+    # The case: 256 pairs, head all pass, base all pass but 5 -> inconclusive at the
+    # cap, while the posterior alone would say 0.99.
+    base = [1.0] * 256
+    for i in (10, 60, 110, 160, 210):
+        base[i] = 0.0
+    capped = decide_task(Pairing.from_scores([1.0] * 256, base), StatsParams(), 3, at_cap=True)
+    assert capped.label == "inconclusive"
+    lo, hi = capped.anytime_interval
+    assert lo < 0 < hi
+    assert capped.p_improvement is None
+    assert "inconclusive" in capped.p_improvement_note and f"{lo:+.3f}" in capped.p_improvement_note
+    assert capped.to_dict()["p_improvement"] is None and capped.to_dict()["p_improvement_note"]
+    improved = decide_task(pairing_from_deltas([1.0] * 30 + [0.0] * 10), PARAMS, 3)
+    assert improved.p_improvement > 0.99 and improved.p_improvement_note is None
+    unchanged = decide_task(pairing_from_deltas([0.0] * 256), PARAMS, 1, forecast=False)
+    assert unchanged.label == "unchanged" and unchanged.p_improvement is None
+    assert "within ±0.05" in unchanged.p_improvement_note
+
+
+def test_interval_agrees_with_the_label_read_off_the_same_tests():
+    rng = np.random.default_rng(4)
+    for _ in range(60):
+        n = int(rng.integers(8, 200))
+        d = rng.choice([-1.0, 0.0, 1.0], p=[0.15, 0.5, 0.35], size=n)
+        dec = decide_task(pairing_from_deltas(list(d)), PARAMS, 2, forecast=False)
+        lo, hi = dec.anytime_interval
+        if dec.label == "improved":
+            assert lo >= 0
+        if lo > 0:
+            assert dec.label == "improved"
+        if dec.label == "unchanged":
+            assert -PARAMS.margin <= lo and hi <= PARAMS.margin
+
+
+def test_large_pairings_settle_at_the_same_look_as_their_prefix_and_forecast_within_the_cap():
+    rng = np.random.default_rng(9)
+    n = 4096
+    p = Pairing.from_scores(rng.random(n), rng.random(n))
+    d = decide_task(p, StatsParams(cap=8192), 1)
+    assert d.settled and d.decided_at is not None
+    assert decide_task(p.prefix(d.decided_at), StatsParams(cap=8192), 1).label == d.label
+    assert decide_task(p.prefix(d.decided_at - 1), StatsParams(cap=8192), 1, forecast=False).label == "continue"
+    noisy = Pairing.from_scores(rng.binomial(1, 0.5, 300).astype(float), rng.binomial(1, 0.5, 300).astype(float))
+    undecided = decide_task(noisy, StatsParams(cap=8192), 1)
+    assert undecided.label == "continue"
+    assert undecided.more_pairs_needed is None or 0 < undecided.more_pairs_needed <= 8192 - 300

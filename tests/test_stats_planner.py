@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from evalrunner_assets.stats import Budget, PlanError, StatsParams, TaskPlanState, plan_next_windows
+from evalrunner_assets.stats import (
+    Budget,
+    PlanError,
+    StatsParams,
+    TaskPlanState,
+    plan_next_windows,
+    window_schedule,
+    window_size,
+    window_span,
+)
 
 PARAMS = StatsParams(batch_size=8, min_pairs=8, cap=64)
 
@@ -65,3 +74,19 @@ def test_bad_state_is_named():
         TaskPlanState(next_start=0, n_samples=3, label="done")
     with pytest.raises(PlanError, match="'a'"):
         plan_next_windows({"a": object()}, params=PARAMS)  # type: ignore[dict-item]
+
+
+def test_window_schedule_is_small_first_then_grows_by_at_most_an_eighth():
+    ends = [stop for _, stop in window_schedule(256)]
+    assert ends[:9] == [8, 16, 24, 32, 40, 48, 56, 64, 72]
+    assert ends[-1] == 256 and ends == sorted(set(ends))
+    spans = window_schedule(4096)
+    assert all(b == c for (_, b), (c, _) in zip(spans, spans[1:]))  # contiguous from 0
+    # After the first 64 pairs a window is at most 1/8 of the pairs before it: a label that
+    # settles inside a window costs at most 12.5% more pairs than it needed.
+    assert all((stop - start) * 8 <= start for start, stop in spans if start >= 64)
+    assert len(spans) < 60  # and still few windows for `/eval more 4000`
+    # A window depends only on where it starts: a smaller limit cuts, never moves, it.
+    assert window_span(120, 124) == (120, 124) and window_span(120, 4096) == window_span(120, 256)
+    with pytest.raises(PlanError, match="window start"):
+        window_size(-1)

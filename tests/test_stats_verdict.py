@@ -66,3 +66,14 @@ def test_headline_p_improvement_combines_task_posteriors():
     assert run_verdict({"a": up, "b": up}).p_improvement > 0.99
     assert run_verdict({"a": down, "b": down}).p_improvement < 0.01
     assert 0.3 < run_verdict({"a": up, "b": down}).p_improvement < 0.7
+
+
+def test_headline_p_improvement_only_beside_a_directional_verdict():
+    up = decide_task(Pairing.from_scores([1.0] * 30, [0.0] * 30), StatsParams(), 2, forecast=False)
+    undecided = decide_task(Pairing.from_scores([1.0, 0.0] * 10, [0.0, 1.0] * 10), StatsParams(), 2, forecast=False)
+    assert run_verdict({"a": up, "b": up}).p_improvement_note is None
+    running = run_verdict({"a": up, "b": undecided})
+    assert running.verdict == "RUNNING" and running.p_improvement is None and "sampling" in running.p_improvement_note
+    capped = run_verdict({"a": up, "b": dataclasses.replace(undecided, label="inconclusive")})
+    assert capped.verdict == "INCONCLUSIVE" and capped.p_improvement is None
+    assert capped.to_dict()["p_improvement_note"].startswith("not reported for an INCONCLUSIVE verdict")

@@ -30,25 +30,17 @@ from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, batch
 from lake import LAYOUT, Lake, Window
 from lake.batch import BatchKey
 
-FIRST_WINDOW = 16  # pairs in the first window (>= min_pairs, so the first look can decide)
+FIRST_WINDOW = stats.WINDOW_MIN  # pairs in the first window (the schedule lives in the stats planner)
 SCHEMA_VERSION = 1
 
 
-def window_bounds(start: int, limit: int, first: int = FIRST_WINDOW) -> Window:
-    """The window that starts at ``start``: 16, 16, 32, 64, 128… pairs (doubling after the
-    first two), cut at ``limit``. Few windows keep the per-run overhead low; the sequence is
-    anytime-valid, so larger later windows cost only the overshoot past a decision."""
-    size = first if start < 2 * first else start
-    return Window(start, min(start + size, limit))
+def window_bounds(start: int, limit: int) -> Window:
+    """The window that starts at ``start`` (:func:`stats.window_span`), cut at ``limit``."""
+    return Window(*stats.window_span(start, limit))
 
 
-def window_plan(limit: int, first: int = FIRST_WINDOW) -> list[Window]:
-    out, start = [], 0
-    while start < limit:
-        w = window_bounds(start, limit, first)
-        out.append(w)
-        start = w.stop
-    return out
+def window_plan(limit: int) -> list[Window]:
+    return [Window(a, b) for a, b in stats.window_schedule(limit)]
 
 
 @dataclass(frozen=True)

@@ -65,8 +65,9 @@ def ci_bar(lo: float | None, hi: float | None, est: float | None) -> str:
 def headline(result: dict[str, Any]) -> str:
     head7 = result["head_sha"][:7]
     base = result.get("base_ref") or result["base_sha"][:7]
-    p = (result.get("final_verdict") or {}).get("p_improvement")
-    prob = "P(improvement) = –" if p is None else f"P(improvement) = {p:.2f}"
+    final = result.get("final_verdict") or {}
+    p, note = final.get("p_improvement"), final.get("p_improvement_note")
+    prob = f"P(improvement) = {p:.2f}" if p is not None else "P(improvement) = –" + (f" ({note})" if note else "")
     return f"`{head7}` vs `{base}` · {prob}"
 
 

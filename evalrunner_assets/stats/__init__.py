@@ -17,11 +17,24 @@ from evalrunner_assets.stats._errors import PairingError, ParamsError, PlanError
 from evalrunner_assets.stats._mean import mean_sequence_interval, wilson_interval
 from evalrunner_assets.stats._pairing import Pairing, arm_input_means, pair_task, seeded_order
 from evalrunner_assets.stats._params import StatsParams
-from evalrunner_assets.stats._planner import ARMS, Budget, TaskPlanState, WindowPlan, plan_next_windows
+from evalrunner_assets.stats._planner import (
+    ARMS,
+    WINDOW_GROWTH,
+    WINDOW_MIN,
+    Budget,
+    TaskPlanState,
+    WindowPlan,
+    plan_next_windows,
+    window_schedule,
+    window_size,
+    window_span,
+)
 from evalrunner_assets.stats._verdict import RunVerdict, Verdict, run_verdict
 
 __all__ = [
     "ARMS",
+    "WINDOW_GROWTH",
+    "WINDOW_MIN",
     "LABELS",
     "Budget",
     "Label",
@@ -47,4 +60,7 @@ __all__ = [
     "run_verdict",
     "seeded_order",
     "wilson_interval",
+    "window_schedule",
+    "window_size",
+    "window_span",
 ]

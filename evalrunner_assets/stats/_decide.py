@@ -24,8 +24,12 @@ _CODE_TO_LABEL = {
     _sequence.CONTRADICTED: "inconclusive",
 }
 
-# Posterior-predictive paths used to estimate how many more pairs an undecided task needs.
+# Posterior draws used to estimate how many more pairs an undecided task needs, and the most
+# support points they range over (continuous scores are binned, mean-preserving).
 _FORECAST_PATHS = 64
+_FORECAST_SUPPORT = 33
+# Most looks on the "how many samples until we know" chart.
+_PATH_LOOKS = 64
 
 
 def _r(x: float | None, digits: int = 6) -> float | None:
@@ -53,7 +57,7 @@ class TaskDecision:
     e_values: dict[str, float]
     p_value: float
     p_value_adjusted: float
-    p_improvement: float
+    p_improvement: float | None
     p_above_margin: float
     p_within_margin: float
     p_below_margin: float
@@ -63,6 +67,9 @@ class TaskDecision:
     pairing: dict[str, Any] = field(default_factory=dict)
     # Posterior draws of delta, kept for the run-level headline; not serialized.
     posterior_draws: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Why p_improvement is None: it is shown only beside a directional label, where the
+    # posterior cannot contradict the anytime-valid label it sits next to.
+    p_improvement_note: str | None = None
 
     @property
     def comparable(self) -> bool:
@@ -100,6 +107,7 @@ class TaskDecision:
             "p_value": _r(self.p_value, 8),
             "p_value_adjusted": _r(self.p_value_adjusted, 8),
             "p_improvement": _r(self.p_improvement, 4),
+            "p_improvement_note": self.p_improvement_note,
             "p_above_margin": _r(self.p_above_margin, 4),
             "p_within_margin": _r(self.p_within_margin, 4),
             "p_below_margin": _r(self.p_below_margin, 4),
@@ -111,14 +119,14 @@ class TaskDecision:
         }
 
 
-def _crossings(deltas: np.ndarray, margin: float, log_thr: float) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    paths: dict[str, np.ndarray] = {}
-    crossings: dict[str, int] = {}
+Sides = dict[int, "_sequence.Compressed"]
+
+
+def _crossings(data: Sides, margin: float, log_thr: float) -> dict[str, _sequence.ScanResult]:
+    scans: dict[str, _sequence.ScanResult] = {}
     for name, (d0, side) in zip(_sequence.TEST_NAMES, _sequence.test_boundaries(margin)):
-        path = _sequence.log_wealth_path(deltas, d0, side)
-        paths[name] = path
-        crossings[name] = int(_sequence.first_crossings(path, log_thr)) if path.size else 0
-    return paths, crossings
+        scans[name] = _sequence.scan(data[side], d0, side, log_thr, want_sup=name in ("above_zero", "below_zero"))
+    return scans
 
 
 def _settle(crossings: dict[str, int], min_pairs: int, n: int) -> tuple[int, int]:
@@ -131,38 +139,82 @@ def _settle(crossings: dict[str, int], min_pairs: int, n: int) -> tuple[int, int
     return int(code), int(at)
 
 
-def _forecast_more_pairs(deltas: np.ndarray, crossings: dict[str, int], params: StatsParams, log_thr: float) -> int | None:
-    """Median extra pairs until some label settles, over posterior-predictive continuations.
+def _forecast_more_pairs(sides: Sides, scans: dict[str, _sequence.ScanResult], params: StatsParams,
+                         log_thr: float) -> int | None:
+    """Median extra pairs until some label settles, over posterior draws of the pair distribution.
 
-    None when most continuations do not settle before the cap (more samples are unlikely to
-    help) or the cap is already reached.
+    Each of :data:`_FORECAST_PATHS` Dirichlet draws gives every test and bet an expected log
+    growth per pair; a bet's wealth is projected along it (past + t * growth), and the mixture
+    crosses no later than its first bet reaching the threshold plus that bet's prior weight.
+    Cost O(draws x support x bets), independent of the cap. None when most draws do not settle
+    before the cap (more samples are unlikely to help) or the cap is already reached.
     """
-    n = deltas.size
+    n = sides[1].n
     horizon = params.cap - n
     if horizon <= 0:
         return None
-    values, counts, prior = _posterior.dirichlet_support(deltas)
+    values, counts, prior = _posterior.dirichlet_support(sides[1].deltas, max_support=_FORECAST_SUPPORT)
     rng = np.random.default_rng(12345)
     probs = rng.dirichlet(counts + prior, size=_FORECAST_PATHS)  # (P, S)
-    cumprobs = np.cumsum(probs, axis=1)
-    u = rng.random((_FORECAST_PATHS, horizon))
-    cats = np.minimum((u[..., None] > cumprobs[:, None, :]).sum(axis=-1), values.size - 1)
-    onehot_cum = np.cumsum(np.eye(values.size)[cats], axis=1)  # (P, H, S)
-    future: dict[str, np.ndarray] = {}
+    never = np.iinfo(np.int64).max
+    extra: dict[str, np.ndarray] = {}
     for name, (d0, side) in zip(_sequence.TEST_NAMES, _sequence.test_boundaries(params.margin)):
-        past = np.sum(_sequence.bet_log_factors(deltas, d0, side), axis=0) if n else np.zeros(_sequence.BET_FRACTIONS.size)
-        per_value = _sequence.bet_log_factors(values, d0, side)  # (S, K)
-        log_w = _sequence.mixture_log_wealth(past + onehot_cum @ per_value)  # (P, H)
-        first = _sequence.first_crossings(log_w, log_thr)
-        future[name] = np.where(crossings[name] > 0, crossings[name], np.where(first > 0, first + n, 0))
-    code, at = _sequence.labels_from_crossings(
-        future["above_zero"], future["below_zero"], future["above_minus_margin"], future["below_plus_margin"], params.min_pairs
-    )
-    extra = np.where(code != _sequence.CONTINUE, at - n, np.iinfo(np.int64).max)
-    median = np.sort(extra)[(extra.size - 1) // 2]
-    if median == np.iinfo(np.int64).max:
+        if scans[name].crossing > 0:
+            extra[name] = np.full(_FORECAST_PATHS, scans[name].crossing - n)
+            continue
+        table = _sequence.bet_log_factors(values, d0, side)  # (S, K)
+        data = sides[side]
+        past = data.counts @ _sequence.bet_log_factors(data.values, d0, side) if n else np.zeros(table.shape[1])
+        growth = probs @ table  # (P, K)
+        need = log_thr - _sequence.BET_LOG_WEIGHTS - past  # (K,)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(growth > 0, np.ceil(np.maximum(need, 0.0) / growth), np.inf)
+        best = t.min(axis=1)
+        ok = np.isfinite(best) & (best <= horizon)
+        extra[name] = np.where(ok, np.where(ok, best, 0.0).astype(np.int64), never)
+    imp, reg = extra["above_zero"], extra["below_zero"]
+    unch = np.maximum(extra["above_minus_margin"], extra["below_plus_margin"])
+    first = np.minimum(np.minimum(imp, reg), unch)
+    first = np.where(first == never, never, np.maximum(first, params.min_pairs - n))
+    median = np.sort(first)[(first.size - 1) // 2]
+    if median == never or median > horizon:
         return None
     return int(max(median, 1))
+
+
+def _interval(data: Sides, scans: dict[str, _sequence.ScanResult], margin: float, log_thr: float,
+              contradicted: bool) -> tuple[float, float]:
+    """The confidence sequence at this look, intersected with what the four tests established at
+    any earlier look (each crossing rejects its d0 for good), so the interval never contradicts
+    the label read off the same tests."""
+    current = _sequence.interval_at(data[1].deltas, log_thr)
+    lo, hi = current
+    if contradicted:
+        return lo, hi
+    if scans["above_zero"].crossing:
+        lo = max(lo, 0.0)
+    if scans["below_zero"].crossing:
+        hi = min(hi, 0.0)
+    if scans["above_minus_margin"].crossing:
+        lo = max(lo, -margin)
+    if scans["below_plus_margin"].crossing:
+        hi = min(hi, margin)
+    if lo > hi:  # the established facts disagree with this look: show this look's interval
+        return current
+    return lo, hi
+
+
+def _p_improvement_note(label: str, interval: tuple[float, float], margin: float) -> str | None:
+    """Why P(improvement) is not shown for a task (None when it is)."""
+    if label in ("improved", "regressed"):
+        return None
+    lo, hi = interval
+    where = f"its anytime interval ({lo:+.3f}, {hi:+.3f})"
+    if label == "unchanged":
+        return f"not reported for an unchanged task: {where} lies within ±{margin:g}"
+    if label == "continue":
+        return f"not reported until the label settles: {where} is the current evidence"
+    return f"not reported for an inconclusive task: {where} contains 0 at the task's level"
 
 
 def decide_task(
@@ -181,7 +233,10 @@ def decide_task(
     The label is the first one settled at any look (every prefix of at least ``min_pairs``
     pairs), so adding pairs never changes a settled label. ``at_cap`` / ``budget_exhausted``
     turn an undecided task into "inconclusive"; a failed arm makes the task "inconclusive"
-    with the reason. ``forecast=False`` skips the more-pairs estimate (it simulates continuations).
+    with the reason. ``forecast=False`` skips the more-pairs estimate. ``p_improvement`` is
+    given only beside "improved" / "regressed"; otherwise it is None and
+    ``p_improvement_note`` says why (a posterior beside an undecided label reads as a decision
+    the anytime-valid rule did not make).
     """
     if not isinstance(pairing, Pairing):
         raise TypeError(f"pairing must be a Pairing (from pair_task), got {type(pairing).__name__}")
@@ -195,17 +250,15 @@ def decide_task(
     head = np.asarray(pairing.head, dtype=np.float64)
     base = np.asarray(pairing.base, dtype=np.float64)
 
-    paths, crossings = _crossings(d, params.margin, log_thr)
+    data = {side: _sequence.Compressed(d, side) for side in (+1, -1)}
+    scans = _crossings(data, params.margin, log_thr)
+    crossings = {name: scan.crossing for name, scan in scans.items()}
     code, settled_at = _settle(crossings, params.min_pairs, n) if n else (_sequence.CONTINUE, 0)
     label = _CODE_TO_LABEL[code]
     reason: str | None = None
     if code == _sequence.CONTRADICTED:
         reason = "evidence for both an improvement and a regression: the pairs do not share one mean (drift or a changed order)"
-    if n:
-        lo_arr, hi_arr = _sequence.interval_path(d, log_thr, looks=np.array([n]), margin=params.margin)
-        interval = (float(lo_arr[0]), float(hi_arr[0]))
-    else:
-        interval = (-1.0, 1.0)
+    interval = _interval(data, scans, params.margin, log_thr, code == _sequence.CONTRADICTED) if n else (-1.0, 1.0)
 
     if head_failed or base_failed:
         label = "inconclusive"
@@ -220,14 +273,15 @@ def decide_task(
         label = "inconclusive"
         reason = (f"reached the per-task cap of {params.cap} pairs" if at_cap else "run budget exhausted") + " before the interval settled"
 
-    sup_e = 0.0
-    if n:
-        sup_e = float(np.exp(max(paths["above_zero"].max(), paths["below_zero"].max())))
-    p_value = min(1.0, 2.0 / sup_e) if sup_e > 0 else 1.0
+    sup_log_e = max(scans["above_zero"].sup, scans["below_zero"].sup) if n else 0.0
+    p_value = min(1.0, 2.0 * math.exp(-sup_log_e))
     post = _posterior.summarize(d, params.margin)
+    note = _p_improvement_note(label, interval, params.margin)
+    if note is not None and label == "inconclusive" and reason and not (interval[0] <= 0.0 <= interval[1]):
+        note = f"not reported for an inconclusive task ({reason})"
     more = None
     if label == "continue" and forecast:
-        more = _forecast_more_pairs(d, crossings, params, log_thr)
+        more = _forecast_more_pairs(data, scans, params, log_thr)
         if more is not None and n < params.min_pairs:
             more = max(more, params.min_pairs - n)
     return TaskDecision(
@@ -245,10 +299,10 @@ def decide_task(
         head_better=int(np.sum(d > 0)),
         base_better=int(np.sum(d < 0)),
         ties=int(np.sum(d == 0)),
-        e_values={name: float(np.exp(path[-1])) if path.size else 1.0 for name, path in paths.items()},
+        e_values={name: float(np.exp(scan.final)) for name, scan in scans.items()},
         p_value=p_value,
         p_value_adjusted=min(1.0, p_value * n_tasks),
-        p_improvement=post.p_improvement,
+        p_improvement=post.p_improvement if note is None else None,
         p_above_margin=post.p_above_margin,
         p_within_margin=post.p_within_margin,
         p_below_margin=post.p_below_margin,
@@ -257,6 +311,7 @@ def decide_task(
         base_failed=base_failed,
         pairing=pairing.to_dict(),
         posterior_draws=post.draws,
+        p_improvement_note=note,
     )
 
 
@@ -269,6 +324,9 @@ def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list
     if n == 0:
         return []
     looks = list(range(params.batch_size, n + 1, params.batch_size))
+    if len(looks) > _PATH_LOOKS:  # a chart needs no more points; each look costs two root finds
+        step = -(-len(looks) // _PATH_LOOKS)
+        looks = looks[::step]
     if not looks or looks[-1] != n:
         looks.append(n)
     lo, hi = _sequence.interval_path(d, _sequence.log_threshold(params.alpha, n_tasks), looks=np.array(looks), margin=params.margin)

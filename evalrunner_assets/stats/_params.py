@@ -21,7 +21,7 @@ class StatsParams:
     min_pairs: no label before this many pairs.
     cap: per-task pair cap; a task still undecided here is "inconclusive". 256 lets a
         near-deterministic task (all ties) reach "unchanged" at margin 0.05 even with 20 tasks
-        in the run (measured in ``bench/stats.py``, see the README), in 32 windows of 8.
+        in the run (measured in ``bench/stats.py``, see the README), in 23 windows.
     batch_size: pairs per sampling window (both arms run the same window).
     budget_samples / budget_dollars: optional run budget across tasks and both arms.
     """

@@ -23,6 +23,8 @@ class RunVerdict:
     p_improvement: float | None
     labels: dict[str, str] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    # Why p_improvement is None (it is shown only beside an IMPROVED or REGRESSED verdict).
+    p_improvement_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -30,6 +32,7 @@ class RunVerdict:
             "reasons": list(self.reasons),
             "p_improvement": None if self.p_improvement is None else round(self.p_improvement, 4),
             "p_improvement_kind": "posterior probability that the mean delta over compared tasks is > 0; reported, never used to stop",
+            "p_improvement_note": self.p_improvement_note,
             "labels": dict(self.labels),
             "counts": dict(self.counts),
         }
@@ -122,4 +125,16 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
     else:
         verdict = "UNCHANGED"
         reasons.insert(0, f"unchanged within the margin: {', '.join(unchanged)}")
-    return RunVerdict(verdict=verdict, reasons=tuple(reasons), p_improvement=headline, labels=labels, counts=counts)
+    # A posterior probability beside an undecided verdict reads as a decision the anytime-valid
+    # rule did not make (a near-deterministic task capped at "inconclusive" can show 0.99):
+    # it is shown only with a directional verdict, otherwise the note says why not.
+    note = None
+    if verdict not in ("IMPROVED", "REGRESSED"):
+        note = {
+            "RUNNING": "not reported while tasks are still sampling",
+            "UNCHANGED": "not reported for an UNCHANGED verdict: every task lies within the margin",
+            "INCONCLUSIVE": "not reported for an INCONCLUSIVE verdict: the evidence does not settle the direction",
+        }[verdict]
+        headline = None
+    return RunVerdict(verdict=verdict, reasons=tuple(reasons), p_improvement=headline, labels=labels, counts=counts,
+                      p_improvement_note=note)
