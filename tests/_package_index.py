@@ -45,13 +45,21 @@ def make_wheel(out: Path, name: str, version: str, files: dict[str, str], requir
 
 
 def wheel_from_source(project: Path, out: Path) -> Path:
-    """``pip wheel --no-deps --no-build-isolation`` (offline: the build backend is ours)."""
-    before = set(Path(out).glob("*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "-w", str(out), str(project)], check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "PIP_NO_INDEX": "1"})
-    (new,) = set(Path(out).glob("*.whl")) - before
-    return new
+    """``pip wheel --no-deps --no-build-isolation`` (offline: the build backend is ours), from a
+    copy of ``project`` so the build leaves nothing in the source tree."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="wheel-src-") as tmp:
+        src = Path(tmp) / "src"
+        dist = Path(tmp) / "dist"
+        shutil.copytree(project, src)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--no-index", "-w", str(dist), str(src)], check=True, capture_output=True, timeout=300)
+        (built,) = dist.glob("*.whl")
+        dest = Path(out) / built.name
+        shutil.copyfile(built, dest)
+    return dest
 
 
 def wheel_from_installed(dist_name: str, out: Path) -> Path:

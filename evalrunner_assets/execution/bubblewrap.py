@@ -204,7 +204,8 @@ class BubblewrapBackend(LocalBackend):
         env_dir = check_python_env(request.python_env)
         if env_dir is not None:
             a += ["--ro-bind", env_dir, env_dir]
-        a += ["--ro-bind", str(Path(request.export.path).resolve()), SANDBOX_REPO_DIR]
+        a += ["--bind" if request.repo_writable else "--ro-bind", str(Path(request.export.path).resolve()),
+              SANDBOX_REPO_DIR]
         a += ["--bind", str(staging.out), SANDBOX_OUT_DIR]
         a += ["--size", str(limits.scratch_bytes), "--tmpfs", SANDBOX_HOME_DIR]
         for mount in request.writable:

@@ -466,7 +466,7 @@ def _sweep(root: Path) -> None:
     """Temporary build directories of builders that no longer run."""
     from evalrunner_assets.execution._process import pid_alive
 
-    pattern = re.compile(r"^\.[0-9a-f]+\.tmp-(\d+)-")
+    pattern = re.compile(r"^\.[0-9a-f]+\.tmp-(\d+)-")  # the build dir and its "-src" copy
     try:
         entries = list(root.iterdir())
     except OSError:
@@ -536,11 +536,17 @@ class EnvironmentStore:
             plan = {"kind": spec.kind, "source": spec.source, "install_project": spec.install_project,
                     "index": self.index, "env": str(final), "constraints": str(final / BUILD_DIR / "constraints.txt"),
                     "controller_packages": sorted(n for n, _ in controller_distributions().values())}
+            # The project's build writes into its source tree (egg-info): it gets a throwaway copy,
+            # seen at the same /work/repo as every sandbox sees its commit.
+            source = tmp.parent / f"{tmp.name}-src"
+            shutil.copytree(export.path, source, symlinks=True)
+            scratch = RepoExport(repo=export.repo, commit=export.commit, path=str(source),
+                                 tree_digest=export.tree_digest)
             service, channels, env = _index_access(self.index)
             try:
                 request = SandboxRequest(
                     argv=("python", "-m", "evalrunner_assets.execution._env_build", json.dumps(plan)),
-                    export=export, env={**env, "UV_CACHE_DIR": "/work/home/uv-cache", "UV_LINK_MODE": "copy",
+                    export=scratch, repo_writable=True, env={**env, "UV_CACHE_DIR": "/work/home/uv-cache", "UV_LINK_MODE": "copy",
                                         "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"},
                     limits=BUILD_LIMITS, channels=channels,
                     writable=(WritableMount(str(tmp), str(final)),),
@@ -549,6 +555,7 @@ class EnvironmentStore:
                 result = backend.run(request, cancel=cancel)
             finally:
                 service.close()
+                shutil.rmtree(source, ignore_errors=True)
             if result.status is not SandboxStatus.OK:
                 report = _report(result.outputs.get("build.json"))
                 if report is None or result.status is not SandboxStatus.EXIT_NONZERO:
@@ -575,6 +582,7 @@ class EnvironmentStore:
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp.parent / f"{tmp.name}-src", ignore_errors=True)
             raise
         self.builds += 1
         if self.lake is not None:

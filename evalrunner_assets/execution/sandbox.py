@@ -124,6 +124,9 @@ class SandboxRequest:
     # path; its ``bin`` comes first on PATH, so ``python`` sees the repository's dependencies.
     python_env: str | None = None
     writable: tuple[WritableMount, ...] = ()  # extra writable directories (environment builds)
+    # The export bound writable: only for a throwaway copy (a project build writes its metadata
+    # into its source tree).
+    repo_writable: bool = False
 
 
 @dataclass
