@@ -286,10 +286,12 @@ class IndexProxy:
     """An HTTP proxy on a unix socket that connects only to allowed hosts (CONNECT host:443 for
     HTTPS, absolute-form GET for HTTP). The build sandbox's only network."""
 
-    def __init__(self, hosts: set[str], *, socket_dir: str | None = None) -> None:
+    def __init__(self, hosts: set[str], *, ports: set[int] = frozenset({80, 443}),  # type: ignore[assignment]
+                 socket_dir: str | None = None) -> None:
         import tempfile
 
         self.hosts = {h.lower() for h in hosts}
+        self.ports = set(ports)
         self.refused: list[str] = []
         self._dir = tempfile.mkdtemp(prefix=f"evalrunner-chan-{os.getpid()}-", dir=socket_dir)
         self.socket_path = os.path.join(self._dir, "proxy.sock")
@@ -325,7 +327,7 @@ class IndexProxy:
                 parts = urlsplit(target)
                 host, port = parts.hostname or "", parts.port or 80
                 rest = head
-            if host.lower() not in self.hosts or port not in (80, 443):
+            if host.lower() not in self.hosts or port not in self.ports:
                 self.refused.append(f"{host}:{port}")
                 conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 conn.close()
