@@ -204,3 +204,41 @@ def test_index_proxy_connects_only_to_allowed_hosts():
     finally:
         server.shutdown()
         server.server_close()
+
+
+LIST = """#!/usr/bin/env python3
+import json, tinydep
+print(json.dumps({"version": 1, "environment": {"requirements": "evals/requirements.txt"},
+                  "tasks": [{"id": "t/answer", "spec": "evals/t.py@answer"}]}))
+"""
+TASK = """from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+import tinydep
+
+
+@task
+def answer():
+    return Task(dataset=[Sample(id=f"s{i}", input=str(tinydep.ANSWER + i), target="x") for i in range(3)])
+"""
+
+
+def test_evals_list_imports_a_declared_dependency_and_its_manifest_names_the_tasks_file(
+        bwrap_backend, index, tmp_path, monkeypatch):
+    from evalrunner_assets.pipeline.facts import learn_commit
+    from lake import open_lake
+
+    monkeypatch.setenv("EVALRUNNER_ENVS", str(tmp_path / "envs"))
+    monkeypatch.setenv("EVALRUNNER_PACKAGE_INDEX", index.url)
+    export = _repo(tmp_path, {"requirements.txt": "tinydep==1.0\n", ".evals/list": LIST,
+                              "evals/requirements.txt": "tinydep==1.0  # what the tasks need\n", "evals/t.py": TASK})
+    (Path(export.path) / ".evals/list").chmod(0o755)
+    the_lake = open_lake(str(tmp_path / "lake"))
+    facts = learn_commit(the_lake, bwrap_backend, export, model="mockllm/model")
+    task = facts.tasks["t/answer"]
+    assert task.failure is None and task.sample_ids == ("s0", "s1", "s2")
+    named = spec_for_file(export.path, "evals/requirements.txt")
+    assert task.env_digest == named.digest and task.env_source == "evals/requirements.txt"
+    assert facts.environment["source"] == "evals/requirements.txt"
+    built = sorted(p.name for p in (tmp_path / "envs").iterdir() if not p.name.startswith("."))
+    assert built == sorted({named.digest, detect_environment(export.path).digest})
+    assert the_lake.exists(f"envs/{named.digest}/environment.json")

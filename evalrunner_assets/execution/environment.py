@@ -491,6 +491,11 @@ class EnvironmentStore:
     def path(self, digest: str) -> Path:
         return self.root / digest
 
+    def built(self, digest: str) -> str | None:
+        """The directory of a complete environment with this digest, if this machine has it."""
+        path = self.path(digest)
+        return str(path) if (path / MARKER).is_file() else None
+
     def find(self, spec: EnvSpec) -> BuiltEnvironment | None:
         path = self.path(spec.digest)
         marker = path / MARKER

@@ -195,8 +195,9 @@ def task_environment(backend: SandboxBackend, export: RepoExport, facts: TaskFac
     if not facts.env_digest:
         return None
     envs = envs or EnvironmentStore()
-    if (envs.path(facts.env_digest) / ".evalrunner-env.json").is_file():
-        return str(envs.path(facts.env_digest))
+    found = envs.built(facts.env_digest)
+    if found is not None:
+        return found
     spec = spec_for_file(export.path, facts.env_source)
     if spec.digest != facts.env_digest:
         raise EnvironmentBuildError(
