@@ -242,3 +242,17 @@ def test_evals_list_imports_a_declared_dependency_and_its_manifest_names_the_tas
     built = sorted(p.name for p in (tmp_path / "envs").iterdir() if not p.name.startswith("."))
     assert built == sorted({named.digest, detect_environment(export.path).digest})
     assert the_lake.exists(f"envs/{named.digest}/environment.json")
+
+
+def test_a_cold_window_runs_with_the_environment_mounted(bwrap_backend, index, tmp_path):
+    from evalrunner_assets.execution.inspect_runner import TaskRunConfig, run_window_cold
+
+    export = _repo(tmp_path, {"requirements.txt": "tinydep==1.0\n", "evals/t.py": TASK})
+    spec = detect_environment(export.path)
+    env = EnvironmentStore(tmp_path / "envs", index=index.url).ensure(bwrap_backend, export, spec)
+    cfg = TaskRunConfig(repo="acme/agent", task="t/answer", spec="evals/t.py@answer", model="simagent/support",
+                        env_digest=env.digest, python_env=env.path)
+    run = run_window_cold(bwrap_backend, export, cfg, Window(0, 2))
+    assert run.ok, run.failure_cause
+    assert run.key.runtime_digest == runtime_with_env(bwrap_backend.runtime_digest(), env.digest)
+    assert run.key.runtime_digest != bwrap_backend.runtime_digest()
