@@ -511,6 +511,15 @@ class EnvironmentStore:
         found = self.find(spec)
         if found is not None:
             return found
+        if spec.kind == KIND_LOCK:
+            _lock_conflicts(spec)  # before any sandbox: a pin evalrunner cannot honour
+        if getattr(backend, "name", None) != "bubblewrap":
+            # Built environments are local directories mounted at their own path: only the
+            # bubblewrap backend can build and mount them (Kubernetes: deploy/README.md).
+            raise EnvironmentBuildError(
+                f"{spec.source}: the repository declares dependencies, and installing them needs the "
+                f"bubblewrap backend (the {getattr(backend, 'name', backend)!r} backend cannot build "
+                "repository environments yet)", source=spec.source)
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / f".{spec.digest}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent builders of one digest: one builds
@@ -522,8 +531,6 @@ class EnvironmentStore:
 
     def _build(self, backend: SandboxBackend, export: RepoExport, spec: EnvSpec,
                cancel: threading.Event | None) -> BuiltEnvironment:
-        if spec.kind == KIND_LOCK:
-            _lock_conflicts(spec)
         final = self.path(spec.digest)
         tmp = self.root / f".{spec.digest}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         started = time.monotonic()

@@ -543,12 +543,6 @@ class KubernetesBackend(SandboxBackend):
             return self._result(SandboxStatus.CRASHED, started,
                                 detail="channels (model gateway, package index) are not supported "
                                        "by the kubernetes backend yet; use the bubblewrap backend")
-        if request.python_env or request.writable or request.repo_writable:
-            # A pod gets a repository environment as its own image or read-only volume
-            # (deploy/README.md, "Repository environments"); local directories are not shipped.
-            return self._result(SandboxStatus.CRASHED, started,
-                                detail="repository environments (python_env, writable mounts) are not "
-                                       "supported by the kubernetes backend yet; use the bubblewrap backend")
         try:
             tarball = build_repo_tarball(request.export.path, self.config.repo_size_limit_bytes)
         except KubernetesSandboxError as exc:
