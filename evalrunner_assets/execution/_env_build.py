@@ -6,6 +6,10 @@ see :mod:`evalrunner_assets.execution.environment`). The virtualenv already exis
 stubs. Steps: export a ``uv.lock`` to pinned requirements (``uv export --frozen``), install
 under constraints pinning the controller's versions, then ``uv pip check``. On failure writes
 ``$EVALRUNNER_OUT/build.json`` with the failing step and uv's output, and exits 1.
+
+With ``plan["standalone"]`` (a Kubernetes build Job, whose pod runs the evalrunner image: the
+same packages as the controller) the pod also does the controller's parts itself: it creates
+the virtualenv and the stubs first, and removes the stubs and adds the ``.pth`` afterwards.
 """
 
 from __future__ import annotations
@@ -36,6 +40,26 @@ def _fail(step: str, log: str) -> None:
 def main(argv: list[str]) -> int:
     plan = json.loads(argv[0])
     python = os.path.join(plan["env"], "bin", "python")
+    if plan.get("standalone"):
+        from pathlib import Path
+
+        from evalrunner_assets.execution import environment as envmod
+
+        _run("uv venv", ["uv", "venv", "--quiet", "--no-config", "--python", sys.executable, plan["env"]])
+        stubs = envmod._write_stubs(envmod._site_packages(Path(plan["env"])))
+        constraints = os.path.join(os.environ.get("HOME", "/tmp"), "constraints.txt")
+        with open(constraints, "w") as f:
+            f.write(envmod.controller_constraints())
+        plan = {**plan, "constraints": constraints,
+                "controller_packages": sorted(n for n, _ in envmod.controller_distributions().values())}
+        _install(plan, python)
+        envmod.finish_environment(Path(plan["env"]), stubs, plan)
+        return 0
+    _install(plan, python)
+    return 0
+
+
+def _install(plan: dict, python: str) -> None:
     common = ["--no-config", "--python", python]
     install = ["uv", "pip", "install", *common, "--index-url", plan["index"], "-c", plan["constraints"]]
     home = os.environ.get("HOME", "/tmp")
@@ -56,7 +80,6 @@ def main(argv: list[str]) -> int:
     else:
         _run("uv pip install", install + ["-r", os.path.join(REPO, plan["source"])])
     _run("uv pip check", ["uv", "pip", "check", *common])
-    return 0
 
 
 if __name__ == "__main__":

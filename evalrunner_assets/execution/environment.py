@@ -420,6 +420,22 @@ def _remove_stubs(site: Path, names: list[str]) -> None:
         shutil.rmtree(p)
 
 
+def finish_environment(env: Path, stubs: list[str], plan: dict[str, Any]) -> dict[str, Any]:
+    """After the install: the stubs go, the ``.pth`` that appends the controller's
+    site-packages comes, and the completion marker is written (last). Returns its record."""
+    site = _site_packages(env)
+    _remove_stubs(site, stubs)
+    (site / CONTROLLER_PTH).write_text(
+        "".join(f"import site; site.addsitedir({d!r})\n" for d in controller_site_dirs()))
+    record = {"digest": plan.get("digest", ""), "kind": plan["kind"], "source": plan["source"],
+              "install_project": plan["install_project"], "packages": _installed(site),
+              "index": plan["index"], "python": sys.version.split()[0],
+              "platform": f"{sys.platform}-{platform.machine()}", "built_from": plan.get("built_from", ""),
+              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (env / MARKER).write_text(json.dumps(record, indent=2, sort_keys=True))
+    return record
+
+
 def _installed(site: Path) -> list[str]:
     out = []
     for p in sorted(site.glob("*.dist-info")):
@@ -580,18 +596,12 @@ class EnvironmentStore:
                         infrastructure=result.status is not SandboxStatus.EXIT_NONZERO,
                         log_tail=result.stderr_tail)
                 raise explain_failure(spec.source, self.index, str(report.get("step")), str(report.get("log", "")))
-            _remove_stubs(site, stubs)
             shutil.rmtree(build)
-            (site / CONTROLLER_PTH).write_text(
-                "".join(f"import site; site.addsitedir({d!r})\n" for d in controller_site_dirs()))
-            packages = tuple(_installed(site))
+            record = finish_environment(tmp, stubs, {**plan, "digest": spec.digest,
+                                                     "built_from": f"{export.repo}@{export.commit}"})
+            packages = tuple(record["packages"])
             build_s = time.monotonic() - started
-            record = {"digest": spec.digest, "kind": spec.kind, "source": spec.source,
-                      "install_project": spec.install_project, "packages": list(packages),
-                      "index": self.index, "python": sys.version.split()[0],
-                      "platform": f"{sys.platform}-{platform.machine()}", "build_s": round(build_s, 3),
-                      "built_from": f"{export.repo}@{export.commit}",
-                      "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            record["build_s"] = round(build_s, 3)
             (tmp / MARKER).write_text(json.dumps(record, indent=2, sort_keys=True))
             os.rename(tmp, final)
         except BaseException:
