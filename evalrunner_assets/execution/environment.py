@@ -27,7 +27,8 @@ must still admit the controller's version, and ``uv pip check`` verifies the res
 
 Digest: sha256 over the dependency files' bytes (the lock, ``pyproject.toml`` and ``setup.*``
 when the project is installed, or the requirements file), the Python version, the platform and
-the controller's distributions. Environments live in a local cache (``$EVALRUNNER_ENVS``,
+the controller's distributions (not the index URL: an environment is what the files pin, and a
+resolved — unlocked — one is whatever the index offered when it was first built). Environments live in a local cache (``$EVALRUNNER_ENVS``,
 default ``<evalrunner home>/envs/<digest>``) because local sandboxes use them in place; the
 lake records each one (``envs/<digest>/environment.json``). A build happens once per digest:
 a file lock serialises builders, the build writes into a temporary directory (shown to the

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from evalrunner_assets.discovery import DiscoveryError, discover
+from evalrunner_assets.discovery._discover import LIST_PATH
 from evalrunner_assets.execution.environment import (
     BuiltEnvironment,
     EnvironmentBuildError,
@@ -179,9 +180,6 @@ def learn_commit(
     )
     lake.write_bytes(LAYOUT.commit_tasks(export.repo, export.commit), facts.to_json())
     return facts
-
-
-LIST_PATH = ".evals/list"
 
 
 def _env_fields(env: BuiltEnvironment | None) -> dict[str, str]:
