@@ -129,6 +129,9 @@ def test_detection_precedence_and_digest_inputs(tmp_path):
     (Path(export.path) / "uv.lock").write_text("version = 1\n# changed\n")
     assert detect_environment(export.path).digest != spec.digest
     assert detect_environment(_repo(tmp_path / "empty", {}).path) is None
+    # Another repository with the same files gets its own environment (its build ran its code).
+    other = RepoExport("other/agent", "0" * 40, export.path, "")
+    assert detect_environment(other).digest != detect_environment(RepoExport("acme/agent", "1" * 40, export.path, "")).digest
     with pytest.raises(EnvironmentBuildError, match="leaves the repository"):
         spec_for_file(export.path, "../etc/passwd")
 
@@ -236,11 +239,11 @@ def test_evals_list_imports_a_declared_dependency_and_its_manifest_names_the_tas
     facts = learn_commit(the_lake, bwrap_backend, export, model="mockllm/model")
     task = facts.tasks["t/answer"]
     assert task.failure is None and task.sample_ids == ("s0", "s1", "s2")
-    named = spec_for_file(export.path, "evals/requirements.txt")
+    named = spec_for_file(export, "evals/requirements.txt")
     assert task.env_digest == named.digest and task.env_source == "evals/requirements.txt"
     assert facts.environment["source"] == "evals/requirements.txt"
     built = sorted(p.name for p in (tmp_path / "envs").iterdir() if not p.name.startswith("."))
-    assert built == sorted({named.digest, detect_environment(export.path).digest})
+    assert built == sorted({named.digest, detect_environment(export).digest})
     assert the_lake.exists(f"envs/{named.digest}/environment.json")
 
 

@@ -25,7 +25,7 @@ are removed afterwards. Locked versions of packages the controller provides are 
 controller's (``uv export --no-emit-package``); the repository's direct requirements on them
 must still admit the controller's version, and ``uv pip check`` verifies the result.
 
-Digest: sha256 over the dependency files' bytes (the lock, ``pyproject.toml`` and ``setup.*``
+Digest: sha256 over the repository's id, the dependency files' bytes (the lock, ``pyproject.toml`` and ``setup.*``
 when the project is installed, or the requirements file), the Python version, the platform and
 the controller's distributions (not the index URL: an environment is what the files pin, and a
 resolved — unlocked — one is whatever the index offered when it was first built). Environments live in a local cache (``$EVALRUNNER_ENVS``,
@@ -154,9 +154,9 @@ def controller_site_dirs() -> list[str]:
     return list(dict.fromkeys(os.path.realpath(paths[k]) for k in ("purelib", "platlib")))
 
 
-def _digest(kind: str, files: dict[str, bytes]) -> str:
+def _digest(kind: str, files: dict[str, bytes], repo: str) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps({"kind": kind, "python": sys.version.split()[0],
+    h.update(json.dumps({"kind": kind, "repo": repo, "python": sys.version.split()[0],
                          "implementation": sys.implementation.name,
                          "platform": f"{sys.platform}-{platform.machine()}"}, sort_keys=True).encode())
     h.update(hashlib.sha256(controller_constraints().encode()).digest())
@@ -186,9 +186,17 @@ def _inside(root: Path, rel: str) -> Path:
     return p
 
 
-def spec_for_file(export_path: str | Path, rel: str) -> EnvSpec:
-    """The environment of a commit from one named file (see the module docstring)."""
-    root = Path(export_path)
+def _root(export: RepoExport | str | Path) -> tuple[Path, str]:
+    if isinstance(export, RepoExport):
+        return Path(export.path), export.repo
+    return Path(export), ""
+
+
+def spec_for_file(export: RepoExport | str | Path, rel: str) -> EnvSpec:
+    """The environment of a commit from one named file (see the module docstring). Given a
+    :class:`RepoExport`, the digest is the repository's own: build output (which runs the
+    repository's code) is shared by its commits, never with another repository."""
+    root, repo = _root(export)
     path = _inside(root, rel)
     name = path.name
     files = {rel: path.read_bytes()}
@@ -206,25 +214,25 @@ def spec_for_file(export_path: str | Path, rel: str) -> EnvSpec:
                 if (root / extra).is_file():
                     files[extra] = (root / extra).read_bytes()
         kind = KIND_LOCK if name == "uv.lock" else KIND_PYPROJECT
-        return EnvSpec(kind, rel, install_project, _digest(kind, files), deps)
-    return EnvSpec(KIND_REQUIREMENTS, rel, False, _digest(KIND_REQUIREMENTS, files))
+        return EnvSpec(kind, rel, install_project, _digest(kind, files, repo), deps)
+    return EnvSpec(KIND_REQUIREMENTS, rel, False, _digest(KIND_REQUIREMENTS, files, repo))
 
 
-def detect_environment(export_path: str | Path) -> EnvSpec | None:
+def detect_environment(export: RepoExport | str | Path) -> EnvSpec | None:
     """The commit's environment from its files alone (no manifest), or None when it declares
     no dependencies."""
-    root = Path(export_path)
+    root, _ = _root(export)
     if (root / "uv.lock").is_file() and (root / "pyproject.toml").is_file():
-        return spec_for_file(root, "uv.lock")
+        return spec_for_file(export, "uv.lock")
     if (root / "pyproject.toml").is_file():
         py = _read_pyproject(root, "pyproject.toml")
         if (py.get("project") or {}).get("dependencies") or "build-system" in py:
-            return spec_for_file(root, "pyproject.toml")
+            return spec_for_file(export, "pyproject.toml")
     if (root / "requirements.txt").is_file():
-        return spec_for_file(root, "requirements.txt")
+        return spec_for_file(export, "requirements.txt")
     others = sorted(p.name for p in root.glob("requirements*.txt") if p.is_file() and not p.is_symlink())
     if len(others) == 1:
-        return spec_for_file(root, others[0])
+        return spec_for_file(export, others[0])
     return None
 
 

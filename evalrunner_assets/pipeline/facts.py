@@ -139,13 +139,13 @@ def learn_commit(
     if existing is not None:
         return existing
     envs = envs or EnvironmentStore(lake=lake)
-    spec = detect_environment(export.path)
+    spec = detect_environment(export)
     env = envs.ensure(backend, export, spec, cancel) if spec is not None else None
     result = discover(backend, export, cancel=cancel, python_env=env.path if env else None)
     named = (result.manifest.environment or {}).get("requirements")
     if named and (env is None or named != env.source):
         try:
-            env = envs.ensure(backend, export, spec_for_file(export.path, named), cancel)
+            env = envs.ensure(backend, export, spec_for_file(export, named), cancel)
         except EnvironmentBuildError as exc:
             exc.args = (f"{exc} (named by {LIST_PATH}'s manifest `environment.requirements`)",)
             raise
@@ -196,7 +196,7 @@ def task_environment(backend: SandboxBackend, export: RepoExport, facts: TaskFac
     found = envs.built(facts.env_digest)
     if found is not None:
         return found
-    spec = spec_for_file(export.path, facts.env_source)
+    spec = spec_for_file(export, facts.env_source)
     if spec.digest != facts.env_digest:
         raise EnvironmentBuildError(
             f"{facts.env_source}: the environment recorded for {export.repo}@{export.commit[:12]} "
