@@ -270,7 +270,8 @@ def run_comparison(
         """Each task's ids, listed in the warm sandbox its windows will run in (opened now, on a
         window thread, several tasks at once)."""
         def one(cfg: Any) -> Any:
-            session_cfg = session_config(export_.repo, cfg.task, cfg.spec, cfg.workdir, settings)
+            session_cfg = session_config(export_.repo, cfg.task, cfg.spec, cfg.workdir, settings,
+                                         env_digest=cfg.env_digest, python_env=cfg.python_env)
             with pool.session(backend, export_, session_cfg) as runner:  # type: ignore[union-attr]
                 return runner.list_ids(cancel=cancel)
 

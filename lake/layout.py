@@ -215,6 +215,13 @@ class LakeLayout:
             raise LakePathError(f"chart format {ext!r} is not 'png' or 'svg'")
         return f"series/{check_repo(repo)}/charts/{partition_value(branch)}.{ext}"
 
+    def env_record(self, env_digest: str) -> str:
+        """The record of one built repository environment (what it holds, how it was built).
+        The environment itself is a directory used in place by local sandboxes, so it lives in
+        a cache under the evalrunner home; the lake keeps only this record."""
+        _check_segments("environment digest", env_digest)
+        return f"envs/{env_digest}/environment.json"
+
     def inbox(self, source: str, delivery_id: str) -> str:
         _check_segments("inbox source", source)
         if not _DELIVERY.match(delivery_id or ""):

@@ -55,6 +55,8 @@ def eval_manifest(
             "samples": dg.MetadataValue.int(summary["samples"]),
             "discovery": dg.MetadataValue.text(summary["discovery_source"]),
             "listing_failures": dg.MetadataValue.int(summary["listing_failures"]),
+            # The repository environment its sandboxes mount (digest), or none.
+            "environment": dg.MetadataValue.text(summary["environment"] or "none"),
             "manifest": dg.MetadataValue.path(the_lake.url(LAYOUT.manifest(repo, sha))),
             "task_ids": dg.MetadataValue.md("\n".join(f"- `{t}`" for t in sorted(facts.tasks))),
         }

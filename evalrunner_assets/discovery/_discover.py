@@ -80,13 +80,15 @@ def discover(
     output_cap: int = DEFAULT_OUTPUT_CAP,
     limits: Limits | None = None,
     cancel: threading.Event | None = None,
+    python_env: str | None = None,
 ) -> DiscoveryResult:
-    """Discover the evals of ``export`` (one commit) by running code in ``backend``."""
+    """Discover the evals of ``export`` (one commit) by running code in ``backend``
+    (with the commit's built environment ``python_env`` mounted, when it has one)."""
     path = Path(export.path) / LIST_PATH
     try:
         st = path.lstat()
     except FileNotFoundError:
-        return _discover_inspect(backend, export, limits=limits, cancel=cancel)
+        return _discover_inspect(backend, export, limits=limits, cancel=cancel, python_env=python_env)
     if not stat.S_ISREG(st.st_mode):
         raise ListNotRegularFile(f"{LIST_PATH} in {export.repo}@{export.commit[:12]} is not a regular file "
                                  "(symlinks and directories are refused); make it an executable file")
@@ -95,7 +97,7 @@ def discover(
                                 f"run `chmod +x {LIST_PATH}` and commit the mode change")
     request = SandboxRequest(
         argv=(f"{SANDBOX_REPO_DIR}/{LIST_PATH}",), export=export,
-        limits=_discovery_limits(limits, timeout, output_cap),
+        limits=_discovery_limits(limits, timeout, output_cap), python_env=python_env,
         labels={"repo": export.repo, "commit": export.commit, "step": "discovery"},
     )
     result = backend.run(request, cancel=cancel)
@@ -128,11 +130,11 @@ def task_id_for(file: str, name: str) -> str:
 
 
 def _discover_inspect(backend: SandboxBackend, export: RepoExport, *, limits: Limits | None,
-                      cancel: threading.Event | None) -> DiscoveryResult:
+                      cancel: threading.Event | None, python_env: str | None = None) -> DiscoveryResult:
     what = "Inspect's task listing"
     request = SandboxRequest(
         argv=("python", "-m", "evalrunner_assets.discovery._inspect_list"), export=export,
-        limits=_discovery_limits(limits, FALLBACK_TIMEOUT_S, DEFAULT_OUTPUT_CAP),
+        limits=_discovery_limits(limits, FALLBACK_TIMEOUT_S, DEFAULT_OUTPUT_CAP), python_env=python_env,
         labels={"repo": export.repo, "commit": export.commit, "step": "discovery"},
     )
     result = backend.run(request, cancel=cancel)

@@ -56,10 +56,16 @@ class Manifest(BaseModel):
     version: Literal[1] = Field(description="Manifest format version.")
     images: list[str] = Field(default_factory=list, description="Images any task may use.")
     tasks: list[ManifestTask] = Field(description="The tasks.")
+    environment: dict[str, str] | None = Field(
+        default=None, description="Where the repository's dependencies are declared, e.g. "
+        "{'requirements': 'evals/requirements.txt'} (default: uv.lock, pyproject.toml, requirements.txt).")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with defaults filled in and unknown fields preserved."""
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        if data.get("environment") is None:
+            data.pop("environment", None)  # manifests without one keep their bytes
+        return data
 
     def to_json_bytes(self) -> bytes:
         return json.dumps(self.to_dict(), sort_keys=True, indent=2).encode() + b"\n"
@@ -124,6 +130,10 @@ def _semantic_violations(data: dict[str, Any]) -> list[SchemaViolation]:
         for j, glob in enumerate(task.get("paths", [])):
             if _inside(glob) is None:
                 out.append(SchemaViolation(f"$.tasks[{i}].paths[{j}]", f"path glob {glob!r} is absolute or leaves the repository"))
+    req = (data.get("environment") or {}).get("requirements")
+    if isinstance(req, str) and _inside(req) is None:
+        out.append(SchemaViolation("$.environment.requirements",
+                                   f"requirements file {req!r} is absolute or leaves the repository"))
     return out
 
 

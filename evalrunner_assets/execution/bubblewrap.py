@@ -127,9 +127,21 @@ def python_binds() -> list[str]:
     return args
 
 
-def sandbox_path() -> str:
+def sandbox_path(python_env: str | None = None) -> str:
     venv_bin = os.path.join(os.path.abspath(sys.prefix), "bin")
-    return f"{venv_bin}:/usr/local/bin:/usr/bin:/bin"
+    env_bin = f"{os.path.join(python_env, 'bin')}:" if python_env else ""
+    return f"{env_bin}{venv_bin}:/usr/local/bin:/usr/bin:/bin"
+
+
+def check_python_env(path: str | None) -> str | None:
+    """A built environment's directory: absolute, existing, not a link (it is bound as is)."""
+    if path is None:
+        return None
+    if not os.path.isabs(path) or os.path.islink(path) or not os.path.isdir(path):
+        raise SandboxRequestError(f"python environment {path!r} is not an existing absolute directory")
+    if not os.path.exists(os.path.join(path, "bin", "python")):
+        raise SandboxRequestError(f"python environment {path!r} has no bin/python")
+    return os.path.realpath(path)
 
 
 @functools.lru_cache(maxsize=1)
@@ -189,9 +201,18 @@ class BubblewrapBackend(LocalBackend):
         a += ["--ro-bind", str(etc / "passwd"), "/etc/passwd",
               "--ro-bind", str(etc / "group"), "/etc/group"]
         a += python_binds()
-        a += ["--ro-bind", str(Path(request.export.path).resolve()), SANDBOX_REPO_DIR]
+        env_dir = check_python_env(request.python_env)
+        if env_dir is not None:
+            a += ["--ro-bind", env_dir, env_dir]
+        a += ["--bind" if request.repo_writable else "--ro-bind", str(Path(request.export.path).resolve()),
+              SANDBOX_REPO_DIR]
         a += ["--bind", str(staging.out), SANDBOX_OUT_DIR]
         a += ["--size", str(limits.scratch_bytes), "--tmpfs", SANDBOX_HOME_DIR]
+        for mount in request.writable:
+            host = Path(mount.host_path)
+            if host.is_symlink() or not host.is_dir():
+                raise SandboxRequestError(f"writable mount {mount.host_path!r} is not a directory")
+            a += ["--bind", str(host.resolve()), mount.sandbox_path]
         # Channels: each controller socket is bound in; a relay started before the command
         # serves it on the sandbox's own loopback (the network namespace stays unshared).
         inner_sockets = [sandbox_socket_path(i) for i in range(len(request.channels))]
@@ -204,7 +225,7 @@ class BubblewrapBackend(LocalBackend):
         a += ["--remount-ro", "/"]
         a += ["--chdir", SANDBOX_REPO_DIR if workdir == "." else f"{SANDBOX_REPO_DIR}/{workdir}"]
         env = sandbox_env(request, home=SANDBOX_HOME_DIR, tmp="/tmp", repo=SANDBOX_REPO_DIR,
-                          out=SANDBOX_OUT_DIR, path=sandbox_path())
+                          out=SANDBOX_OUT_DIR, path=sandbox_path(env_dir))
         for k, v in sorted(env.items()):
             a += ["--setenv", k, v]
         a.append("--")

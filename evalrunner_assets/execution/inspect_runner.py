@@ -56,6 +56,7 @@ from evalrunner_assets.execution.sandbox import (
     SANDBOX_OUT_DIR,
     WarmSession,
 )
+from evalrunner_assets.execution.environment import runtime_with_env
 from evalrunner_assets.stats import seeded_order
 from lake.batch import BatchKey, canonical_json
 from lake.layout import Window
@@ -189,6 +190,10 @@ class TaskRunConfig:
     epochs: int = 1
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
+    # The commit's repository environment (its digest joins the batch key's runtime digest;
+    # its directory is mounted read-only). Empty when the repository declares no dependencies.
+    env_digest: str = ""
+    python_env: str | None = None
 
 
 def window_ids_digest(ids: list[str]) -> str:
@@ -217,7 +222,7 @@ def batch_key(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, w
         cfg.repo, export.commit, task=cfg.task, spec=cfg.spec, model=cfg.model, model_args=cfg.model_args,
         task_args=cfg.task_args, seed=cfg.seed, epochs=cfg.epochs, window=window, ids=ids,
         config_digest=config_digest(export.path, cfg.workdir, cfg.spec),
-        backend_name=backend.name, runtime_digest=backend.runtime_digest(),
+        backend_name=backend.name, runtime_digest=runtime_with_env(backend.runtime_digest(), cfg.env_digest),
     )
 
 
@@ -316,7 +321,7 @@ def _request(export: RepoExport, cfg: TaskRunConfig, argv: tuple[str, ...], wall
     limits = cfg.limits if wall is None else replace(cfg.limits, wall_seconds=wall)
     limits = replace(limits, output_bytes=min(limits.output_bytes, MAX_LOG_BYTES))
     return SandboxRequest(argv=argv, export=export, workdir=cfg.workdir, env=dict(cfg.env),
-                          limits=limits, labels={"repo": cfg.repo, "commit": export.commit,
+                          limits=limits, python_env=cfg.python_env, labels={"repo": cfg.repo, "commit": export.commit,
                                                  "task": cfg.task, **(labels or {})})
 
 
@@ -376,7 +381,9 @@ def cold_argv(cfg: TaskRunConfig, task_name: str, ids: list[str]) -> tuple[str, 
     if bad:
         raise InspectRunError(f"sample ids with ',' cannot be selected on the inspect command line: {bad[:3]}; use warm mode")
     selectors = ",".join(str(exact_selector(task_name, int(i) if i.isdigit() else i)) for i in ids)
-    argv = ["inspect", "eval", cfg.spec, "--model", cfg.model, "--sample-id", selectors,
+    # ``python -m inspect_ai``: the interpreter on PATH, which is the repository environment's
+    # when there is one (the ``inspect`` script would run evalrunner's own interpreter).
+    argv = ["python", "-m", "inspect_ai", "eval", cfg.spec, "--model", cfg.model, "--sample-id", selectors,
             "--log-dir", SANDBOX_OUT_DIR, "--log-format", "eval", "--seed", str(cfg.seed),
             "--epochs", str(cfg.epochs), "--display", "none", "--log-level", "warning",
             "--no-log-realtime"]

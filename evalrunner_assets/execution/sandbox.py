@@ -63,6 +63,25 @@ class Channel:
 
 
 @dataclass(frozen=True)
+class WritableMount:
+    """A host directory the sandbox may write, seen at ``sandbox_path`` inside it (used by the
+    environment build, whose output must sit at its final path while it is built)."""
+
+    host_path: str
+    sandbox_path: str
+
+    def __post_init__(self) -> None:
+        import posixpath
+
+        p = self.sandbox_path
+        if not p.startswith("/") or posixpath.normpath(p) != p or p == "/":
+            raise ValueError(f"writable mount point {p!r} must be a normalised absolute path below /")
+        for reserved in ("/usr", "/etc", "/proc", "/dev", "/bin", "/lib", "/work/repo", "/run"):
+            if p == reserved or p.startswith(reserved + "/"):
+                raise ValueError(f"writable mount point {p!r} is inside {reserved}")
+
+
+@dataclass(frozen=True)
 class Limits:
     """Resource limits applied to every process in the sandbox."""
 
@@ -101,6 +120,13 @@ class SandboxRequest:
     stdin: bytes | None = None
     labels: dict[str, str] = field(default_factory=dict)  # batch key fields, for pods/logs
     channels: tuple[Channel, ...] = ()  # controller services relayed to sandbox loopback ports
+    # A built repository environment (a virtualenv directory), bound read-only at its own host
+    # path; its ``bin`` comes first on PATH, so ``python`` sees the repository's dependencies.
+    python_env: str | None = None
+    writable: tuple[WritableMount, ...] = ()  # extra writable directories (environment builds)
+    # The export bound writable: only for a throwaway copy (a project build writes its metadata
+    # into its source tree).
+    repo_writable: bool = False
 
 
 @dataclass

@@ -19,6 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from evalrunner_assets.discovery import DiscoveryError, discover
+from evalrunner_assets.discovery._discover import LIST_PATH
+from evalrunner_assets.execution.environment import (
+    BuiltEnvironment,
+    EnvironmentBuildError,
+    EnvironmentInfo,
+    EnvironmentStore,
+    detect_environment,
+    spec_for_file,
+)
 from evalrunner_assets.execution.inspect_runner import (
     InspectRunError,
     TaskRunConfig,
@@ -45,6 +54,8 @@ class TaskFacts:
     sample_ids: tuple[str, ...]
     config_digest: str
     failure: str | None = None  # why the sample ids could not be listed
+    env_digest: str = ""  # the commit's repository environment ('' when it declares no dependencies)
+    env_source: str = ""  # the file its dependencies come from (to rebuild it on another machine)
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,7 @@ class CommitFacts:
     tree_digest: str
     discovery_source: str
     tasks: dict[str, TaskFacts] = field(default_factory=dict)
+    environment: dict[str, Any] | None = None  # EnvironmentInfo of the commit, if it has one
 
     def to_json(self) -> bytes:
         rec = asdict(self)
@@ -110,20 +122,38 @@ def learn_commit(
     model: str,
     cancel: threading.Event | None = None,
     lister: IdLister | None = None,
+    envs: EnvironmentStore | None = None,
 ) -> CommitFacts:
     """Discover the commit's evals and list each task's sample ids, in the sandbox; land both.
 
     ``lister(cfgs, cancel)`` lists the tasks' ids (default: one warm sandbox per workdir); a
     driver that keeps warm sandboxes passes one that lists each task in the sandbox its windows
     will use. Raises :class:`DiscoveryError` when the repository declares no usable evals. A
-    task whose ids cannot be listed is kept with its failure recorded (the comparison reports it)."""
+    task whose ids cannot be listed is kept with its failure recorded (the comparison reports it).
+
+    The repository's dependencies are installed first (``envs``; see
+    :mod:`evalrunner_assets.execution.environment`) from the files found at the commit, so
+    ``.evals/list`` may import them; a manifest naming another file (``environment``) gets that
+    environment for its tasks. A failed install raises :class:`EnvironmentBuildError`."""
     existing = load_facts(lake, export.repo, export.commit)
     if existing is not None:
         return existing
-    result = discover(backend, export, cancel=cancel)
+    envs = envs or EnvironmentStore(lake=lake)
+    spec = detect_environment(export)
+    env = envs.ensure(backend, export, spec, cancel) if spec is not None else None
+    result = discover(backend, export, cancel=cancel, python_env=env.path if env else None)
+    named = (result.manifest.environment or {}).get("requirements")
+    if named and (env is None or named != env.source):
+        try:
+            env = envs.ensure(backend, export, spec_for_file(export, named), cancel)
+        except EnvironmentBuildError as exc:
+            exc.args = (f"{exc} (named by {LIST_PATH}'s manifest `environment.requirements`)",)
+            raise
     lake.write_bytes(LAYOUT.manifest(export.repo, export.commit), result.manifest.to_json_bytes())
+    env_fields = _env_fields(env)
     cfgs = [
-        TaskRunConfig(repo=export.repo, task=e.id, spec=e.spec, model=model, workdir=e.workdir)
+        TaskRunConfig(repo=export.repo, task=e.id, spec=e.spec, model=model, workdir=e.workdir,
+                      env_digest=env_fields["env_digest"], python_env=env.path if env else None)
         for e in result.manifest.tasks
     ]
     if lister is None:
@@ -141,13 +171,39 @@ def learn_commit(
             task=entry.id, spec=entry.spec, workdir=entry.workdir, cohort=entry.cohort,
             paths=tuple(entry.paths), inspect_task=name, sample_ids=tuple(ids),
             config_digest=config_digest(export.path, entry.workdir, entry.spec), failure=failure,
+            **env_fields,
         )
     facts = CommitFacts(
         repo=export.repo, commit=export.commit, tree_digest=export.tree_digest,
         discovery_source=result.source, tasks=tasks,
+        environment=EnvironmentInfo.of(env).to_dict() if env is not None else None,
     )
     lake.write_bytes(LAYOUT.commit_tasks(export.repo, export.commit), facts.to_json())
     return facts
+
+
+def _env_fields(env: BuiltEnvironment | None) -> dict[str, str]:
+    return {"env_digest": env.digest if env else "", "env_source": env.source if env else ""}
+
+
+def task_environment(backend: SandboxBackend, export: RepoExport, facts: TaskFacts,
+                     envs: EnvironmentStore | None = None, cancel: threading.Event | None = None) -> str | None:
+    """The directory of the task's environment on this machine (built again from the commit's
+    files when this machine has not got it), or None when the commit has none."""
+    if not facts.env_digest:
+        return None
+    envs = envs or EnvironmentStore()
+    found = envs.built(facts.env_digest)
+    if found is not None:
+        return found
+    spec = spec_for_file(export, facts.env_source)
+    if spec.digest != facts.env_digest:
+        raise EnvironmentBuildError(
+            f"{facts.env_source}: the environment recorded for {export.repo}@{export.commit[:12]} "
+            f"({facts.env_digest}) is not what this controller builds ({spec.digest}): evalrunner's own "
+            "packages or Python differ from the ones that learnt the commit", source=facts.env_source,
+            infrastructure=True)
+    return envs.ensure(backend, export, spec, cancel).path
 
 
 def facts_summary(facts: CommitFacts) -> dict[str, Any]:
@@ -157,6 +213,7 @@ def facts_summary(facts: CommitFacts) -> dict[str, Any]:
         "samples": sum(len(t.sample_ids) for t in facts.tasks.values()),
         "listing_failures": sum(1 for t in facts.tasks.values() if t.failure),
         "discovery_source": facts.discovery_source,
+        "environment": (facts.environment or {}).get("digest", ""),
     }
 
 
@@ -168,4 +225,5 @@ __all__ = [
     "facts_summary",
     "learn_commit",
     "load_facts",
+    "task_environment",
 ]

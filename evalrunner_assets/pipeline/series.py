@@ -34,7 +34,7 @@ from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.pipeline.assess import _load_rows, window_plan
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, learn_commit
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
-from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, run_task_windows, session_config
+from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, run_task_windows, task_session_config
 from lake import LAYOUT, Lake, Window
 from lake.schema import SERIES_ROWS_SCHEMA
 
@@ -176,8 +176,7 @@ def _measure_task(lake: Lake, backend: SandboxBackend, export: RepoExport, facts
                        else f"reached the per-task cap of {settings.cap} inputs")
     if pool is not None:
         # The session's thread ends with this point; a later point never needs it.
-        pool.discard(backend, export, session_config(export.repo, facts.task, facts.spec, facts.workdir,
-                                                     settings.run_settings()))
+        pool.discard(backend, export, task_session_config(backend, export, facts, settings.run_settings()))
     ids, values, errored = _input_values(rows, order)
     out["windows"] = [w.name for w in done]
     out["samples"] = len(rows)

@@ -31,7 +31,8 @@ from evalrunner_assets.execution.inspect_runner import (
 )
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.warm_pool import WarmPool
-from evalrunner_assets.pipeline.facts import TaskFacts
+from evalrunner_assets.execution.environment import runtime_with_env
+from evalrunner_assets.pipeline.facts import TaskFacts, task_environment
 from lake import LAYOUT, Lake, Window
 from lake.batch import BatchKey
 from lake.ingest import LogIngestError, LogStatusError, land_batch
@@ -88,16 +89,26 @@ def batch_key_for(
         repo, commit, task=facts.task, spec=facts.spec, model=settings.model,
         model_args=dict(settings.model_args), task_args={}, seed=settings.seed, epochs=settings.epochs,
         window=window, ids=ids, config_digest=facts.config_digest,
-        backend_name=backend_name, runtime_digest=runtime_digest,
+        backend_name=backend_name, runtime_digest=runtime_with_env(runtime_digest, facts.env_digest),
     )
 
 
-def session_config(repo: str, task: str, spec: str, workdir: str, settings: RunSettings) -> TaskRunConfig:
+def session_config(repo: str, task: str, spec: str, workdir: str, settings: RunSettings, *,
+                   env_digest: str = "", python_env: str | None = None) -> TaskRunConfig:
     """The run configuration of a task's windows (and so the key of its warm sandbox)."""
     return TaskRunConfig(
         repo=repo, task=task, spec=spec, model=settings.model, workdir=workdir,
         model_args=dict(settings.model_args), seed=settings.seed, epochs=settings.epochs,
+        env_digest=env_digest, python_env=python_env,
     )
+
+
+def task_session_config(backend: SandboxBackend, export: RepoExport, facts: TaskFacts, settings: RunSettings,
+                        *, cancel: threading.Event | None = None) -> TaskRunConfig:
+    """The run configuration of one task's windows at one commit, with its environment."""
+    return session_config(export.repo, facts.task, facts.spec, facts.workdir, settings,
+                          env_digest=facts.env_digest,
+                          python_env=task_environment(backend, export, facts, cancel=cancel))
 
 
 def batch_state(lake: Lake, key: BatchKey) -> str:
@@ -267,7 +278,7 @@ def run_task_windows(
     share a warm sandbox for this call only, and a single window runs cold. A cancelled window
     (``cancel`` set) records nothing, so it runs again when the comparison resumes."""
     runtime = backend.runtime_digest()
-    cfg = session_config(export.repo, facts.task, facts.spec, facts.workdir, settings)
+    cfg = task_session_config(backend, export, facts, settings, cancel=cancel)
     windows = list(dict.fromkeys(windows))  # a window asked for twice runs once
     outcomes: list[WindowOutcome] = []
     todo: list[tuple[int, Window]] = []

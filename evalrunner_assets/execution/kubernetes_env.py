@@ -1,0 +1,123 @@
+"""The Kubernetes build step of a repository environment (see deploy/README.md).
+
+One environment digest, one ``PersistentVolumeClaim`` (``evalrunner-env-<digest>``) and one
+build ``Job``: a sandbox pod (the same PSA-restricted shape, the same repository delivery) whose
+command is ``python -m evalrunner_assets.execution._env_build`` in standalone mode, writing the
+environment at ``/envs/<digest>`` on that volume, the only writable place besides its scratch.
+Its pods are labelled ``evalrunner.dev/network=package-index``, the one label
+:func:`package_index_network_policy` lets reach the package index (an allow-listing proxy in
+the cluster). Sandbox pods of commits with that digest then mount the claim read-only at the
+same path (:func:`environment_volume`). Pure functions: manifests as dicts, validated in tests.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from evalrunner_assets.execution.environment import BUILD_LIMITS, EnvSpec
+from evalrunner_assets.execution.kubernetes import (
+    NETWORK_LABEL,
+    SANDBOX_CONTAINER,
+    KubernetesSandboxConfig,
+    build_sandbox_pod,
+)
+from evalrunner_assets.execution.sandbox import SANDBOX_REPO_DIR, RepoExport, SandboxRequest
+
+ENV_MOUNT_ROOT = "/envs"
+PACKAGE_INDEX_NETWORK = "package-index"
+
+
+def env_mount_path(digest: str) -> str:
+    return f"{ENV_MOUNT_ROOT}/{digest}"
+
+
+def claim_name(digest: str) -> str:
+    return f"evalrunner-env-{digest}"
+
+
+def environment_claim(spec: EnvSpec, config: KubernetesSandboxConfig, *, size: str = "2Gi",
+                      storage_class: str | None = None) -> dict[str, Any]:
+    """The volume one environment is built into (written once, then mounted read-only)."""
+    claim: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim_name(spec.digest), "namespace": config.namespace,
+                     "labels": {"app.kubernetes.io/name": "evalrunner-env", "evalrunner.dev/env-digest": spec.digest}},
+        "spec": {"accessModes": ["ReadWriteOnce", "ReadOnlyMany"], "resources": {"requests": {"storage": size}}},
+    }
+    if storage_class:
+        claim["spec"]["storageClassName"] = storage_class
+    return claim
+
+
+def environment_volume(digest: str, *, read_only: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, volumeMount) that put the environment at its path in a sandbox pod."""
+    volume = {"name": "env", "persistentVolumeClaim": {"claimName": claim_name(digest), "readOnly": read_only}}
+    mount = {"name": "env", "mountPath": env_mount_path(digest), "readOnly": read_only}
+    return volume, mount
+
+
+def build_environment_job(spec: EnvSpec, export: RepoExport, config: KubernetesSandboxConfig, *,
+                          index: str, index_proxy: str | None = None) -> dict[str, Any]:
+    """The build Job of ``spec``'s environment for ``export`` (one commit with that digest)."""
+    plan = {"kind": spec.kind, "source": spec.source, "install_project": spec.install_project,
+            "index": index, "env": env_mount_path(spec.digest), "standalone": True}
+    env = {"UV_CACHE_DIR": "/work/home/uv-cache", "UV_LINK_MODE": "copy", "UV_PYTHON_DOWNLOADS": "never",
+           "UV_NO_PROGRESS": "1"}
+    if index_proxy:
+        env.update(HTTPS_PROXY=index_proxy, HTTP_PROXY=index_proxy, UV_NATIVE_TLS="1")
+    request = SandboxRequest(
+        argv=("python", "-m", "evalrunner_assets.execution._env_build", json.dumps(plan, sort_keys=True)),
+        export=export, env=env, limits=replace(BUILD_LIMITS),
+        labels={"step": "environment", "env-digest": spec.digest},
+    )
+    name = f"evalrunner-env-{spec.digest}"[:63]
+    pod = build_sandbox_pod(request, config, sandbox_id=f"env-{spec.digest}"[:63])
+    pod_spec = pod["spec"]
+    volume, mount = environment_volume(spec.digest, read_only=False)
+    pod_spec["volumes"].append(volume)
+    for c in pod_spec["containers"]:
+        if c["name"] == SANDBOX_CONTAINER:
+            c["volumeMounts"].append(mount)
+            if spec.install_project:
+                # The project's build writes its metadata into the source tree; this pod's
+                # copy of the repository is its own (an emptyDir), so it may.
+                for m in c["volumeMounts"]:
+                    if m["mountPath"] == SANDBOX_REPO_DIR:
+                        m["readOnly"] = False
+    labels = dict(pod["metadata"]["labels"])
+    labels[NETWORK_LABEL] = PACKAGE_INDEX_NETWORK
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": config.namespace, "labels": labels,
+                     "annotations": pod["metadata"]["annotations"]},
+        "spec": {
+            "backoffLimit": 0,  # a failed install is a finding, not a flake to retry
+            "ttlSecondsAfterFinished": 3600,
+            "activeDeadlineSeconds": pod_spec["activeDeadlineSeconds"],
+            "template": {"metadata": {"labels": labels, "annotations": pod["metadata"]["annotations"]},
+                         "spec": pod_spec},
+        },
+    }
+
+
+def package_index_network_policy(config: KubernetesSandboxConfig, *, proxy_cidr: str, proxy_port: int) -> dict[str, Any]:
+    """Build pods may reach the package-index proxy (and DNS), nothing else."""
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "package-index-egress", "namespace": config.namespace},
+        "spec": {
+            "podSelector": {"matchLabels": {NETWORK_LABEL: PACKAGE_INDEX_NETWORK}},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"to": [{"ipBlock": {"cidr": proxy_cidr}}], "ports": [{"protocol": "TCP", "port": proxy_port}]},
+            ],
+        },
+    }
+
+
+__all__ = ["build_environment_job", "environment_claim", "environment_volume", "package_index_network_policy"]

@@ -1,0 +1,1 @@
+"""The quiz agent: its model provider (``quizbot/<name>``) lives here."""
