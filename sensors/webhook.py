@@ -302,6 +302,13 @@ def serve(
         raise WebhookConfigError(f"insecure mode only binds to loopback, not {host!r}")
     import uvicorn
 
+    lake = lake or open_lake()
+    if lake.is_local:
+        # Temp files of a receiver killed mid-write carry its pid; the PR sensor sweeps them too.
+        from evalrunner_assets.pipeline.scheduler import sweep_orphaned_temp_files
+
+        for path in sweep_orphaned_temp_files(os.path.abspath(lake.root), [lake.layout.inbox_root()]):
+            log.info("removed %s: its writer died before renaming it", path)
     app = build_app(lake=lake, secret=secret, allowed_repos=allowed_repos, insecure=insecure,
                     max_body_bytes=max_body_bytes)
     # Uvicorn's access log has no headers or bodies, so the signature never reaches a log.
