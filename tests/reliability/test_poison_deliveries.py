@@ -19,6 +19,7 @@ import dagster as dg
 import pytest
 
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
+from evalrunner_assets.pipeline.spec import load_request
 from github_standin import LoopbackServer
 from lake.layout import LAYOUT
 from lake.storage import Lake
@@ -92,6 +93,7 @@ def test_poison_deliveries_are_refused_by_the_receiver_and_the_next_valid_one_is
     result = tick(home, None)
     assert [r.run_key for r in result.run_requests] == [f"{REPO}#5@{VALID_HEAD}"]
     assert request_files(lake) == [LAYOUT.comparison_artifact(REPO, 5, VALID_HEAD, "request.json")]
+    assert load_request(lake, REPO, "5", VALID_HEAD).head_ref == "changes"  # the delivery's head.ref
     assert not lake.glob("inbox/github-dead/*.json")
 
 
