@@ -189,11 +189,11 @@ def test_insecure_serve_refuses_a_non_loopback_host(tmp_path):
 @pytest.mark.slow
 def test_serve_with_dagster_logs_no_telemetry_banner_supersession_or_beta_warnings(tmp_path):
     home, port, dagster_port = tmp_path / "home", free_port(), free_port()
-    stderr = tmp_path / "serve.stderr"
+    stderr = tmp_path / "serve.log"  # stdout and stderr: Dagster logs to both
     env = _env(home, EVALRUNNER_WEBHOOK_SECRET=SECRET)
     env["PATH"] = f"{Path(EVALRUNNER).parent}{os.pathsep}{env.get('PATH', '')}"  # `dagster` of this venv
     proc = subprocess.Popen([EVALRUNNER, "serve", "--port", str(port), "--dagster-port", str(dagster_port)],
-                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr.open("wb"),
+                            env=env, cwd=tmp_path, stdout=(out := stderr.open("wb")), stderr=out,
                             start_new_session=True)
     try:
         # The code location is loaded (where beta warnings would be logged) once a sensor ticks.
