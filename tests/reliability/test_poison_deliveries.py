@@ -25,10 +25,13 @@ from lake.layout import LAYOUT
 from lake.storage import Lake
 from resources import GitHubResource, LakeResource, RepoResource
 from sensors.inbox import (
-    INBOX_SOURCE,
     QUEUE_SOURCE,
+    InboxError,
     InboxRecord,
     body_digest,
+    check_ref_name,
+    check_repo_full_name,
+    normalize_delivery,
     queue_name,
     write_delivery,
 )
@@ -165,3 +168,39 @@ def test_poison_planted_in_the_inbox_is_dead_lettered_and_the_sensor_moves_on(ho
     # A redelivery of a dead-lettered delivery stays a duplicate: it is not queued again.
     assert not write_delivery(lake, InboxRecord.model_validate_json(dead["pr-zero"]["entry_text"]))
     assert len(queue(lake)) == 1
+
+
+@pytest.mark.parametrize("name", ["Codertocat/Hello-World", "a/b", "a-b-c/.github", "x" * 39 + "/" + "y" * 100,
+                                  "octo-org/repo.with_dots-and_underscores", "0/0"])
+def test_every_name_github_allows_is_accepted(name):
+    assert check_repo_full_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["x" * 40 + "/r", "a--b/r", "a-/r", "a/" + "y" * 101, "a/.", "a_b/r", "a/b/c",
+                                  "a", "/r", "a/", "a/b c", "a/ö"])
+def test_names_github_does_not_allow_are_refused(name):
+    with pytest.raises(InboxError):
+        check_repo_full_name(name)
+
+
+@pytest.mark.parametrize("ref", ["main", "feature/x-1", "refs/heads/main", "release/v1.2", "dependabot/pip/a-1.0",
+                                 "ünïcode-branch", "a@b"])
+def test_valid_git_ref_names_are_accepted(ref):
+    assert check_ref_name(ref, "ref") == ref
+
+
+@pytest.mark.parametrize("ref", ["", "a..b", "a b", "a~1", "a^", "a:b", "a?", "a*", "a[b", "a\\b", "/a", "a/",
+                                 "a.", "a//b", ".hidden", "a/.b", "x.lock", "a@{1}", "@", "x" * 256, "tab\tbed"])
+def test_invalid_git_ref_names_are_refused(ref):
+    with pytest.raises(InboxError):
+        check_ref_name(ref, "ref")
+
+
+def test_a_comment_body_longer_than_github_allows_is_refused():
+    from ._deliveries import fixture
+
+    payload = fixture("issue_comment.created")
+    payload["issue"]["pull_request"] = {"url": "u"}
+    payload["comment"].update(body="/eval more 4\n" + "x" * 70_000, author_association="MEMBER")
+    with pytest.raises(InboxError, match="comment.body has"):
+        normalize_delivery("issue_comment", "d", payload, body_sha256="0" * 64)
