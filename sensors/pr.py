@@ -14,6 +14,7 @@ written, so an invalid delivery leaves no request behind.
 
 
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -45,6 +46,10 @@ from sensors.inbox import (
 
 GIT_BASE_URL_ENV = "EVALRUNNER_GIT_BASE_URL"
 GIT_BASE_URL = os.environ.get(GIT_BASE_URL_ENV, "https://github.com")
+# The inbox keeps one claim per delivery for good, so walking it is not free: sweep it for dead
+# writers' temp files on the first tick and then at most this often (the receiver sweeps on start).
+SWEEP_INTERVAL_S = 600.0
+_last_sweep: dict[str, float] = {}
 
 
 def _ensure_source(the_lake, repos: RepoResource, repo: str) -> None:
@@ -115,9 +120,11 @@ def pr_sensor(
 ) -> dg.SensorResult:
     """Reads the webhook inbox past its cursor and starts the work each delivery asks for."""
     the_lake = lake.open()
-    if the_lake.is_local:
+    root = os.path.abspath(the_lake.root) if the_lake.is_local else None
+    if root is not None and time.monotonic() - _last_sweep.get(root, -SWEEP_INTERVAL_S) >= SWEEP_INTERVAL_S:
         # A receiver killed mid-write leaves a temp file carrying its pid: remove it once it is dead.
-        for path in sweep_orphaned_temp_files(os.path.abspath(the_lake.root), [LAYOUT.inbox_root()]):
+        _last_sweep[root] = time.monotonic()
+        for path in sweep_orphaned_temp_files(root, [LAYOUT.inbox_root()]):
             context.log.info(f"removed {path}: its writer died before renaming it")
     entries, cursor = read_inbox(the_lake, context.cursor, limit=200)
     work = _Work()
