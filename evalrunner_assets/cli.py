@@ -183,6 +183,20 @@ def cmd_view(args: argparse.Namespace) -> int:
     return subprocess.call(cmd)
 
 
+# `dagster dev` is the documented way to run the UI and daemon together here; its notice that
+# `dg dev` supersedes it is not for our users. (-W filters match a message's start; categories
+# from packages cannot be named before the package is imported, so messages are used.)
+_QUIET_DAGSTER_DEV = ("ignore:Function `dev_command` is superseded",)
+
+
+def _telemetry_off(dagster_yaml: Path) -> None:
+    """No usage telemetry and no telemetry banner, unless the instance file already says."""
+    text = dagster_yaml.read_text()
+    if not re.search(r"^telemetry:", text, re.MULTILINE):
+        sep = "" if not text or text.endswith("\n") else "\n"
+        dagster_yaml.write_text(f"{text}{sep}telemetry:\n  enabled: false\n")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import signal
 
@@ -191,9 +205,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     dagster = None
     if not args.webhook_only:
-        env = dict(os.environ, DAGSTER_HOME=str(home.dagster_home()))
+        env = dict(os.environ, DAGSTER_HOME=str(home.dagster_home()),
+                   PYTHONWARNINGS=",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), *_QUIET_DAGSTER_DEV])))
         home.dagster_home().mkdir(parents=True, exist_ok=True)
         (home.dagster_home() / "dagster.yaml").touch(exist_ok=True)
+        _telemetry_off(home.dagster_home() / "dagster.yaml")
         dagster = subprocess.Popen(
             ["dagster", "dev", "-m", "evalrunner_assets.definitions", "-p", str(args.dagster_port)], env=env
         )
@@ -213,6 +229,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 dagster.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 dagster.kill()
+    return 0
+
+
+def cmd_repos_add(args: argparse.Namespace) -> int:
+    from lake import LAYOUT, open_lake
+    from resources import RepoResource
+    from sensors.inbox import InboxError, check_repo_full_name
+
+    try:
+        check_repo_full_name(args.repo, "repository")
+    except InboxError as exc:
+        print(f"evalrunner repos add: {exc}", file=sys.stderr)
+        return 2
+    remote = "://" in args.source or args.source.startswith("git@")
+    if not remote and not (Path(args.source) / ".git").exists() and not (Path(args.source) / "HEAD").is_file():
+        print(f"evalrunner repos add: {args.source!r} is neither a clone URL nor a local git repository",
+              file=sys.stderr)
+        return 2
+    the_lake = open_lake(home.lake_root())
+    RepoResource().register(the_lake, args.repo, args.source)
+    print(f"{args.repo} is fetched from {args.source} ({the_lake.url(LAYOUT.repo_source(args.repo))})")
     return 0
 
 
@@ -289,13 +326,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None)
     p.set_defaults(func=cmd_view)
 
-    p = sub.add_parser("serve", help="run the GitHub webhook receiver beside `dagster dev`")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8787)
-    p.add_argument("--dagster-port", type=int, default=3000)
+    p = sub.add_parser("serve", help="run the GitHub webhook receiver beside `dagster dev`",
+                       description="Run the GitHub webhook receiver (POST /webhooks/github) and, unless "
+                                   "--webhook-only, the Dagster UI and daemon on the same home and lake.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1", help="address the webhook receiver binds")
+    p.add_argument("--port", type=int, default=8787, help="port of the webhook receiver")
+    p.add_argument("--dagster-port", type=int, default=3000, help="port of the Dagster UI")
     p.add_argument("--webhook-only", action="store_true", help="only the receiver (e.g. in Kubernetes)")
     p.add_argument("--insecure", action="store_true", help="accept unsigned deliveries (loopback only)")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("repos", help="where repositories the webhook receiver hears about are fetched from")
+    repos_sub = p.add_subparsers(dest="repos_command", required=True)
+    add = repos_sub.add_parser(
+        "add", help="record the clone URL or local path of owner/name (repos/<owner>/<name>.json in the lake)",
+        description="Record where owner/name is fetched from. Without an entry the PR sensor clones "
+                    "$EVALRUNNER_GIT_BASE_URL/owner/name.git (default https://github.com).")
+    add.add_argument("repo", help="owner/name, as in the deliveries' repository.full_name")
+    add.add_argument("source", help="clone URL (https://…, git@…) or path of a local git repository")
+    add.set_defaults(func=cmd_repos_add)
 
     p = sub.add_parser("example-repo", help="build the example agent repo with its PR variants")
     p.add_argument("dest")

@@ -228,6 +228,18 @@ class LakeLayout:
             raise LakePathError(f"delivery id {delivery_id!r} is not a path-safe id")
         return f"inbox/{source}/{delivery_id}.json"
 
+    def inbox_dead_letter(self, source: str, delivery_id: str) -> str:
+        """A delivery the sensors could not handle, with the reason: ``inbox/<source>-dead/…``.
+        Kept beside the inbox (not in it), so the queue moves on and a person can look."""
+        _check_segments("inbox source", source)
+        if not _DELIVERY.match(delivery_id or ""):
+            raise LakePathError(f"delivery id {delivery_id!r} is not a path-safe id")
+        return f"inbox/{source}-dead/{delivery_id}.json"
+
+    def inbox_root(self) -> str:
+        """Every inbox source (claims, queue, dead letters): swept for dead writers' temp files."""
+        return "inbox"
+
     def inbox_prefix(self, source: str) -> str:
         return f"inbox/{_check_segments('inbox source', source)}"
 

@@ -194,38 +194,48 @@ class GitHubClient:
                         details_url: str | None = None) -> int:
         """Mark ``evalrunner / evals`` on ``head_sha`` in progress; returns the check run id.
 
-        An open (queued/in-progress) run of ours on that SHA is reused rather than duplicated;
-        a completed one is left as history and a new run is created (a re-evaluation).
+        A head has one check run of ours, whatever its status: an open one is updated, a
+        completed one is re-opened (more samples will run); one is created only when the head
+        has none. Use ``report_check_run`` when it is not known whether samples will run.
+        """
+        return self.report_check_run(repo, head_sha, "in_progress", title=title, summary=summary,
+                                     details_url=details_url)
+
+    def report_check_run(self, repo: str, head_sha: str, status: str, conclusion: str | None = None, *,
+                         title: str, summary: str, text: str | None = None,
+                         details_url: str | None = None) -> int:
+        """Bring the head's one ``evalrunner / evals`` check run to this state; returns its id.
+
+        The run is found whatever its status and edited in place (a completed run goes back to
+        in_progress when more samples will run); it is left untouched when it already shows
+        exactly this state (e.g. ``/eval more`` on a decided head, where nothing runs). A new
+        run is created only when the head has none.
         """
         _check_repo(repo)
         _check_sha(head_sha)
-        output = _output(title, summary, None)
+        kwargs = _check_state(status, conclusion)
+        output = _output(title, summary, text)
 
         def op() -> int:
-            r = self._repo(repo)
-            for run in self._our_check_runs(repo, head_sha):
-                if run.status != "completed":
-                    run.edit(status="in_progress", output=output, **_opt(details_url=details_url))
-                    return int(run.id)
-            created = r.create_check_run(name=CHECK_RUN_NAME, head_sha=head_sha, status="in_progress",
-                                         started_at=_utcnow(), output=output, **_opt(details_url=details_url))
-            return int(created.id)
+            runs = self._our_check_runs(repo, head_sha)
+            if not runs:
+                created = self._repo(repo).create_check_run(
+                    name=CHECK_RUN_NAME, head_sha=head_sha, started_at=_utcnow(), output=output,
+                    **kwargs, **_opt(details_url=details_url))
+                return int(created.id)
+            run = max(runs, key=lambda r: int(r.id))  # the newest, if history left several
+            if _shows(run, status, conclusion, output):
+                return int(run.id)
+            run.edit(output=output, **kwargs, **_opt(details_url=details_url))
+            return int(run.id)
 
-        return self._call("start check run", repo, op)
+        return self._call("report check run", repo, op)
 
     def update_check_run(self, repo: str, check_run_id: int, status: str, conclusion: str | None = None, *,
                          title: str, summary: str, text: str | None = None) -> None:
         """Set a check run's status (and conclusion when completed) and its output."""
         _check_repo(repo)
-        if status not in _STATUSES:
-            raise ValueError(f"check run status {status!r} is not one of {_STATUSES}")
-        if status == "completed" and conclusion not in _CONCLUSIONS:
-            raise ValueError(f"a completed check run needs a conclusion in {_CONCLUSIONS}, got {conclusion!r}")
-        if status != "completed" and conclusion is not None:
-            raise ValueError(f"conclusion {conclusion!r} given for a check run that is still {status!r}")
-        kwargs: dict[str, Any] = {"status": status, "output": _output(title, summary, text)}
-        if status == "completed":
-            kwargs.update(conclusion=conclusion, completed_at=_utcnow())
+        kwargs: dict[str, Any] = {**_check_state(status, conclusion), "output": _output(title, summary, text)}
 
         def op() -> None:
             self._repo(repo).get_check_run(int(check_run_id)).edit(**kwargs)
@@ -431,6 +441,26 @@ def _output(title: str, summary: str, text: str | None) -> dict[str, str]:
     if text is not None:
         out["text"] = text[:MAX_CHECK_TEXT_CHARS]
     return out
+
+
+def _check_state(status: str, conclusion: str | None) -> dict[str, Any]:
+    """The status fields of a check-run write (ValueError for an impossible combination)."""
+    if status not in _STATUSES:
+        raise ValueError(f"check run status {status!r} is not one of {_STATUSES}")
+    if status == "completed" and conclusion not in _CONCLUSIONS:
+        raise ValueError(f"a completed check run needs a conclusion in {_CONCLUSIONS}, got {conclusion!r}")
+    if status != "completed" and conclusion is not None:
+        raise ValueError(f"conclusion {conclusion!r} given for a check run that is still {status!r}")
+    if status == "completed":
+        return {"status": status, "conclusion": conclusion, "completed_at": _utcnow()}
+    return {"status": status}
+
+
+def _shows(run: Any, status: str, conclusion: str | None, output: dict[str, str]) -> bool:
+    """Whether ``run`` already shows this state and output (then it is not written again)."""
+    shown = getattr(run, "output", None)
+    return (run.status == status and (run.conclusion or None) == conclusion and shown is not None
+            and all(getattr(shown, key, None) == value for key, value in output.items()))
 
 
 def _opt(**kwargs: Any) -> dict[str, Any]:

@@ -90,6 +90,11 @@ class GitHubResource(dg.ConfigurableResource):
                         details_url: str | None = None) -> int:
         return self.get_client().start_check_run(repo, head_sha, title, summary, details_url)
 
+    def report_check_run(self, repo: str, head_sha: str, status: str, conclusion: str | None = None, *,
+                         title: str, summary: str, text: str | None = None) -> int:
+        return self.get_client().report_check_run(repo, head_sha, status, conclusion, title=title,
+                                                  summary=summary, text=text)
+
     def update_check_run(self, repo: str, check_run_id: int, status: str, conclusion: str | None = None, *,
                          title: str, summary: str, text: str | None = None) -> None:
         self.get_client().update_check_run(repo, check_run_id, status, conclusion, title=title,

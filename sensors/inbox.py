@@ -10,6 +10,9 @@ Storage (all paths from ``lake.layout``):
 - ``inbox/github-queue/<received_ns:020d>-<delivery-id>.json`` — the *queue entry*: the same
   record bytes under a name that sorts by receive time, so readers list names, never read old
   files, and process deliveries in a stable order.
+- ``inbox/github-dead/<delivery-id>.json`` — the *dead letter*: a queue entry the sensors could
+  not handle (unreadable, invalid, or it raised), moved here with the reason, so the cursor moves
+  on and one bad delivery never blocks the others.
 
 Cursor. Receive timestamps are taken before the writes, and requests run concurrently, so a
 delivery stamped earlier can become visible after a later one has already been processed. A
@@ -38,6 +41,7 @@ from lake.storage import Lake
 
 INBOX_SOURCE = "github"
 QUEUE_SOURCE = "github-queue"
+DEAD_LETTER_VERSION = 1
 RECORD_VERSION = 1
 
 DEFAULT_WINDOW_NS = 10 * 60 * 1_000_000_000
@@ -47,15 +51,90 @@ PR_ACTIONS = ("opened", "synchronize", "reopened")
 WRITE_ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR")
 
 MAX_DELIVERY_ID = 100  # GitHub's are 36-character GUIDs; the queue name adds 21 characters
+MAX_PR_NUMBER = 2**31 - 1  # GitHub numbers issues and PRs with 32-bit signed integers
+MAX_GITHUB_ID = 2**63 - 1  # installation, comment ids: 64-bit on GitHub's side
+MAX_COMMENT_CHARS = 65536  # GitHub refuses longer comment bodies
+MAX_REF_BYTES = 255  # a ref longer than a file name cannot be stored as a loose ref
+MAX_LOGIN_CHARS = 100  # user logins are <= 39; bots add "[bot]"; leave room for app slugs
 _ZERO_SHA = "0" * 40
 _SHA = re.compile(r"[0-9a-f]{40}")
 _QUEUE_NAME = re.compile(r"^(\d{20})-([A-Za-z0-9_.-]{1,128})$")
 # `/eval more` or `/eval more 20` on a line of its own (leading/trailing blanks allowed).
 _MORE = re.compile(r"^[ \t]*/eval[ \t]+more(?:[ \t]+(\d{1,9}))?[ \t]*$", re.MULTILINE)
+# GitHub's naming rules: an owner (user or organization) is 1-39 alphanumerics or single
+# hyphens, neither first nor last; a repository name is 1-100 of [A-Za-z0-9._-], not "." or "..".
+_OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
+_REPO_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+# git check-ref-format: no control characters, space, ~ ^ : ? * [ or backslash anywhere.
+_REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 
 
 class InboxError(ValueError):
     """An inbox record or cursor cannot be read (the message names the file or value)."""
+
+
+# -- validation --------------------------------------------------------------------------------
+# The receiver applies these before it answers 202 and the PR sensor applies them again to every
+# record it reads, so a record planted in the inbox (or written by an older receiver) is refused
+# with the same reason instead of failing somewhere inside the pipeline.
+def check_repo_full_name(name: Any, field_name: str = "repository.full_name") -> str:
+    """``owner/repo`` as GitHub allows names (raises ``InboxError`` naming what is wrong)."""
+    if not isinstance(name, str):
+        raise InboxError(f"{field_name} {name!r} is not a string")
+    owner, sep, repo = name.partition("/")
+    if not sep:
+        raise InboxError(f"{field_name} {name!r} must look like 'owner/repo'")
+    if not _OWNER.fullmatch(owner):
+        raise InboxError(
+            f"{field_name} {name!r}: owner {owner!r} is not a GitHub account name "
+            "(1-39 letters, digits or single hyphens, not starting or ending with a hyphen)"
+        )
+    if not _REPO_NAME.fullmatch(repo) or repo in (".", ".."):
+        raise InboxError(
+            f"{field_name} {name!r}: repository name {repo!r} is not a GitHub repository name "
+            "(1-100 of A-Z a-z 0-9 . _ -, not '.' or '..')"
+        )
+    return name
+
+
+def check_number(value: Any, field_name: str, maximum: int) -> int:
+    """A positive integer no larger than ``maximum`` (JSON booleans and floats are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InboxError(f"{field_name} {value!r} is not an integer")
+    if not 0 < value <= maximum:
+        raise InboxError(f"{field_name} {value!r} is not between 1 and {maximum}")
+    return value
+
+
+def check_sha(value: Any, field_name: str) -> str:
+    if not isinstance(value, str) or not _SHA.fullmatch(value):
+        raise InboxError(f"{field_name} {value!r:.80} is not a 40-hex lowercase commit SHA")
+    return value
+
+
+def check_ref_name(value: Any, field_name: str) -> str:
+    """A valid git ref name (``git check-ref-format --allow-onelevel`` rules), at most 255 bytes."""
+    if not isinstance(value, str) or not value:
+        raise InboxError(f"{field_name} {value!r:.80} is not a non-empty string")
+    problem = None
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_REF_BYTES:
+        problem = f"is longer than {MAX_REF_BYTES} bytes"
+    elif _REF_FORBIDDEN.search(value):
+        problem = "contains a control character, space or one of ~ ^ : ? * [ \\"
+    elif ".." in value or "@{" in value or "//" in value or value == "@":
+        problem = "contains '..', '@{' or '//', or is '@'"
+    elif value.startswith("/") or value.endswith(("/", ".")):
+        problem = "starts with '/' or ends with '/' or '.'"
+    elif any(part.startswith(".") or part.endswith(".lock") for part in value.split("/")):
+        problem = "has a component starting with '.' or ending with '.lock'"
+    if problem:
+        raise InboxError(f"{field_name} {value!r:.80} is not a valid git ref name: it {problem}")
+    return value
+
+
+def _check_short_text(value: Any, field_name: str, maximum: int) -> None:
+    if value is not None and (not isinstance(value, str) or len(value) > maximum or not value.isprintable()):
+        raise InboxError(f"{field_name} {value!r:.80} is not a string of at most {maximum} characters")
 
 
 class InboxRecord(BaseModel):
@@ -104,6 +183,7 @@ class EvaluatePR:
     head_sha: str
     base_sha: str
     base_ref: str
+    head_ref: str = ""
 
     @property
     def run_key(self) -> str:
@@ -139,7 +219,8 @@ def pr_run_key(repo: str, pr: int, head_sha: str) -> str:
 
 
 def intent_for(record: InboxRecord) -> Intent:
-    """The work one inbox record asks for."""
+    """The work one inbox record asks for (``InboxError`` when the record is not valid)."""
+    validate_record(record)
     if record.kind == "pull_request":
         return EvaluatePR(
             repo=record.repo,
@@ -147,6 +228,7 @@ def intent_for(record: InboxRecord) -> Intent:
             head_sha=_req(record, "head_sha"),
             base_sha=_req(record, "base_sha"),
             base_ref=_req(record, "base_ref"),
+            head_ref=record.head_ref or "",
         )
     if record.kind == "push":
         return EvaluatePush(repo=record.repo, sha=_req(record, "sha"), ref=_req(record, "ref"))
@@ -178,6 +260,44 @@ def repo_of(payload: Any) -> str | None:
     return None
 
 
+def validate_record(record: InboxRecord) -> InboxRecord:
+    """``record`` if every field that reaches a path, key or number is valid, else ``InboxError``.
+
+    The rules are GitHub's (names, numbers) and git's (refs, SHAs), so a delivery GitHub could
+    really send always passes and a forged or corrupted one never reaches the pipeline.
+    """
+    where = f"{record.event} delivery {record.delivery_id}"
+    try:
+        check_delivery_id(record.delivery_id)
+        check_repo_full_name(record.repo, "repository.full_name")
+        if record.head_repo is not None:
+            check_repo_full_name(record.head_repo, "pull_request.head.repo.full_name")
+        if record.pr is not None:
+            check_number(record.pr, "pull request number", MAX_PR_NUMBER)
+        for name in ("head_sha", "base_sha", "sha"):
+            if getattr(record, name) is not None:
+                check_sha(getattr(record, name), name)
+        for name in ("head_ref", "base_ref", "ref", "default_branch"):
+            if getattr(record, name) is not None:
+                check_ref_name(getattr(record, name), name)
+        if record.installation_id is not None:
+            check_number(record.installation_id, "installation.id", MAX_GITHUB_ID)
+        if record.comment_id is not None:
+            check_number(record.comment_id, "comment.id", MAX_GITHUB_ID)
+        if record.n is not None:
+            check_number(record.n, "/eval more count", MAX_MORE_SAMPLES)
+        _check_short_text(record.sender, "sender.login", MAX_LOGIN_CHARS)
+        _check_short_text(record.action, "action", MAX_LOGIN_CHARS)
+    except InboxError as exc:
+        raise InboxError(f"{where}: {exc}") from exc
+    required = {"pull_request": ("pr", "head_sha", "base_sha", "base_ref"), "push": ("sha", "ref"),
+                "more_samples": ("pr", "n")}[record.kind]
+    missing = [n for n in required if getattr(record, n) is None]
+    if missing:
+        raise InboxError(f"{where} lacks {', '.join(missing)} in its payload")
+    return record
+
+
 def normalize_delivery(
     event: str,
     delivery_id: str,
@@ -188,24 +308,25 @@ def normalize_delivery(
 ) -> InboxRecord | Ignored:
     """Turn a verified, parsed delivery into an ``InboxRecord``, or say why it is ignored.
 
-    Raises ``InboxError`` when a delivery of an event we act on lacks a field we need.
+    Raises ``InboxError`` when a delivery of an event we act on lacks a field we need or carries
+    one that is not valid (``validate_record``); the receiver answers 400 with the message.
+    Payload parts are read defensively: any JSON shape is either a record, ignored, or an error.
     """
     received_ns = time.time_ns() if received_ns is None else received_ns
-    repo = repo_of(payload)
-    action = payload.get("action") if isinstance(payload.get("action"), str) else None
     if event not in ("pull_request", "push", "issue_comment"):
         return Ignored(f"event {event!r} is not handled")
-    if repo is None:
-        raise InboxError(f"{event} delivery {delivery_id} has no repository.full_name")
-    repository = payload["repository"]
+    action = _get(payload, "action")
+    action = action if isinstance(action, str) else None
+    repository = _get(payload, "repository")
+    repo = check_repo_full_name(_get(repository, "full_name"))
     common: dict[str, Any] = dict(
         delivery_id=delivery_id,
         event=event,
         action=action,
         repo=repo,
-        default_branch=repository.get("default_branch"),
-        sender=_get(payload, "sender", "login"),
-        installation_id=_get(payload, "installation", "id"),
+        default_branch=_text(repository, "default_branch"),
+        sender=_text(payload, "sender", "login"),
+        installation_id=_number(payload, "installation", "id", name="installation.id", maximum=MAX_GITHUB_ID),
         received_at=datetime.fromtimestamp(received_ns / 1e9, timezone.utc).isoformat(),
         received_ns=received_ns,
         payload_sha256=body_sha256,
@@ -214,69 +335,74 @@ def normalize_delivery(
         if event == "pull_request":
             if action not in PR_ACTIONS:
                 return Ignored(f"pull_request action {action!r} is not evaluated")
-            pr = payload.get("pull_request") or {}
+            pr = _get(payload, "pull_request")
+            number = _get(payload, "number")
+            number = _get(pr, "number") if number is None else number
             record = InboxRecord(
                 kind="pull_request",
-                pr=payload.get("number") or pr.get("number"),
-                head_sha=_get(pr, "head", "sha"),
-                head_ref=_get(pr, "head", "ref"),
-                head_repo=_get(pr, "head", "repo", "full_name"),
-                base_sha=_get(pr, "base", "sha"),
-                base_ref=_get(pr, "base", "ref"),
+                pr=None if number is None else check_number(number, "pull request number", MAX_PR_NUMBER),
+                head_sha=_text(pr, "head", "sha"),
+                head_ref=_text(pr, "head", "ref"),
+                head_repo=_text(pr, "head", "repo", "full_name"),
+                base_sha=_text(pr, "base", "sha"),
+                base_ref=_text(pr, "base", "ref"),
                 **common,
             )
-            return _require(record, ("pr", "head_sha", "base_sha", "base_ref"))
+            return validate_record(record)
         if event == "push":
-            ref, after = payload.get("ref"), payload.get("after")
-            default = repository.get("default_branch")
+            ref, after = _get(payload, "ref"), _get(payload, "after")
+            default = common["default_branch"]
             if not default or ref != f"refs/heads/{default}":
-                return Ignored(f"push to {ref!r} is not the default branch {default!r}")
-            if payload.get("deleted") or after == _ZERO_SHA:
+                return Ignored(f"push to {ref!r:.200} is not the default branch {default!r}")
+            if _get(payload, "deleted") or after == _ZERO_SHA:
                 return Ignored(f"push deleted {ref!r}")
-            return _require(InboxRecord(kind="push", ref=ref, sha=after, **common), ("sha",))
+            return validate_record(InboxRecord(kind="push", ref=ref, sha=_text(payload, "after"), **common))
         # issue_comment
         if action != "created":
             return Ignored(f"issue_comment action {action!r} is not read for commands")
-        issue = payload.get("issue") or {}
-        if not issue.get("pull_request"):
+        issue = _get(payload, "issue")
+        if not _get(issue, "pull_request"):
             return Ignored("comment is on an issue, not a pull request")
-        comment = payload.get("comment") or {}
-        n = parse_more_command(comment.get("body"))
+        body = _get(payload, "comment", "body")
+        if body is not None and not isinstance(body, str):
+            raise InboxError(f"comment.body is a {type(body).__name__}, not a string")
+        if body is not None and len(body) > MAX_COMMENT_CHARS:
+            raise InboxError(f"comment.body has {len(body)} characters; GitHub allows at most {MAX_COMMENT_CHARS}")
+        n = parse_more_command(body)
         if n is None:
             return Ignored("comment has no /eval more command")
-        association = comment.get("author_association")
+        association = _get(payload, "comment", "author_association")
         if association not in WRITE_ASSOCIATIONS:
             return Ignored(
-                f"/eval more from author_association {association!r} ignored; "
+                f"/eval more from author_association {association!r:.60} ignored; "
                 f"only {', '.join(WRITE_ASSOCIATIONS)} may ask for samples"
             )
+        number = _get(issue, "number")
         record = InboxRecord(
             kind="more_samples",
-            pr=issue.get("number"),
+            pr=None if number is None else check_number(number, "issue.number", MAX_PR_NUMBER),
             command="more",
             n=n,
-            comment_id=comment.get("id"),
+            comment_id=_number(payload, "comment", "id", name="comment.id", maximum=MAX_GITHUB_ID),
             author_association=association,
             **common,
         )
-        return _require(record, ("pr",))
+        return validate_record(record)
     except ValidationError as exc:
         raise InboxError(f"{event} delivery {delivery_id}: unexpected payload shape: {exc}") from exc
 
 
-def _require(record: InboxRecord, names: tuple[str, ...]) -> InboxRecord:
-    missing = [n for n in names if getattr(record, n) is None]
-    if missing:
-        raise InboxError(
-            f"{record.event} delivery {record.delivery_id} lacks {', '.join(missing)} in its payload"
-        )
-    for name in names:
-        value = getattr(record, name)
-        if name.endswith("sha") and not _SHA.fullmatch(value):
-            raise InboxError(
-                f"{record.event} delivery {record.delivery_id}: {name} {value!r} is not a 40-hex SHA"
-            )
-    return record
+def _text(obj: Any, *keys: str) -> str | None:
+    """A string field of the payload, None when absent; any other JSON type is an error."""
+    value = _get(obj, *keys)
+    if value is not None and not isinstance(value, str):
+        raise InboxError(f"{'.'.join(keys)} is a {type(value).__name__}, not a string")
+    return value
+
+
+def _number(obj: Any, *keys: str, name: str, maximum: int) -> int | None:
+    value = _get(obj, *keys)
+    return None if value is None else check_number(value, name, maximum)
 
 
 def _get(obj: Any, *keys: str) -> Any:
@@ -314,7 +440,7 @@ def write_delivery(lake: Lake, record: InboxRecord) -> bool:
     except (ValidationError, OSError, ValueError):
         return False  # a claim we cannot read is still a claim: never enqueue twice
     entry = LAYOUT.inbox(QUEUE_SOURCE, queue_name(first.received_ns, first.delivery_id))
-    if not lake.exists(entry):
+    if not lake.exists(entry) and not lake.exists(LAYOUT.inbox_dead_letter(INBOX_SOURCE, first.delivery_id)):
         # The first receipt crashed between its writes: enqueue now, stamped now, so a reader
         # whose window has moved past the original stamp still sees it (readers dedupe by id).
         lake.write_once(LAYOUT.inbox(QUEUE_SOURCE, queue_name(time.time_ns(), first.delivery_id)), first_bytes)
@@ -399,6 +525,44 @@ def read_inbox(
         hw = max(hw, ns)
     keep = tuple(sorted((k, v) for k, v in seen.items() if v > hw - window_ns))
     return out, InboxCursor(hw=hw, seen=keep)
+
+
+class DeadLetter(BaseModel):
+    """A queue entry moved out of the queue because the sensors could not handle it."""
+
+    v: int = Field(DEAD_LETTER_VERSION, description="Dead-letter schema version.")
+    delivery_id: str = Field(description="X-GitHub-Delivery of the entry.")
+    queue_entry: str = Field(description="Lake path the entry had in the queue (now removed).")
+    reason: str = Field(description="Why it could not be handled: the error message.")
+    error_type: str = Field(description="The exception's class name.")
+    dead_lettered_at: str = Field(description="When it was moved, ISO 8601 UTC.")
+    entry_text: str = Field(description="The entry's bytes as text (undecodable bytes replaced), for replay.")
+
+
+def dead_letter(lake: Lake, entry: InboxEntry, error: BaseException | str) -> str:
+    """Move ``entry`` to ``inbox/github-dead/<delivery>.json`` with the reason; returns that path.
+
+    The dead letter is written before the queue entry is removed, so a crash in between leaves
+    the entry in both places (never in neither). Its claim stays, so a redelivery is still a
+    duplicate."""
+    reason = error if isinstance(error, str) else f"{error}"
+    reason = reason.encode("utf-8", "replace").decode("utf-8")  # no lone surrogates in JSON
+    try:
+        raw = lake.read_bytes(entry.name)
+    except OSError:
+        raw = b""
+    letter = DeadLetter(
+        delivery_id=entry.delivery_id,
+        queue_entry=entry.name,
+        reason=reason[:4000],
+        error_type="InboxError" if isinstance(error, str) else type(error).__name__,
+        dead_lettered_at=datetime.now(timezone.utc).isoformat(),
+        entry_text=raw[:1_000_000].decode("utf-8", errors="replace"),
+    )
+    path = LAYOUT.inbox_dead_letter(INBOX_SOURCE, entry.delivery_id)
+    lake.write_once(path, letter.model_dump_json(indent=2).encode())
+    lake.remove(entry.name)
+    return path
 
 
 def check_delivery_id(delivery_id: str | None) -> str:

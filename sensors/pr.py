@@ -4,16 +4,26 @@ A pull_request delivery opens a comparison for its head (run key ``owner/repo#pr
 force-push is a new comparison, a redelivery is not); a push to the default branch learns that
 commit; ``/eval more N`` raises the allowance of the PR's latest comparison, which the sampling
 sensor then picks up.
+
+A delivery the sensor cannot handle (unreadable, invalid, or anything raising while it is
+handled) is moved to the dead-letter place ``inbox/github-dead/<delivery>.json`` with the reason,
+logged on the tick and reported as an observation of the ``github_inbox`` asset; the cursor
+moves past it, so one bad delivery never blocks the others. Every check runs before anything is
+written, so an invalid delivery leaves no request behind.
 """
 
 
 import os
+import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import dagster as dg
 
+from evalrunner_assets.assets.inbox import GITHUB_INBOX
 from evalrunner_assets.jobs import comparison_job, eval_manifest_job
 from evalrunner_assets.pipeline.keys import commit_key
+from evalrunner_assets.pipeline.scheduler import sweep_orphaned_temp_files
 from evalrunner_assets.pipeline.spec import (
     ComparisonRequest,
     latest_request,
@@ -23,16 +33,81 @@ from evalrunner_assets.pipeline.spec import (
 from evalrunner_assets.pipeline.windows import retire_failures
 from lake import LAYOUT
 from resources import GitHubResource, LakeResource, RepoResource
-from sensors.inbox import EvaluatePR, EvaluatePush, MoreSamples, intent_for, read_inbox
+from sensors.inbox import (
+    EvaluatePR,
+    EvaluatePush,
+    InboxEntry,
+    InboxError,
+    MoreSamples,
+    dead_letter,
+    intent_for,
+    read_inbox,
+)
 
-GIT_BASE_URL = os.environ.get("EVALRUNNER_GIT_BASE_URL", "https://github.com")
+GIT_BASE_URL_ENV = "EVALRUNNER_GIT_BASE_URL"
+GIT_BASE_URL = os.environ.get(GIT_BASE_URL_ENV, "https://github.com")
+# The inbox keeps one claim per delivery for good, so walking it is not free: sweep it for dead
+# writers' temp files on the first tick and then at most this often (the receiver sweeps on start).
+SWEEP_INTERVAL_S = 600.0
+_last_sweep: dict[str, float] = {}
 
 
 def _ensure_source(the_lake, repos: RepoResource, repo: str) -> None:
-    # A repository registered before (e.g. a local mirror in tests or air-gapped setups) keeps
-    # its source; otherwise it is cloned from the Git host.
+    # A repository registered before (`evalrunner repos add`, a local mirror in tests or
+    # air-gapped setups) keeps its source; otherwise it is cloned from the Git host.
     if not the_lake.exists(LAYOUT.repo_source(repo)):
         repos.register(the_lake, repo, f"{GIT_BASE_URL.rstrip('/')}/{repo}.git")
+
+
+@dataclass
+class _Work:
+    """What one tick asks Dagster for."""
+
+    runs: list[dg.RunRequest] = field(default_factory=list)
+    commits: set[str] = field(default_factory=set)
+    comparisons: set[str] = field(default_factory=set)
+    events: list[dg.AssetObservation] = field(default_factory=list)
+
+
+def _handle(context: dg.SensorEvaluationContext, the_lake, repos: RepoResource, github: GitHubResource,
+            entry: InboxEntry, work: _Work) -> None:
+    """Turn one inbox entry into work; raises for an entry that cannot be handled."""
+    if entry.error or entry.record is None:
+        raise InboxError(entry.error or f"{entry.name}: no record")
+    intent = intent_for(entry.record)  # validates every field before anything is written
+    if isinstance(intent, EvaluatePR):
+        run_key = intent.run_key
+        keys = {commit_key(intent.repo, intent.base_sha), commit_key(intent.repo, intent.head_sha)}
+        _ensure_source(the_lake, repos, intent.repo)
+        changed: tuple[str, ...] = ()
+        if github.is_configured():
+            try:
+                changed = tuple(github.get_client().changed_files(intent.repo, intent.pr, cap=300))
+            except Exception as exc:  # reported, never fatal to the sensor
+                context.log.warning(f"changed files of {intent.repo}#{intent.pr} unavailable: {exc}")
+        request = open_comparison(the_lake, ComparisonRequest(
+            repo=intent.repo, source="", pr=str(intent.pr), base_sha=intent.base_sha,
+            head_sha=intent.head_sha, base_ref=intent.base_ref, head_ref=intent.head_ref,
+            changed_files=changed, affinity="order", requested_at=datetime.now(timezone.utc).isoformat(),
+        ))
+        # A new evaluation retries windows of these commits that failed on infrastructure.
+        retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha))
+        work.commits |= keys
+        work.comparisons.add(request.key)
+        work.runs.append(dg.RunRequest(run_key=run_key, job_name=comparison_job.name, partition_key=request.key))
+    elif isinstance(intent, EvaluatePush):
+        key = commit_key(intent.repo, intent.sha)
+        _ensure_source(the_lake, repos, intent.repo)
+        work.commits.add(key)
+        work.runs.append(dg.RunRequest(run_key=f"push:{key}", job_name=eval_manifest_job.name, partition_key=key))
+    elif isinstance(intent, MoreSamples):
+        latest = latest_request(the_lake, intent.repo, str(intent.pr))
+        if latest is None:
+            context.log.warning(f"/eval more on {intent.repo}#{intent.pr}: no comparison to extend")
+            return
+        save_request(the_lake, latest.with_extra_samples(intent.n))
+        retire_failures(the_lake, latest.repo, (latest.base_sha, latest.head_sha))
+        context.log.info(f"{latest.key}: allowance raised by {intent.n} samples per task")
 
 
 @dg.sensor(
@@ -45,52 +120,35 @@ def pr_sensor(
 ) -> dg.SensorResult:
     """Reads the webhook inbox past its cursor and starts the work each delivery asks for."""
     the_lake = lake.open()
+    root = os.path.abspath(the_lake.root) if the_lake.is_local else None
+    if root is not None and time.monotonic() - _last_sweep.get(root, -SWEEP_INTERVAL_S) >= SWEEP_INTERVAL_S:
+        # A receiver killed mid-write leaves a temp file carrying its pid: remove it once it is dead.
+        _last_sweep[root] = time.monotonic()
+        for path in sweep_orphaned_temp_files(root, [LAYOUT.inbox_root()]):
+            context.log.info(f"removed {path}: its writer died before renaming it")
     entries, cursor = read_inbox(the_lake, context.cursor, limit=200)
-    runs: list[dg.RunRequest] = []
-    commits: set[str] = set()
-    comparisons: set[str] = set()
+    work = _Work()
     for entry in entries:
-        if entry.error or entry.record is None:
-            context.log.warning(f"inbox entry {entry.name} is unreadable: {entry.error}")
-            continue
-        intent = intent_for(entry.record)
-        if isinstance(intent, EvaluatePR):
-            _ensure_source(the_lake, repos, intent.repo)
-            changed: tuple[str, ...] = ()
-            if github.is_configured():
-                try:
-                    changed = tuple(github.get_client().changed_files(intent.repo, intent.pr, cap=300))
-                except Exception as exc:  # reported, never fatal to the sensor
-                    context.log.warning(f"changed files of {intent.repo}#{intent.pr} unavailable: {exc}")
-            request = open_comparison(the_lake, ComparisonRequest(
-                repo=intent.repo, source="", pr=str(intent.pr), base_sha=intent.base_sha,
-                head_sha=intent.head_sha, base_ref=intent.base_ref, changed_files=changed,
-                affinity="order", requested_at=datetime.now(timezone.utc).isoformat(),
+        try:
+            _handle(context, the_lake, repos, github, entry, work)
+        except Exception as exc:  # one bad delivery must not stop the others
+            path = dead_letter(the_lake, entry, exc)
+            context.log.error(f"inbox entry {entry.name} moved to {path}: {type(exc).__name__}: {exc}")
+            work.events.append(dg.AssetObservation(
+                asset_key=GITHUB_INBOX.key,
+                description="a delivery the PR sensor could not handle, moved to the dead-letter place",
+                metadata={
+                    "delivery": dg.MetadataValue.text(entry.delivery_id),
+                    "reason": dg.MetadataValue.text(f"{type(exc).__name__}: {exc}"[:2000]),
+                    "dead_letter": dg.MetadataValue.path(the_lake.url(path)),
+                },
             ))
-            # A new evaluation retries windows of these commits that failed on infrastructure.
-            retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha))
-            commits |= {commit_key(request.repo, request.base_sha), commit_key(request.repo, request.head_sha)}
-            comparisons.add(request.key)
-            runs.append(dg.RunRequest(run_key=intent.run_key, job_name=comparison_job.name,
-                                      partition_key=request.key))
-        elif isinstance(intent, EvaluatePush):
-            _ensure_source(the_lake, repos, intent.repo)
-            key = commit_key(intent.repo, intent.sha)
-            commits.add(key)
-            runs.append(dg.RunRequest(run_key=f"push:{key}", job_name=eval_manifest_job.name, partition_key=key))
-        elif isinstance(intent, MoreSamples):
-            latest = latest_request(the_lake, intent.repo, str(intent.pr))
-            if latest is None:
-                context.log.warning(f"/eval more on {intent.repo}#{intent.pr}: no comparison to extend")
-                continue
-            save_request(the_lake, latest.with_extra_samples(intent.n))
-            retire_failures(the_lake, latest.repo, (latest.base_sha, latest.head_sha))
-            context.log.info(f"{latest.key}: allowance raised by {intent.n} samples per task")
     partition_requests = []
-    if commits:
-        partition_requests.append(dg.AddDynamicPartitionsRequest("commits", sorted(commits)))
-    if comparisons:
-        partition_requests.append(dg.AddDynamicPartitionsRequest("comparisons", sorted(comparisons)))
+    if work.commits:
+        partition_requests.append(dg.AddDynamicPartitionsRequest("commits", sorted(work.commits)))
+    if work.comparisons:
+        partition_requests.append(dg.AddDynamicPartitionsRequest("comparisons", sorted(work.comparisons)))
     return dg.SensorResult(
-        run_requests=runs, dynamic_partitions_requests=partition_requests, cursor=cursor.to_json()
+        run_requests=work.runs, dynamic_partitions_requests=partition_requests, cursor=cursor.to_json(),
+        asset_events=work.events,
     )

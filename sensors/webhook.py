@@ -6,7 +6,7 @@
    only up to the cap → 413;
 2. ``X-Hub-Signature-256`` = ``sha256=`` HMAC-SHA256(secret, raw body) → 401 when missing or wrong;
 3. ``X-GitHub-Event`` / ``X-GitHub-Delivery`` present and usable → else 400;
-4. JSON (or GitHub's form encoding, ``payload=<json>``) → 400 when malformed;
+4. JSON (or GitHub's form encoding, ``payload=<json>``) → 400 when malformed or nested too deeply;
 5. repository allow-list → **403** for a repository not on it. The sender proved it holds the
    secret, so this is a configuration mismatch (a hook or app installation wider than the
    allow-list); a 403 shows up red in GitHub's "Recent deliveries" with the reason, whereas
@@ -15,7 +15,10 @@
 6. the event: ``ping`` → 200; a PR opened/synchronize/reopened, a default-branch push or an
    ``/eval more [N]`` from OWNER/MEMBER/COLLABORATOR → written once to the inbox, then 202;
    anything else (unknown events, other actions, other comments) → 202 ``ignored`` with the
-   reason, nothing written. A redelivery of a written delivery → 200 ``duplicate``.
+   reason, nothing written. A redelivery of a written delivery → 200 ``duplicate``. Before a
+   delivery is written, every field that becomes a path, key or number is checked
+   (``sensors.inbox.validate_record``: GitHub's repository naming rules, PR numbers, SHAs, git
+   ref names, ids, comment size) → 400 with the reason for an invalid one.
 
 Work happens in Dagster (the PR sensor reads the inbox); the receiver only writes one small file
 pair per delivery. The secret comes from ``EVALRUNNER_WEBHOOK_SECRET`` or the file named by
@@ -230,7 +233,10 @@ def create_app(config: ReceiverConfig, lake: Lake) -> Starlette:
 
 def _parse_body(body: bytes, content_type: str) -> dict[str, Any]:
     if content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
-        form = parse_qs(body.decode("utf-8", errors="strict"), strict_parsing=False)
+        try:
+            form = parse_qs(body.decode("utf-8", errors="strict"), strict_parsing=False)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"form-encoded body is not UTF-8: {exc}") from exc
         if "payload" not in form:
             raise ValueError("form-encoded delivery has no 'payload' field")
         text: str | bytes = form["payload"][0]
@@ -238,8 +244,10 @@ def _parse_body(body: bytes, content_type: str) -> dict[str, Any]:
         text = body
     try:
         payload = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
         raise ValueError(str(exc)) from exc
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
     if not isinstance(payload, dict):
         raise ValueError(f"expected a JSON object, got {type(payload).__name__}")
     return payload
@@ -294,6 +302,13 @@ def serve(
         raise WebhookConfigError(f"insecure mode only binds to loopback, not {host!r}")
     import uvicorn
 
+    lake = lake or open_lake()
+    if lake.is_local:
+        # Temp files of a receiver killed mid-write carry its pid; the PR sensor sweeps them too.
+        from evalrunner_assets.pipeline.scheduler import sweep_orphaned_temp_files
+
+        for path in sweep_orphaned_temp_files(os.path.abspath(lake.root), [lake.layout.inbox_root()]):
+            log.info("removed %s: its writer died before renaming it", path)
     app = build_app(lake=lake, secret=secret, allowed_repos=allowed_repos, insecure=insecure,
                     max_body_bytes=max_body_bytes)
     # Uvicorn's access log has no headers or bodies, so the signature never reaches a log.

@@ -63,3 +63,52 @@ def bwrap_backend():
     backend = BubblewrapBackend()
     backend.preflight()
     return backend
+
+
+# -- every PR comment a test writes is valid GitHub Markdown --------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def _written_comments():
+    """Every ``*.comment.md`` written to a lake in this process during the session (in-process
+    writers; ``_comments_are_valid_gfm`` also finds those that subprocesses wrote under the
+    session's temporary directory)."""
+    from lake.storage import Lake
+
+    written: list[tuple[str, bytes]] = []
+    original = Lake.write_bytes
+
+    def recording(self, rel, data):
+        url = original(self, rel, data)
+        if rel.endswith(".comment.md"):
+            written.append((url, bytes(data)))
+        return url
+
+    Lake.write_bytes = recording
+    try:
+        yield {"written": written, "checked": {}}
+    finally:
+        Lake.write_bytes = original
+
+
+@pytest.fixture(autouse=True)
+def _comments_are_valid_gfm(_written_comments, tmp_path_factory):
+    """Fails the test during which (or during whose fixtures) a PR comment with a malformed GFM
+    table was written, as markdown-it-py (tables enabled) reads it."""
+    yield
+    from reliability._gfm import table_problems
+
+    written, checked = _written_comments["written"], _written_comments["checked"]
+    new = list(written)
+    written.clear()
+    for dirpath, _, files in os.walk(tmp_path_factory.getbasetemp()):
+        for name in files:
+            if name.endswith(".comment.md"):
+                path = os.path.join(dirpath, name)
+                try:
+                    stamp = os.stat(path).st_mtime_ns
+                    if checked.get(path) != stamp:
+                        checked[path] = stamp
+                        new.append((path, Path(path).read_bytes()))
+                except OSError:
+                    pass
+    problems = [f"{where}: {p}" for where, data in new for p in table_problems(data.decode("utf-8"))]
+    assert not problems, "PR comment is not valid GitHub Markdown:\n" + "\n".join(problems)

@@ -396,6 +396,8 @@ _AFTER: Any = object()  # sentinel: perform the request, then answer 502
 def _apply_check(run: dict[str, Any], data: dict[str, Any]) -> None:
     if "status" in data:
         run["status"] = data["status"]
+        if data["status"] != "completed":  # re-opened: GitHub clears the conclusion
+            run["conclusion"] = run["completed_at"] = None
     if data.get("conclusion"):
         run["conclusion"] = data["conclusion"]
         run["status"] = "completed"  # GitHub: a conclusion completes the run

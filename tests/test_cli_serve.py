@@ -184,3 +184,49 @@ def test_insecure_serve_refuses_a_non_loopback_host(tmp_path):
                           env=_env(tmp_path / "home"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "loopback" in proc.stderr
+
+
+@pytest.mark.slow
+def test_serve_with_dagster_logs_no_telemetry_banner_supersession_or_beta_warnings(tmp_path):
+    home, port, dagster_port = tmp_path / "home", free_port(), free_port()
+    stderr = tmp_path / "serve.log"  # stdout and stderr: Dagster logs to both
+    env = _env(home, EVALRUNNER_WEBHOOK_SECRET=SECRET)
+    env["PATH"] = f"{Path(EVALRUNNER).parent}{os.pathsep}{env.get('PATH', '')}"  # `dagster` of this venv
+    proc = subprocess.Popen([EVALRUNNER, "serve", "--port", str(port), "--dagster-port", str(dagster_port)],
+                            env=env, cwd=tmp_path, stdout=(out := stderr.open("wb")), stderr=out,
+                            start_new_session=True)
+    try:
+        # The code location is loaded (where beta warnings would be logged) once a sensor ticks.
+        deadline = time.monotonic() + 300
+        while "Checking for new runs for sensor" not in stderr.read_text(errors="replace"):
+            assert proc.poll() is None, stderr.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"no sensor tick in 300s: {stderr.read_text()[-3000:]}"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = stderr.read_text(errors="replace")
+    for noise in ("Telemetry", "telemetry", "superseded", "dg dev", "BetaWarning", "PreviewWarning"):
+        assert noise not in log, f"{noise!r} in the serve log:\n{log[-3000:]}"
+    assert "enabled: false" in (home / "dagster" / "dagster.yaml").read_text()
+
+
+def test_repos_add_records_where_a_repository_is_fetched_from(tmp_path, monkeypatch, make_repo):
+    from evalrunner_assets.cli import main
+    from resources import RepoResource
+
+    repo_path, _ = make_repo({"README.md": "x"})
+    monkeypatch.setenv("EVALRUNNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EVALRUNNER_LAKE", raising=False)
+    assert main(["repos", "add", "acme/agent", str(repo_path)]) == 0
+    assert main(["repos", "add", "acme/other", "https://git.example/acme/other.git"]) == 0
+    lake = Lake(str(tmp_path / "home" / "lake"))
+    resource = RepoResource(cache_dir=str(tmp_path / "cache"))
+    assert resource.source(lake, "acme/agent").source == str(repo_path)
+    assert resource.source(lake, "acme/other").source == "https://git.example/acme/other.git"
+    # Names GitHub would not send, and a path that is no repository, are refused.
+    assert main(["repos", "add", "../x", str(repo_path)]) == 2
+    assert main(["repos", "add", "acme/third", str(tmp_path / "missing")]) == 2

@@ -427,6 +427,14 @@ def test_regressing_head_check_run_concludes_failure_and_the_first_heads_stays_s
     assert first["conclusion"] == "success"
 
 
+def test_head_ref_flows_from_the_delivery_to_the_request_the_comparison_and_the_comment(world, opened):
+    head = world.example.sha(IMPROVING)
+    assert load_request(world.harness.lake, REPO, str(PR), head).head_ref == IMPROVING
+    assert _result(world, IMPROVING)["head_ref"] == IMPROVING
+    (comment,) = _ours(opened.comments)
+    assert f"`{IMPROVING}` @ `{head[:7]}`" in comment["body"]
+
+
 # -- 3. redelivery ---------------------------------------------------------------------------------
 def test_redelivery_of_the_first_delivery_processes_nothing_new(world, synchronized, redelivered):
     assert redelivered.answer[0] == 200 and redelivered.answer[1]["status"] == "duplicate"

@@ -80,14 +80,33 @@ def test_three_pushes_keep_one_comment_and_complete_each_check_run(gh):
     assert gh.check_runs_for(REPO, HEADS[2])[0]["output"]["text"].startswith("| task")
 
 
-def test_check_run_is_reused_while_open_and_renewed_after_completion(gh):
+def test_one_check_run_per_head_found_whatever_its_status(gh):
     client = make_client(gh)
     first = client.start_check_run(REPO, HEADS[0], "running · 0 of 8 samples", "s")
     assert client.start_check_run(REPO, HEADS[0], "running · 0 of 8 samples", "s") == first
-    client.update_check_run(REPO, first, "completed", "neutral", title="inconclusive", summary="s")
-    again = client.start_check_run(REPO, HEADS[0], "running · 8 of 16 samples", "more samples")
-    assert again != first
-    assert len(gh.check_runs_for(REPO, HEADS[0])) == 2
+    decided = dict(title="inconclusive · 8 samples", summary="s", text="| t |\n|---|")
+    assert client.report_check_run(REPO, HEADS[0], "completed", "neutral", **decided) == first
+    patches = len(gh.calls("PATCH", "/check-runs/"))
+
+    # `/eval more` on a decided head with nothing to run: the same verdict again is no write.
+    assert client.report_check_run(REPO, HEADS[0], "completed", "neutral", **decided) == first
+    assert len(gh.calls("PATCH", "/check-runs/")) == patches
+
+    # More samples will run: the completed run is re-opened, not replaced by a second one.
+    assert client.report_check_run(REPO, HEADS[0], "in_progress", title="running · 8 of 16 samples",
+                                   summary="more samples") == first
+    (run,) = gh.check_runs_for(REPO, HEADS[0])
+    assert (run["status"], run["conclusion"]) == ("in_progress", None)
+    assert client.report_check_run(REPO, HEADS[0], "completed", "success", title="improved · 16 samples",
+                                   summary="s") == first
+    (run,) = gh.check_runs_for(REPO, HEADS[0])
+    # (the second start with the same output wrote nothing either)
+    assert run["_history"] == [("in_progress", None), ("completed", "neutral"), ("in_progress", None),
+                               ("completed", "success")]
+    assert len(gh.calls("POST", "/check-runs")) == 1
+    # start_check_run on a completed head re-opens it too (it is called when samples will run).
+    assert client.start_check_run(REPO, HEADS[0], "running · 16 of 24 samples", "s") == first
+    assert [r["status"] for r in gh.check_runs_for(REPO, HEADS[0])] == ["in_progress"]
 
 
 def test_check_run_state_mapping():

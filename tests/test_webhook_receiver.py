@@ -201,7 +201,8 @@ def test_pull_request_actions_are_queued_as_evaluate_pr(receiver, lake, action):
     assert (rec.delivery_id, rec.event, rec.action, rec.repo, rec.pr) == (f"d-{action}", "pull_request", action, REPO, 2)
     assert rec.default_branch == "master" and rec.installation_id == 1
     assert intent_for(rec) == EvaluatePR(REPO, 2, payload["pull_request"]["head"]["sha"],
-                                         payload["pull_request"]["base"]["sha"], "master")
+                                         payload["pull_request"]["base"]["sha"], "master",
+                                         head_ref=payload["pull_request"]["head"]["ref"])
 
 
 def test_closed_pull_request_is_ignored(receiver, lake):

@@ -231,9 +231,10 @@ def pr_report(
 
         try:
             client = github.get_client()
-            run_id = client.start_check_run(repo, head, title=title, summary=check["summary"])
-            client.update_check_run(repo, run_id, status, conclusion, title=title,
-                                    summary=check["summary"], text=body)
+            # The head's one check run, found whatever its status: re-opened when more samples
+            # run, left untouched when it already shows this verdict.
+            run_id = client.report_check_run(repo, head, status, conclusion, title=title,
+                                             summary=check["summary"], text=body)
             comment_id = client.upsert_pr_comment(repo, int(pr), body)
             metadata["github_comment_id"] = dg.MetadataValue.int(comment_id)
             metadata["github_check_run_id"] = dg.MetadataValue.int(run_id)

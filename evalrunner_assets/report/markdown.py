@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MARKER = "<!-- evalrunner:pr-report -->"
@@ -38,6 +39,21 @@ def _fmt_money(x: float | None) -> str:
     return f"${x:,.2f}" if x >= 0.01 else f"${x:,.4f}"
 
 
+def _cell(text: object) -> str:
+    """Text safe inside a GFM table cell: ``|`` escaped (also inside code spans, where GFM needs
+    it too), line breaks folded, so a cell never splits or ends its row."""
+    return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+
+def _code(text: object) -> str:
+    """``text`` as an inline code span, fenced with more backticks than it contains."""
+    text = " ".join(str(text).splitlines())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def ci_bar(lo: float | None, hi: float | None, est: float | None) -> str:
     """A one-line picture of the interval against zero: ``·····│··━━●━━····``."""
     if lo is None or hi is None:
@@ -64,11 +80,12 @@ def ci_bar(lo: float | None, hi: float | None, est: float | None) -> str:
 
 def headline(result: dict[str, Any]) -> str:
     head7 = result["head_sha"][:7]
+    head = f"{_code(result['head_ref'])} @ `{head7}`" if result.get("head_ref") else f"`{head7}`"
     base = result.get("base_ref") or result["base_sha"][:7]
     final = result.get("final_verdict") or {}
     p, note = final.get("p_improvement"), final.get("p_improvement_note")
     prob = f"P(improvement) = {p:.2f}" if p is not None else "P(improvement) = –" + (f" ({note})" if note else "")
-    return f"`{head7}` vs `{base}` · {prob}"
+    return f"{head} vs {_code(base)} · {prob}"
 
 
 def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
@@ -100,11 +117,11 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
             label = _LABEL.get(d["label"], d["label"])
             if doc.get("failures"):
                 label += " ⚠"
-            lines.append(
-                f"| `{task}` | {_fmt_rate(d.get('base_mean'))} | {_fmt_rate(d.get('head_mean'))} | "
-                f"{_fmt_delta(d.get('delta'))}{interval} | `{ci_bar(lo, hi, d.get('delta'))}` | "
-                f"{label} | {samples} |"
-            )
+            lines.append(_row(
+                _code(task), _fmt_rate(d.get("base_mean")), _fmt_rate(d.get("head_mean")),
+                f"{_fmt_delta(d.get('delta'))}{interval}", f"`{ci_bar(lo, hi, d.get('delta'))}`",
+                label, samples,
+            ))
         lines.append("")
         margin = params.get("margin")
         note = (
@@ -121,14 +138,14 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
                         ("new_tasks", "New on this PR (no baseline yet)"),
                         ("removed_tasks", "Removed on this PR")):
         if result.get(kind):
-            lines.append(f"**{title}:** " + ", ".join(f"`{t}`" for t in result[kind]))
+            lines.append(f"**{title}:** " + ", ".join(_code(t) for t in result[kind]))
     failures = {t: doc["failures"] for t, doc in tasks.items() if doc.get("failures")}
     if failures:
         lines.append("")
         lines.append("**Infrastructure failures** (not agent failures):")
         for t, f in failures.items():
             for arm, cause in f.items():
-                lines.append(f"- `{t}` on {arm}: {str(cause)[:300]}")
+                lines.append(f"- {_code(t)} on {arm}: {' '.join(str(cause)[:300].splitlines())}")
 
     hints = [(t, doc["more_samples_hint"]) for t, doc in tasks.items() if doc.get("more_samples_hint")]
     lines += ["", _footer(result)]
@@ -136,7 +153,7 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
         lines.append("")
         for t, hint in hints:
             n = tasks[t]["decision"].get("more_pairs_needed")
-            lines.append(f"- `{t}`: {hint} — comment `/eval more {n}` to run them")
+            lines.append(f"- {_code(t)}: {hint} — comment `/eval more {n}` to run them")
 
     if tasks:
         lines += ["", "<details><summary>Per-eval details</summary>", "", _details(result), "", "</details>"]
@@ -175,10 +192,14 @@ def _footer(result: dict[str, Any]) -> str:
     )
 
 
+def _row(*cells: object) -> str:
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
 def _details(result: dict[str, Any]) -> str:
     rows = [
-        "| eval | pairs | head better / base better / ties | classical 95% CI‡ | e-value | "
-        "P(Δ>m) · P(|Δ|<m) · P(Δ<−m) | cost/sample Δ | p50 latency Δ |",
+        _row("eval", "pairs", "head better / base better / ties", "classical 95% CI‡", "e-value",
+             "P(Δ>m) · P(|Δ|<m) · P(Δ<−m)", "cost/sample Δ", "p50 latency Δ"),
         "|---|---:|---|---|---|---|---|---|",
     ]
     for task in result.get("task_order") or sorted(result.get("tasks") or {}):
@@ -190,12 +211,13 @@ def _details(result: dict[str, Any]) -> str:
         e_best = max(ev.values()) if ev else None
         cps = doc.get("cost_per_sample_delta_usd")
         lat = doc.get("latency_p50_delta_s")
-        rows.append(
-            f"| `{task}` | {d.get('pairs', 0)} | {d.get('head_better', 0)} / {d.get('base_better', 0)} / "
-            f"{d.get('ties', 0)} | {classical} | {'–' if e_best is None else f'{e_best:.3g}'} | "
-            f"{d.get('p_above_margin', 0):.2f} · {d.get('p_within_margin', 0):.2f} · {d.get('p_below_margin', 0):.2f} | "
-            f"{'unknown' if cps is None else f'{cps:+.5f}'} | {'–' if lat is None else f'{lat:+.3f}s'} |"
-        )
+        rows.append(_row(
+            _code(task), d.get("pairs", 0),
+            f"{d.get('head_better', 0)} / {d.get('base_better', 0)} / {d.get('ties', 0)}", classical,
+            "–" if e_best is None else f"{e_best:.3g}",
+            f"{d.get('p_above_margin', 0):.2f} · {d.get('p_within_margin', 0):.2f} · {d.get('p_below_margin', 0):.2f}",
+            "unknown" if cps is None else f"{cps:+.5f}", "–" if lat is None else f"{lat:+.3f}s",
+        ))
     rows.append("")
     rows.append("<sub>‡ fixed-n reference only: not valid under repeated looks, never used to decide.</sub>")
     return "\n".join(rows)
