@@ -220,7 +220,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # webserver and the daemon with its own interpreter in turn).
         dagster = subprocess.Popen(
             [sys.executable, "-m", "dagster", "dev", "-m", "evalrunner_assets.definitions",
-             "-p", str(args.dagster_port)], env=env
+             "-p", str(args.dagster_port)], env=env,
+            # It is stopped with SIGINT (below), which a shell leaves ignored in background jobs.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
     def _stop(signum: int, frame: Any) -> None:
@@ -233,7 +235,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve(host=args.host, port=args.port, insecure=args.insecure, lake=open_lake(home.lake_root()))
     finally:
         if dagster is not None:
-            dagster.terminate()
+            # SIGINT, not SIGTERM: `dagster dev` stops its webserver, daemon and code servers on
+            # an interrupt; terminated, it leaves them running.
+            dagster.send_signal(signal.SIGINT)
             try:
                 dagster.wait(timeout=30)
             except subprocess.TimeoutExpired:

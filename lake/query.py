@@ -73,24 +73,27 @@ def _cancellable(con: duckdb.DuckDBPyConnection, work: Callable[[], T], *,
     the query at once (DuckDB notices a pending SIGINT only at some points: a ``fetchall`` of
     an aggregate runs to its end first)."""
     outcome: dict[str, Any] = {}
+    # An event, not Thread.join: a join interrupted by Ctrl-C can report a live thread as
+    # finished (Python 3.11), and closing the connection under a running query aborts.
+    done = threading.Event()
 
     def target() -> None:
         try:
             outcome["value"] = work()
         except BaseException as exc:  # handed to the waiting thread
             outcome["error"] = exc
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=target, name="evalrunner-sql", daemon=True)
-    worker.start()
+    threading.Thread(target=target, name="evalrunner-sql", daemon=True).start()
     try:
-        worker.join(slow_after_s)
-        if worker.is_alive():
+        if not done.wait(slow_after_s):
             if on_slow is not None:
                 on_slow()
-            worker.join()
+            done.wait()
     except KeyboardInterrupt:
         con.interrupt()
-        worker.join(10)  # the query stops within milliseconds of the interrupt
+        done.wait(30)  # the query stops within milliseconds of the interrupt
         raise
     if "error" in outcome:
         raise outcome["error"]
