@@ -189,3 +189,31 @@ def test_serve_starts_dagster_from_its_own_environment_without_it_on_path(tmp_pa
         except ProcessLookupError:
             pass
         proc.wait()
+
+
+@pytest.mark.slow
+def test_tasks_whose_every_window_failed_name_their_cause_in_the_terminal(tmp_path: Path) -> None:
+    from evalrunner_assets.example_repo import build_example_repo
+
+    repo = tmp_path / "repo"
+    build_example_repo(repo, [])
+    # The PR's solver imports a module nothing provides: every sample of every task fails.
+    triage = repo / "evals" / "triage.py"
+    text = triage.read_text()
+    marker = "    async def solve(state: TaskState, generate: Generate) -> TaskState:\n"
+    assert marker in text
+    triage.write_text(text.replace(marker, marker + "        import evalrunner_no_such_module_xyz  # noqa\n", 1))
+    git(repo, "checkout", "-q", "-b", "broken")
+    commit_files(repo, {}, message="solver imports a missing module")
+
+    done = _run(["compare", "--repo", str(repo), "--base", "main", "--head", "broken", "--cap", "16"],
+                tmp_path, {})
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    out = done.stdout.splitlines()
+    failed = out[out.index("failed (first cause, as the comparison records it):") + 1:]
+    for task in ("triage/runbook_lookup", "triage/escalation_policy", "triage/summary_quality"):
+        line = next(ln for ln in failed if ln.strip().startswith(task))
+        # The cause the comparison records: the exception itself, or (when the PR's code is held
+        # responsible per sample) that every head sample raised.
+        assert "head:" in line and ("evalrunner_no_such_module_xyz" in line or "every sample raised" in line), line
