@@ -217,3 +217,29 @@ def test_tasks_whose_every_window_failed_name_their_cause_in_the_terminal(tmp_pa
         # The cause the comparison records: the exception itself, or (when the PR's code is held
         # responsible per sample) that every head sample raised.
         assert "head:" in line and ("evalrunner_no_such_module_xyz" in line or "every sample raised" in line), line
+
+
+def test_an_interrupted_duckdb_query_surfaces_as_keyboard_interrupt() -> None:
+    """The pipeline's DuckDB calls (``lake.duck``) turn an interrupted query into the
+    ``KeyboardInterrupt`` the comparison's cancellation handling expects. The interrupt is
+    delivered with DuckDB's own ``interrupt()`` once the query is burning CPU."""
+    import threading
+
+    import duckdb
+
+    from lake.duck import interruptible
+
+    con = duckdb.connect()
+    con.execute("set enable_progress_bar = false")
+    before = time.process_time()
+
+    def interrupt_once_running() -> None:
+        while time.process_time() - before < 0.5:  # only the query's threads use CPU here
+            time.sleep(0.01)
+        con.interrupt()
+
+    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        with interruptible():
+            con.sql("select sum(hash(range)) from range(1000000000000)").to_arrow_table()
+    con.close()
