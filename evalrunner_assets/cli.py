@@ -10,12 +10,14 @@ import re
 import subprocess
 import sys
 import time
+import traceback
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from evalrunner_assets import home
+from evalrunner_assets.errors import DEBUG_ENV, LakeNotFound, UserError, debug_enabled, explain
 
 
 def _repo_id(source: str, explicit: str | None) -> str:
@@ -24,7 +26,7 @@ def _repo_id(source: str, explicit: str | None) -> str:
     m = re.search(r"[:/]([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$", source)
     if "://" in source or source.startswith("git@"):
         if not m:
-            raise SystemExit(f"evalrunner: cannot tell owner/name from {source!r}; pass --repo-id owner/name")
+            raise UserError(f"--repo: cannot tell owner/name from {source!r}", hint="pass --repo-id owner/name")
         return f"{m.group(1)}/{m.group(2)}"
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(source).resolve().name) or "repo"
     return f"local/{name}"
@@ -66,6 +68,10 @@ def _print_outcome(result: dict[str, Any]) -> None:
     repo, pr, head = result["repo"], result["pr"], result["head_sha"]
     print()
     print(render_summary(result))
+    failed = _failed_task_lines(result)
+    if failed:
+        print("failed (first cause, as the comparison records it):")
+        print("\n".join(failed))
     print()
     print(f"comparison JSON : {the_lake.url(LAYOUT.comparison(repo, pr, head))}")
     print(f"PR comment      : {the_lake.url(LAYOUT.comparison_artifact(repo, pr, head, 'comment.md'))}")
@@ -75,16 +81,59 @@ def _print_outcome(result: dict[str, Any]) -> None:
     print('SQL             : evalrunner sql "select task, commit, avg(score) from samples group by all"')
 
 
+def _failed_task_lines(result: dict[str, Any]) -> list[str]:
+    """One line per task whose windows failed, or all of whose samples on an arm raised, with
+    the cause the comparison document holds (it says which failures are whose)."""
+    lines = []
+    for task in result.get("task_order") or sorted(result.get("tasks") or {}):
+        doc = (result.get("tasks") or {}).get(task) or {}
+        failures = doc.get("failures") or {}
+        causes = [f"{arm}: {_one_line(cause)}" for arm, cause in sorted(failures.items())]
+        for arm in ("head", "base"):
+            acc = doc.get(arm) or {}
+            if arm not in failures and acc.get("samples") and acc.get("errors") == acc.get("samples"):
+                causes.append(f"{arm}: every sample raised an error ({acc['errors']} of {acc['samples']})")
+        if causes:
+            lines.append(f"  {task:<32} " + "; ".join(causes))
+    return lines
+
+
+def _one_line(text: Any, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _resolve(source: Any, flag: str, ref: str) -> str:
+    from evalrunner_assets.execution.repo import RepoError
+
+    try:
+        return source.resolve_ref(ref)
+    except RepoError as exc:
+        lister = f"git ls-remote {source.source}" if "://" in source.source or "@" in source.source \
+            else f"git -C {source.source} branch -a"
+        raise UserError(f"{flag}: {exc}", hint=f"give {flag} a branch, tag or commit SHA of that repository "
+                                               f"(`{lister}` lists them)") from exc
+
+
+def _repo_source(repo_id: str, repo: str) -> Any:
+    from evalrunner_assets.execution.repo import RepoError, RepoSource
+
+    try:
+        source = RepoSource(repo_id, repo, cache_dir=str(home.repo_cache()))
+        source.ensure_mirror()
+    except RepoError as exc:
+        raise UserError(f"--repo: {exc}", hint="give --repo the path of a git checkout or a clone URL") from exc
+    return source
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from evalrunner_assets.driver import run_comparison
-    from evalrunner_assets.execution.repo import RepoSource
     from evalrunner_assets.pipeline.spec import ComparisonRequest
     from resources import SandboxResource
 
     repo_id = _repo_id(args.repo, args.repo_id)
-    source = RepoSource(repo_id, args.repo, cache_dir=str(home.repo_cache()))
-    source.ensure_mirror()
-    base, head = source.resolve_ref(args.base), source.resolve_ref(args.head)
+    source = _repo_source(repo_id, args.repo)
+    base, head = _resolve(source, "--base", args.base), _resolve(source, "--head", args.head)
     changed = tuple(source.changed_files(base, head))
     request = ComparisonRequest(
         repo=repo_id, source=args.repo, pr=args.pr, base_sha=base, head_sha=head,
@@ -100,17 +149,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         resources = default_resources(sandbox=SandboxResource(backend_name=args.backend,
                                                               max_workers=args.workers or 0))
-    from evalrunner_assets.driver import ComparisonStopped
-
-    try:
-        result = run_comparison(request, resources=resources, on_step=_progress_printer())
-    except ComparisonStopped as exc:
-        print(f"evalrunner compare: stopped: {exc}", file=sys.stderr, flush=True)
-        return 3
-    except KeyboardInterrupt:
-        print("evalrunner compare: cancelled; every sandbox was stopped, completed windows stay landed "
-              "and the same command resumes", file=sys.stderr, flush=True)
-        return 130
+    # The outage breaker (ComparisonStopped, exit 3) and Ctrl-C (exit 130) end up in main's
+    # handler like every other error.
+    result = run_comparison(request, resources=resources, on_step=_progress_printer())
     _print_outcome(result)
     return 0
 
@@ -159,26 +200,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_compare(args)
 
 
-def cmd_sql(args: argparse.Namespace) -> int:
+def _existing_lake() -> Any:
+    """The configured lake, refused when there is nothing there yet."""
     from lake import open_lake
-    from lake.query import QueryError, run_sql
+
+    the_lake = open_lake(home.lake_root())
+    if not the_lake.fs.exists(the_lake.root):
+        where = "EVALRUNNER_LAKE" if os.environ.get("EVALRUNNER_LAKE") else "EVALRUNNER_HOME"
+        raise LakeNotFound(f"no lake at {the_lake.root} (from {where}); run `evalrunner compare` or "
+                           "`evalrunner demo` first, or point EVALRUNNER_LAKE at an existing lake")
+    return the_lake
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from lake.query import run_sql
 
     text = args.query if args.query != "-" else sys.stdin.read()
-    try:
-        out = run_sql(open_lake(home.lake_root()), text, args.format, args.out)
-    except QueryError as exc:
-        print(f"evalrunner sql: {exc}", file=sys.stderr)
-        return 2
+
+    def still_running() -> None:
+        print("evalrunner sql: query running… (Ctrl-C cancels it)", file=sys.stderr, flush=True)
+
+    out = run_sql(_existing_lake(), text, args.format, args.out, on_slow=still_running)
     if out:
         print(out)
     return 0
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from lake import open_lake
     from lake.viewer import view_command
 
-    cmd = view_command(open_lake(home.lake_root()), host=args.host, port=args.port)
+    cmd = view_command(_existing_lake(), host=args.host, port=args.port)
     print(" ".join(cmd), flush=True)
     return subprocess.call(cmd)
 
@@ -201,17 +252,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import signal
 
     from lake import open_lake
-    from sensors.webhook import serve
+    from sensors.webhook import SECRET_ENV, SECRET_FILE_ENV, load_webhook_secret, serve
 
+    # Before anything starts: a receiver that cannot start should not leave `dagster dev` behind.
+    if not args.insecure and load_webhook_secret() is None:
+        raise UserError(f"no webhook secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}) to the secret of the "
+                        "GitHub webhook", hint="or pass --insecure to accept unsigned deliveries on loopback "
+                                               "(local testing only)")
     dagster = None
     if not args.webhook_only:
-        env = dict(os.environ, DAGSTER_HOME=str(home.dagster_home()),
+        dagster_home = home.ensure_dagster_home()
+        _telemetry_off(dagster_home / "dagster.yaml")
+        env = dict(os.environ, DAGSTER_HOME=str(dagster_home),
                    PYTHONWARNINGS=",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), *_QUIET_DAGSTER_DEV])))
-        home.dagster_home().mkdir(parents=True, exist_ok=True)
-        (home.dagster_home() / "dagster.yaml").touch(exist_ok=True)
-        _telemetry_off(home.dagster_home() / "dagster.yaml")
+        # The `dagster` of this very environment, whatever PATH says (`dagster dev` starts the
+        # webserver and the daemon with its own interpreter in turn).
         dagster = subprocess.Popen(
-            ["dagster", "dev", "-m", "evalrunner_assets.definitions", "-p", str(args.dagster_port)], env=env
+            [sys.executable, "-m", "dagster", "dev", "-m", "evalrunner_assets.definitions",
+             "-p", str(args.dagster_port)], env=env,
+            # It is stopped with SIGINT (below), which a shell leaves ignored in background jobs.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
     def _stop(signum: int, frame: Any) -> None:
@@ -224,7 +284,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve(host=args.host, port=args.port, insecure=args.insecure, lake=open_lake(home.lake_root()))
     finally:
         if dagster is not None:
-            dagster.terminate()
+            # SIGINT, not SIGTERM: `dagster dev` stops its webserver, daemon and code servers on
+            # an interrupt; terminated, it leaves them running.
+            dagster.send_signal(signal.SIGINT)
             try:
                 dagster.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -262,33 +324,71 @@ def cmd_example_repo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
+def _count(minimum: int, why: str = "") -> Any:
+    """An argparse type: an integer of at least ``minimum``."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}{why}; give {minimum} or more")
+        return value
+
+    return parse
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
+
+    min_pairs = ComparisonRequest.__dataclass_fields__["min_pairs"].default
     p.add_argument("--model", default=DEFAULT_MODEL, help="Inspect model, e.g. openai/gpt-4o (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample order and the model")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--cap", type=int, default=256, help="most pairs per task (default: %(default)s)")
-    p.add_argument("--budget", type=int, default=None, help="most samples in all (both arms)")
+    p.add_argument("--epochs", type=_count(1), default=1)
+    p.add_argument("--cap", type=_count(min_pairs, " (the pairs a task needs before any decision)"),
+                   default=256, help="most pairs per task (default: %(default)s)")
+    p.add_argument("--budget", type=_count(1), default=None, help="most samples in all (both arms)")
     p.add_argument("--affinity", choices=("off", "order", "prune"), default="order",
                    help="changed-file affinity: run matched tasks first, or skip unmatched ones")
-    p.add_argument("--workers", type=int, default=0,
+    p.add_argument("--workers", type=_count(0), default=0,
                    help="sandboxes running at once (default: cores locally, the pod cap on Kubernetes)")
     p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap",
                    help="sandbox backend (unsafe-local has no isolation and is refused under CI)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evalrunner", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in two lines (what, and where to read more) with exit code 2, instead of the
+    whole usage text."""
 
-    p = sub.add_parser("demo", help="judge the bundled example agent's PR variant against its base")
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message}\n  see `{self.prog} --help`\n")
+
+
+DEBUG_HELP = f"print tracebacks and Dagster's own log lines (also {DEBUG_ENV}=1)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="evalrunner", description=__doc__,
+                     epilog="exit codes: 0 done, 2 a user error (the message says what to fix), "
+                            "3 an outage (infrastructure), 130 cancelled, 1 a bug")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    # `--debug` also after the command (`evalrunner compare … --debug`); SUPPRESS keeps it from
+    # resetting a --debug given before the command.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    p = add("demo", help="judge the bundled example agent's PR variant against its base")
     p.add_argument("--variant", default="improve-runbook",
                    choices=("improve-runbook", "regress-escalation", "no-op-wording"))
     _add_run_options(p)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("compare", help="judge HEAD against BASE of a repository")
+    p = add("compare", help="judge HEAD against BASE of a repository")
     p.add_argument("--repo", required=True, help="local path or clone URL")
     p.add_argument("--repo-id", default=None, help="owner/name (default: from the URL, or local/<dir>)")
     p.add_argument("--base", required=True, help="base ref or SHA")
@@ -297,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p)
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("backfill", help="measure a branch's history as a cohort series (one point per commit)")
+    p = add("backfill", help="measure a branch's history as a cohort series (one point per commit)")
     p.add_argument("--repo", required=True, help="local path or clone URL")
     p.add_argument("--repo-id", default=None, help="owner/name (default: from the URL, or local/<dir>)")
     p.add_argument("--branch", default="main", help="the branch whose first-parent history is measured")
@@ -315,18 +415,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
     p.set_defaults(func=cmd_backfill)
 
-    p = sub.add_parser("sql", help="run SQL over the lake's tables (samples, events, batches, …)")
+    p = add("sql", help="run SQL over the lake's tables (samples, events, batches, …)")
     p.add_argument("query", help="SQL text, or - to read it from stdin")
     p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
     p.add_argument("--out", default=None, help="write to this file (required for parquet)")
     p.set_defaults(func=cmd_sql)
 
-    p = sub.add_parser("view", help="open Inspect's log viewer on the lake's raw logs")
+    p = add("view", help="open Inspect's log viewer on the lake's raw logs")
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
     p.set_defaults(func=cmd_view)
 
-    p = sub.add_parser("serve", help="run the GitHub webhook receiver beside `dagster dev`",
+    p = add("serve", help="run the GitHub webhook receiver beside `dagster dev`",
                        description="Run the GitHub webhook receiver (POST /webhooks/github) and, unless "
                                    "--webhook-only, the Dagster UI and daemon on the same home and lake.",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -337,17 +437,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure", action="store_true", help="accept unsigned deliveries (loopback only)")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("repos", help="where repositories the webhook receiver hears about are fetched from")
+    p = add("repos", help="where repositories the webhook receiver hears about are fetched from")
     repos_sub = p.add_subparsers(dest="repos_command", required=True)
-    add = repos_sub.add_parser(
+    repos_add = repos_sub.add_parser(
         "add", help="record the clone URL or local path of owner/name (repos/<owner>/<name>.json in the lake)",
         description="Record where owner/name is fetched from. Without an entry the PR sensor clones "
                     "$EVALRUNNER_GIT_BASE_URL/owner/name.git (default https://github.com).")
-    add.add_argument("repo", help="owner/name, as in the deliveries' repository.full_name")
-    add.add_argument("source", help="clone URL (https://…, git@…) or path of a local git repository")
-    add.set_defaults(func=cmd_repos_add)
+    repos_add.add_argument("repo", help="owner/name, as in the deliveries' repository.full_name")
+    repos_add.add_argument("source", help="clone URL (https://…, git@…) or path of a local git repository")
+    repos_add.set_defaults(func=cmd_repos_add)
 
-    p = sub.add_parser("example-repo", help="build the example agent repo with its PR variants")
+    p = add("example-repo", help="build the example agent repo with its PR variants")
     p.add_argument("dest")
     p.add_argument("--variant", action="append", default=None)
     p.set_defaults(func=cmd_example_repo)
@@ -355,11 +455,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every error a command raises is explained here, in one place
+    (:func:`evalrunner_assets.errors.explain`): exit 2 for a user error, 3 for an outage, 130
+    when cancelled, 1 for a bug; a traceback only with ``--debug``."""
     # Dagster labels some of the APIs the code location uses as beta/preview; that is for the
     # people who maintain it, not for every command-line run.
     warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview)")
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    command = "?"
+    try:
+        args = build_parser().parse_args(argv)
+        command = args.command
+        if args.debug:
+            os.environ[DEBUG_ENV] = "1"  # read where the work runs (e.g. Dagster's log level)
+        return int(args.func(args) or 0)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the one place errors become exit codes
+        explanation = explain(exc, command)
+        try:
+            if debug_enabled() and explanation.exit_code != 130:
+                traceback.print_exc()
+            for line in explanation.lines:
+                print(line, file=sys.stderr, flush=True)
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C while reporting: still a cancellation
+        return explanation.exit_code
 
 
 if __name__ == "__main__":

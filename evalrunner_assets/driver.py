@@ -32,6 +32,7 @@ from typing import Any
 import dagster as dg
 
 from evalrunner_assets import home
+from evalrunner_assets.errors import debug_enabled
 from evalrunner_assets.assets.evals import ASSETS, comparison, eval_manifest, pr_report, task_samples
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.keys import commit_key
@@ -66,7 +67,15 @@ PROGRESS_EVERY_S = 20.0
 
 
 class ComparisonFailed(RuntimeError):
-    """A step of the comparison failed; the message names the step and the cause."""
+    """A step of the comparison failed; the message names the step and the cause, ``where`` says
+    what the step was doing for a person, and ``__cause__`` is the original exception (not
+    Dagster's wrapper around it)."""
+
+    where: str | None = None
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 class ComparisonStopped(ComparisonFailed):
@@ -79,11 +88,9 @@ class ComparisonStopped(ComparisonFailed):
 
 
 def local_instance() -> dg.DagsterInstance:
-    path = home.dagster_home()
-    path.mkdir(parents=True, exist_ok=True)
-    # An explicit (empty) dagster.yaml: the defaults — SQLite storage under this directory —
-    # are what we want, and Dagster otherwise warns on every start that the file is missing.
-    (path / "dagster.yaml").touch(exist_ok=True)
+    # An explicit dagster.yaml: the defaults — SQLite storage under this directory — are what
+    # we want, and Dagster otherwise warns on every start that the file is missing.
+    path = home.ensure_dagster_home()
     os.environ["DAGSTER_HOME"] = str(path)
     return dg.DagsterInstance.get()
 
@@ -123,24 +130,54 @@ def _materialize(step: Step, comparison_key: str, instance: dg.DagsterInstance, 
         selection, partition, config = [pr_report], comparison_key, None
     else:
         selection, partition, config = [comparison, pr_report], comparison_key, None
-    result = dg.materialize(
-        ASSETS,
-        selection=selection,
-        partition_key=partition,
-        instance=instance,
-        resources=resources,
-        run_config={**(config or {}), "loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-        tags={"evalrunner/comparison": comparison_key, "evalrunner/step": step.run_key[:200]},
-        # The CLI prints its own progress; Dagster's per-event console lines stay in the instance.
-        raise_on_error=False,
-    )
-    if not result.success:
-        errors = [
-            str(e.event_specific_data.error.message).strip()  # type: ignore[union-attr]
-            for e in result.all_events
-            if e.is_step_failure and e.event_specific_data is not None
-        ]
-        raise ComparisonFailed(f"{step.kind} step {step.run_key} failed: {'; '.join(errors) or 'see the run logs'}")
+    # The CLI prints its own progress and errors; Dagster's console lines (a step failure is
+    # logged with its whole stack) stay in the instance unless --debug asks for them.
+    log_level = "WARNING" if debug_enabled() else "CRITICAL"
+    try:
+        result = dg.materialize(
+            ASSETS,
+            selection=selection,
+            partition_key=partition,
+            instance=instance,
+            resources=resources,
+            run_config={**(config or {}), "loggers": {"console": {"config": {"log_level": log_level}}}},
+            tags={"evalrunner/comparison": comparison_key, "evalrunner/step": step.run_key[:200]},
+            # The run is recorded as failed either way; raising hands back the asset's own
+            # exception (a typed discovery error, …) instead of a message in a failure event.
+            raise_on_error=True,
+        )
+    except dg.DagsterExecutionInterruptedError as exc:  # Ctrl-C while the run executed
+        raise KeyboardInterrupt("Dagster run interrupted") from exc
+    except Exception as exc:
+        cause = _original_error(exc)
+        raise ComparisonFailed(f"{step.kind} step {step.run_key} failed: {type(cause).__name__}: {cause}",
+                               where=_step_description(step)) from cause
+    if not result.success:  # not expected with raise_on_error, kept as a guard
+        raise ComparisonFailed(f"{step.kind} step {step.run_key} failed: see the run logs",
+                               where=_step_description(step))
+
+
+def _original_error(exc: BaseException) -> BaseException:
+    """The exception an asset or resource raised, inside Dagster's step/resource error wrappers."""
+    current = exc
+    for _ in range(10):
+        if not type(current).__module__.startswith("dagster"):
+            return current
+        inner = getattr(current, "user_exception", None) or current.__cause__
+        if not isinstance(inner, BaseException):
+            return current
+        current = inner
+    return current
+
+
+def _step_description(step: Step) -> str:
+    if step.kind == "manifest" and step.commit:
+        repo, sha = parse_commit_key(step.commit)
+        return f"learning the evals of {repo} at {sha[:7]}"
+    if step.kind == "samples" and step.commit:
+        repo, sha = parse_commit_key(step.commit)
+        return f"recording {step.task} of {repo} at {sha[:7]}"
+    return "recording the comparison" if step.kind == "compare" else "writing the report"
 
 
 def _sweep(the_lake: Any, repo: str) -> list[str]:
@@ -202,8 +239,8 @@ def run_comparison(
 
     def open_instance() -> dg.DagsterInstance:
         inst = given_instance or local_instance()
-        inst.add_dynamic_partitions(
-            "commits", [commit_key(request.repo, request.base_sha), commit_key(request.repo, request.head_sha)]
+        inst.add_dynamic_partitions(  # base and head may be the same commit: each key once
+            "commits", list(dict.fromkeys(commit_key(request.repo, sha) for sha in (request.base_sha, request.head_sha)))
         )
         inst.add_dynamic_partitions("comparisons", [request.key])
         return inst

@@ -26,3 +26,25 @@ def repo_cache() -> Path:
 
 def export_root() -> Path:
     return home() / "exports"
+
+
+# Written into a new instance's dagster.yaml. The instance is evalrunner's own, created on the
+# first command: Dagster's first-start telemetry notice would otherwise land in the middle of
+# that command's output (and nothing leaves this machine anyway). An existing file is kept.
+_NEW_DAGSTER_YAML = """\
+# The Dagster instance evalrunner's command line records its runs in (SQLite storage here).
+telemetry:
+  enabled: false
+"""
+
+
+def ensure_dagster_home() -> Path:
+    """The Dagster instance directory, with a ``dagster.yaml`` (created on first use)."""
+    path = dagster_home()
+    path.mkdir(parents=True, exist_ok=True)
+    config = path / "dagster.yaml"
+    if not config.exists():
+        tmp = path / f".dagster.yaml.tmp-{os.getpid()}"
+        tmp.write_text(_NEW_DAGSTER_YAML)
+        os.replace(tmp, config)
+    return path

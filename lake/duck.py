@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import duckdb
@@ -33,6 +35,21 @@ from lake.schema import EVENTS_SCHEMA, SAMPLES_SCHEMA, SERIES_ROWS_SCHEMA, Batch
 from lake.storage import Lake
 
 VIEWS = ("batches_view", "samples_view", "events_view", "input_scores_view")
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C during a DuckDB call stays a ``KeyboardInterrupt``.
+
+    DuckDB's Python API notices a pending SIGINT while it executes, cancels the query and raises
+    ``RuntimeError("Query interrupted")`` in place of the ``KeyboardInterrupt``; without this a
+    Ctrl-C that lands mid-query would look like a failed query, not a cancellation."""
+    try:
+        yield
+    except (RuntimeError, duckdb.InterruptException) as exc:
+        if isinstance(exc, duckdb.InterruptException) or str(exc).strip() == "Query interrupted":
+            raise KeyboardInterrupt("DuckDB query interrupted") from exc
+        raise
 
 
 def _schema_stub(name: str, schema: pa.Schema) -> str:
@@ -89,9 +106,10 @@ def refresh(
     events = [_schema_stub("events", EVENTS_SCHEMA)]
     samples += [lake.url(r.samples_path) for r in committed if r.samples_path]
     events += [lake.url(r.events_path) for r in committed if r.events_path]
-    con.execute("set variable samples_files = ?", [samples])
-    con.execute("set variable events_files = ?", [events])
-    con.register("batch_records", batches_table(records))
+    with interruptible():
+        con.execute("set variable samples_files = ?", [samples])
+        con.execute("set variable events_files = ?", [events])
+        con.register("batch_records", batches_table(records))
     return records
 
 
@@ -105,9 +123,10 @@ def connect(
     if not lake.is_local:
         con.register_filesystem(lake.fs)
     refresh(con, lake, records)
-    for name in VIEWS:
-        con.execute(sql.load(name))
-    register_series(con, lake)
+    with interruptible():
+        for name in VIEWS:
+            con.execute(sql.load(name))
+        register_series(con, lake)
     return con
 
 
@@ -124,4 +143,5 @@ def query(
     con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None
 ) -> pa.Table:
     """Run the named query from ``sql/`` with bound ``params``; an Arrow table."""
-    return con.sql(sql.load(name), params=params or {}).to_arrow_table()
+    with interruptible():
+        return con.sql(sql.load(name), params=params or {}).to_arrow_table()

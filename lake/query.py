@@ -6,10 +6,13 @@ import csv
 import io
 import json
 import math
+import threading
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+import duckdb
 import pyarrow.parquet as pq
 
 from lake.duck import connect
@@ -17,6 +20,7 @@ from lake.storage import Lake
 
 Format = Literal["table", "csv", "json", "parquet"]
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "parquet")
+T = TypeVar("T")
 
 
 class QueryError(ValueError):
@@ -63,17 +67,56 @@ def render_table(columns: list[str], rows: list[tuple[Any, ...]], max_width: int
     return "\n".join([line, rule, *body, footer]) + "\n"
 
 
+def _cancellable(con: duckdb.DuckDBPyConnection, work: Callable[[], T], *,
+                 on_slow: Callable[[], None] | None, slow_after_s: float) -> T:
+    """``work()`` on a helper thread while this thread waits, so that a Ctrl-C here interrupts
+    the query at once (DuckDB notices a pending SIGINT only at some points: a ``fetchall`` of
+    an aggregate runs to its end first)."""
+    outcome: dict[str, Any] = {}
+    # An event, not Thread.join: a join interrupted by Ctrl-C can report a live thread as
+    # finished (Python 3.11), and closing the connection under a running query aborts.
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # handed to the waiting thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="evalrunner-sql", daemon=True).start()
+    try:
+        if not done.wait(slow_after_s):
+            if on_slow is not None:
+                on_slow()
+            done.wait()
+    except KeyboardInterrupt:
+        con.interrupt()
+        done.wait(30)  # the query stops within milliseconds of the interrupt
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def run_sql(
     lake: Lake,
     sql_text: str,
     fmt: Format = "table",
     out: str | None = None,
     params: dict[str, Any] | list[Any] | None = None,
+    *,
+    on_slow: Callable[[], None] | None = None,
+    slow_after_s: float = 1.0,
 ) -> str:
     """Run ``sql_text`` over the lake's views; returns the rendered result.
 
     ``fmt='parquet'`` needs ``out`` (a local path) and returns a one-line summary. With ``out``
     the text formats are also written there. ``params`` are bound, never formatted in.
+    ``on_slow`` is called once if the query is still running after ``slow_after_s`` seconds.
+    Ctrl-C (``KeyboardInterrupt`` on the calling thread) cancels the query at once and is
+    re-raised.
     """
     if fmt not in FORMATS:
         raise QueryError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -81,19 +124,29 @@ def run_sql(
         raise QueryError("format 'parquet' needs an output path (out=...)")
     con = connect(lake)
     try:
-        try:
-            rel = con.sql(sql_text, params=params)
-        except Exception as exc:  # duckdb raises its own error classes per phase
-            raise QueryError(f"SQL failed: {exc}") from exc
-        if rel is None:  # a statement without a result (e.g. create view)
+        # DuckDB draws its progress bar on stdout, into the result a caller may be redirecting.
+        con.execute("set enable_progress_bar = false")
+
+        def execute() -> tuple[list[str], Any]:
+            try:
+                rel = con.sql(sql_text, params=params)
+                if rel is None:  # a statement without a result (e.g. create view)
+                    return [], None
+                if fmt == "parquet":
+                    return list(rel.columns), rel.to_arrow_table()
+                return list(rel.columns), rel.fetchall()
+            except Exception as exc:  # duckdb raises its own error classes per phase
+                if isinstance(exc, duckdb.InterruptException) or str(exc).strip() == "Query interrupted":
+                    raise
+                raise QueryError(f"SQL failed: {exc}") from exc
+
+        columns, rows = _cancellable(con, execute, on_slow=on_slow, slow_after_s=slow_after_s)
+        if rows is None:
             text = "OK\n"
         elif fmt == "parquet":
-            table = rel.to_arrow_table()
-            pq.write_table(table, out)
-            return f"wrote {table.num_rows} rows to {out}\n"
+            pq.write_table(rows, out)
+            return f"wrote {rows.num_rows} rows to {out}\n"
         else:
-            columns = list(rel.columns)
-            rows = rel.fetchall()
             if fmt == "table":
                 text = render_table(columns, rows)
             elif fmt == "csv":

@@ -1,8 +1,9 @@
 """The PR sensor: GitHub deliveries from the durable inbox → comparisons to run.
 
 A pull_request delivery opens a comparison for its head (run key ``owner/repo#pr@sha``: a
-force-push is a new comparison, a redelivery is not); a push to the default branch learns that
-commit; ``/eval more N`` raises the allowance of the PR's latest comparison, which the sampling
+force-push is a new comparison, a redelivery is not); a push to the default branch adds that
+commit's point to the repository's cohort series (``main_commits`` partition, run key
+``series:owner/repo@sha``); ``/eval more N`` raises the allowance of the PR's latest comparison, which the sampling
 sensor then picks up.
 
 A delivery the sensor cannot handle (unreadable, invalid, or anything raising while it is
@@ -21,7 +22,8 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
-from evalrunner_assets.jobs import comparison_job, eval_manifest_job
+from evalrunner_assets.jobs import cohort_series_job, comparison_job, eval_manifest_job
+from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.keys import commit_key
 from evalrunner_assets.pipeline.scheduler import sweep_orphaned_temp_files
 from evalrunner_assets.pipeline.spec import (
@@ -66,6 +68,7 @@ class _Work:
     runs: list[dg.RunRequest] = field(default_factory=list)
     commits: set[str] = field(default_factory=set)
     comparisons: set[str] = field(default_factory=set)
+    main_commits: list[str] = field(default_factory=list)  # in delivery order (first-parent order)
     events: list[dg.AssetObservation] = field(default_factory=list)
 
 
@@ -96,10 +99,17 @@ def _handle(context: dg.SensorEvaluationContext, the_lake, repos: RepoResource, 
         work.comparisons.add(request.key)
         work.runs.append(dg.RunRequest(run_key=run_key, job_name=comparison_job.name, partition_key=request.key))
     elif isinstance(intent, EvaluatePush):
+        # A push to the default branch is one more point of the repository's cohort series (the
+        # point learns the commit itself). The first push fixes the series branch unless a
+        # backfill already recorded its settings.
         key = commit_key(intent.repo, intent.sha)
         _ensure_source(the_lake, repos, intent.repo)
-        work.commits.add(key)
-        work.runs.append(dg.RunRequest(run_key=f"push:{key}", job_name=eval_manifest_job.name, partition_key=key))
+        if not the_lake.exists(LAYOUT.series_settings(intent.repo)):
+            branch = intent.ref.removeprefix("refs/heads/") or "main"
+            series.save_settings(the_lake, intent.repo, branch, series.SeriesSettings())
+        work.main_commits.append(key)
+        work.runs.append(dg.RunRequest(run_key=f"series:{key}", job_name=cohort_series_job.name,
+                                       partition_key=key))
     elif isinstance(intent, MoreSamples):
         latest = latest_request(the_lake, intent.repo, str(intent.pr))
         if latest is None:
@@ -111,7 +121,7 @@ def _handle(context: dg.SensorEvaluationContext, the_lake, repos: RepoResource, 
 
 
 @dg.sensor(
-    jobs=[comparison_job, eval_manifest_job],
+    jobs=[comparison_job, eval_manifest_job, cohort_series_job],
     minimum_interval_seconds=10,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
@@ -146,6 +156,8 @@ def pr_sensor(
     partition_requests = []
     if work.commits:
         partition_requests.append(dg.AddDynamicPartitionsRequest("commits", sorted(work.commits)))
+    if work.main_commits:
+        partition_requests.append(dg.AddDynamicPartitionsRequest("main_commits", list(dict.fromkeys(work.main_commits))))
     if work.comparisons:
         partition_requests.append(dg.AddDynamicPartitionsRequest("comparisons", sorted(work.comparisons)))
     return dg.SensorResult(

@@ -9,6 +9,8 @@ no sandbox.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
@@ -36,7 +38,7 @@ def backfilled(tmp_path_factory):
         starts_after_first = len(home.starts())
         second = run_backfill(REPO, str(root / "repo"), settings=SETTINGS, last=len(history),
                               instance=instance, resources=home.resources())
-        yield {"history": history, "first": first, "second": second, "home": home,
+        yield {"history": history, "first": first, "second": second, "home": home, "repo_path": str(root / "repo"),
                "instance": instance, "new_starts": len(home.starts()) - starts_after_first}
 
 
@@ -142,3 +144,45 @@ def test_settings_are_validated():
     with pytest.raises(series.SeriesError, match="cap"):
         series.SeriesSettings(cap=0)
 
+
+
+def test_a_push_to_main_through_the_receiver_adds_its_point(backfilled, tmp_path):
+    """A new main commit, a signed ``push`` delivery through the real receiver on loopback, the
+    real ``pr_sensor`` → a ``cohort_series`` run for that commit's partition → its point,
+    compared with the newest backfilled point."""
+    import json as _json
+
+    from conftest import commit_files
+    from github_standin import LoopbackServer
+    from sensors.pr import pr_sensor
+    from sensors.webhook import ReceiverConfig, create_app
+    from shared_files import shared_path
+    from test_github_e2e import SECRET, _retarget, deliver
+
+    home, instance = backfilled["home"], backfilled["instance"]
+    repo_path = Path(backfilled["repo_path"])
+    new_sha = commit_files(repo_path, {"README.md": (repo_path / "README.md").read_text() + "\nOne more note.\n"},
+                           message="README: one more note")
+    payload = _retarget(_json.loads(shared_path("fixtures/github-webhooks/push.json").read_text()))
+    payload.update({"ref": "refs/heads/main", "after": new_sha, "deleted": False, "created": False})
+    resources = home.resources()
+    lake = home.lake()
+    with LoopbackServer(create_app(ReceiverConfig(secret=SECRET, allowed_repos=frozenset({REPO})), lake)) as rx:
+        status, answer = deliver(rx, "push", payload, "push-delivery-1")
+    assert status == 202, answer
+    context = dg.build_sensor_context(instance=instance, resources=resources)
+    result = pr_sensor(context)
+    key = f"{REPO}@{new_sha}"
+    runs = [r for r in result.run_requests if r.job_name == "cohort_series_job"]
+    assert [(r.partition_key, r.run_key) for r in runs] == [(key, f"series:{key}")]
+    for req in result.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+    assert instance.get_dynamic_partitions("main_commits")[-1] == key
+    from evalrunner_assets.definitions import defs
+
+    run = defs.resolve_job_def("cohort_series_job").execute_in_process(
+        instance=instance, resources=resources, partition_key=key, raise_on_error=False)
+    assert run.success
+    point = series.load_point(lake, REPO, new_sha)
+    assert point is not None and point["previous"] == backfilled["history"][-1].sha
+    assert not point["flagged"] and point["position"] == len(backfilled["history"])

@@ -123,6 +123,10 @@ class RepoSource:
             self._remote = True
         else:
             path = Path(self.source).expanduser().resolve()
+            if not path.exists():
+                raise RepoError(f"{self.source!r} does not exist (nor is it a remote URL)")
+            if not path.is_dir():
+                raise RepoError(f"{self.source!r} is a file, not a git repository")
             proc = _git(["rev-parse", "--absolute-git-dir"], cwd=str(path), check=False)
             if proc.returncode != 0:
                 raise RepoError(f"{self.source!r} is not a git repository (nor a remote URL)")

@@ -1,0 +1,187 @@
+"""What the command line tells a person when a command does not succeed, and its exit code.
+
+One mapping for every command (:func:`explain`), applied by the one handler in ``cli.main``:
+
+- a **user error** (an input the person can fix: a ref, a path, an option, the repository's
+  ``.evals/list``, a query) prints one or two lines — what is wrong, with which input, how to
+  fix it — and exits 2;
+- an **outage** (the breaker tripped, the sandbox itself or the lake storage failed) exits 3;
+- a **cancellation** (Ctrl-C, at any moment: in a DuckDB query, in a Dagster run, while the
+  instance starts) exits 130;
+- anything else is a bug: one line and exit 1.
+
+A traceback is printed only with ``--debug`` (or ``EVALRUNNER_DEBUG=1``).
+
+User errors are the typed errors the domain packages already raise (discovery's, ``RepoError``,
+``SandboxUnavailable``, ``LakePathError``, ``QueryError`` …, listed in :func:`_user_error_types`)
+plus :class:`UserError` for what only the command line can check. Work the CLI runs through
+Dagster fails with Dagster's wrappers around the original exception; the chain is searched
+through ``__cause__``/``__context__`` and Dagster's ``user_exception``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+EXIT_OK = 0
+EXIT_BUG = 1
+EXIT_USER = 2
+EXIT_OUTAGE = 3
+EXIT_CANCELLED = 130
+
+DEBUG_ENV = "EVALRUNNER_DEBUG"
+
+# The message DuckDB's Python API raises (as a plain RuntimeError) when SIGINT arrives mid-query.
+DUCKDB_INTERRUPTED = "Query interrupted"
+
+
+class UserError(Exception):
+    """An input the person can fix; ``hint`` says how (printed as the second line)."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class LakeNotFound(UserError):
+    """A command that reads the lake was pointed at a lake that does not exist."""
+
+
+def debug_enabled() -> bool:
+    """Whether ``--debug`` / ``EVALRUNNER_DEBUG=1`` asked for tracebacks and Dagster's own logs."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What to print (``lines``, at most two) and the exit code."""
+
+    exit_code: int
+    lines: tuple[str, ...]
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what caused it: ``__cause__``, else ``__context__`` unless suppressed, and
+    Dagster's ``user_exception`` (the error the asset raised, inside Dagster's step error)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        inner = getattr(current, "user_exception", None)
+        if isinstance(inner, BaseException) and id(inner) not in seen:
+            current = inner
+        elif current.__cause__ is not None:
+            current = current.__cause__
+        elif not current.__suppress_context__:
+            current = current.__context__
+        else:
+            current = None
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Ctrl-C, however it surfaced: ``KeyboardInterrupt``, Dagster's interrupted-execution error,
+    or DuckDB's "Query interrupted"."""
+    for e in chain(exc):
+        if isinstance(e, KeyboardInterrupt) or type(e).__name__ == "DagsterExecutionInterruptedError":
+            return True
+        if isinstance(e, RuntimeError) and str(e).strip() == DUCKDB_INTERRUPTED:
+            return True
+        if type(e).__name__ == "InterruptException" and type(e).__module__.endswith("duckdb"):
+            return True
+    return False
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    """The domain packages' typed errors that name a bad input (imported only when needed)."""
+    from evalrunner_assets.discovery import DiscoveryError
+    from evalrunner_assets.execution.backends import UnknownBackend
+    from evalrunner_assets.execution.repo import RepoError
+    from evalrunner_assets.execution.sandbox import SandboxUnavailable
+    from evalrunner_assets.backfill import BackfillError
+    from evalrunner_assets.pipeline.pricing import PriceTableError
+    from evalrunner_assets.pipeline.series import SeriesError
+    from evalrunner_assets.pipeline.spec import ComparisonRequestError
+    from lake.layout import LakePathError
+    from lake.query import QueryError
+    from sensors.webhook import WebhookConfigError
+
+    return (UserError, DiscoveryError, RepoError, SandboxUnavailable, UnknownBackend, PriceTableError,
+            ComparisonRequestError, LakePathError, QueryError, WebhookConfigError, BackfillError, SeriesError)
+
+
+def _outage(e: BaseException) -> bool:
+    from evalrunner_assets.discovery import DiscoveryError
+    from lake.storage import LakeWriteError
+
+    if isinstance(e, DiscoveryError):
+        return e.infrastructure  # the sandbox failed, not the repository's .evals/list
+    return isinstance(e, LakeWriteError) or type(e).__name__ == "ComparisonStopped"
+
+
+def _first_line(text: str, limit: int = 400) -> str:
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def describe(e: BaseException) -> tuple[str, str | None]:
+    """One line saying what is wrong (and with which input), and a hint how to fix it."""
+    from evalrunner_assets import discovery as d
+    from evalrunner_assets.discovery._discover import LIST_PATH
+
+    if isinstance(e, d.ListFailed):
+        cause = _last_line(e.stderr_tail) or "(nothing on stderr)"
+        return (f"{LIST_PATH} exited with code {e.exit_code}: {_first_line(cause, 300)}",
+                f"run {LIST_PATH} at the repository root to see the whole error; "
+                "it must print the JSON manifest on stdout and exit 0")
+    if isinstance(e, d.InspectListFailed):
+        cause = _last_line(e.stderr_tail)
+        what = _first_line(str(e).split(":")[0] if cause else str(e))
+        return (f"{what}: {_first_line(cause, 300)}" if cause else what,
+                f"without {LIST_PATH} the repository's Python files are imported to find its @task "
+                f"functions; fix that error, or add an executable {LIST_PATH} printing the manifest")
+    if isinstance(e, d.ManifestNotJSON):
+        return (_first_line(e), f"make {LIST_PATH} print only the JSON manifest on stdout "
+                                "(anything else to stderr)")
+    if isinstance(e, d.ManifestSchemaError):
+        return (_first_line(e), "fix the manifest; its schema is evalrunner_assets/discovery/manifest.schema.json")
+    return _first_line(e), getattr(e, "hint", None)
+
+
+def explain(exc: BaseException, command: str) -> Explanation:
+    """What ``evalrunner <command>`` prints for ``exc`` (raised out of it), and its exit code."""
+    prefix = f"evalrunner {command}"
+    if is_cancellation(exc):
+        if command in ("compare", "demo"):
+            text = ("cancelled; every sandbox was stopped, completed windows stay landed and the same "
+                    "command resumes")
+        else:
+            text = "cancelled"
+        return Explanation(EXIT_CANCELLED, (f"{prefix}: {text}",))
+    errors = list(chain(exc))
+    where = next((w for w in (getattr(e, "where", None) for e in errors) if w), None)
+    context = f"{where}: " if where else ""
+    for e in errors:
+        if _outage(e):
+            stopped = "stopped: " if type(e).__name__ == "ComparisonStopped" else ""
+            return Explanation(EXIT_OUTAGE, (f"{prefix}: {stopped}{context}{_first_line(e)}",))
+    user_types = _user_error_types()
+    for e in errors:
+        if isinstance(e, user_types):
+            what, hint = describe(e)
+            lines = [f"{prefix}: {context}{what}"]
+            if hint:
+                lines.append(f"  {hint}")
+            return Explanation(EXIT_USER, tuple(lines))
+    innermost = errors[-1]
+    return Explanation(EXIT_BUG, (
+        f"{prefix}: unexpected {type(innermost).__name__}: {_first_line(innermost)}",
+        "  run it again with --debug for the traceback",
+    ))
