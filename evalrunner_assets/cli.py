@@ -90,6 +90,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         repo=repo_id, source=args.repo, pr=args.pr, base_sha=base, head_sha=head,
         base_ref=args.base, head_ref=args.head, model=args.model, seed=args.seed, epochs=args.epochs,
         affinity=args.affinity, changed_files=changed, cap=args.cap, budget_samples=args.budget,
+        budget_usd=args.budget_usd,
         requested_at=datetime.now(timezone.utc).isoformat(),
     )
     print(f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
@@ -101,9 +102,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         resources = default_resources(sandbox=SandboxResource(backend_name=args.backend,
                                                               max_workers=args.workers or 0))
     from evalrunner_assets.driver import ComparisonStopped
+    from evalrunner_assets.gateway import GatewayError
 
     try:
-        result = run_comparison(request, resources=resources, on_step=_progress_printer())
+        result = run_comparison(request, resources=resources, on_step=_progress_printer(),
+                                model_gateway=True if args.model_gateway else None)
+    except GatewayError as exc:
+        print(f"evalrunner compare: {exc}", file=sys.stderr, flush=True)
+        return 2
     except ComparisonStopped as exc:
         print(f"evalrunner compare: stopped: {exc}", file=sys.stderr, flush=True)
         return 3
@@ -112,6 +118,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "and the same command resumes", file=sys.stderr, flush=True)
         return 130
     _print_outcome(result)
+    if result.get("status") == "budget_spent":
+        print(f"evalrunner compare: {result.get('stopped_reason')}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -201,6 +209,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--cap", type=int, default=256, help="most pairs per task (default: %(default)s)")
     p.add_argument("--budget", type=int, default=None, help="most samples in all (both arms)")
+    p.add_argument("--budget-usd", type=float, default=None,
+                   help="most dollars of model calls, enforced by the model gateway (needs the model's "
+                        "price in the price table, $EVALRUNNER_PRICES)")
+    p.add_argument("--model-gateway", action="store_true",
+                   help="run the model gateway even when --model is not openai/… or anthropic/… (e.g. "
+                        "for a model-graded scorer); keys are read from OPENAI_API_KEY / ANTHROPIC_API_KEY")
     p.add_argument("--affinity", choices=("off", "order", "prune"), default="order",
                    help="changed-file affinity: run matched tasks first, or skip unmatched ones")
     p.add_argument("--workers", type=int, default=0,

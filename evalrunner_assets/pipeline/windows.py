@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from evalrunner_assets.execution.inspect_runner import (
+    BUDGET_SPENT,
     make_batch_key,
     window_ids,
     TaskRunConfig,
@@ -52,7 +53,7 @@ class WindowOutcome:
     """One window of one (commit, task): reused, landed, or failed (with the first cause)."""
 
     key: BatchKey
-    status: str  # "reused" | "landed" | "failed" | "cancelled"
+    status: str  # "reused" | "landed" | "failed" | "cancelled" | "budget_stopped"
     samples: int = 0
     errored: int = 0
     failure: str | None = None
@@ -218,8 +219,26 @@ def _record_failure(lake: Lake, key: BatchKey, kind: str, cause: str, run: Windo
     lake.write_bytes(rel, json.dumps(payload, indent=2, sort_keys=True, default=str).encode())
 
 
+def record_gateway_usage(lake: Lake, run: WindowRun) -> None:
+    """Land the model gateway's meter of a window beside its log (landed or not)."""
+    if run.gateway_usage is None:
+        return
+    key = run.key
+    payload = {"batch": key.digest, "key": key.as_record(), "window_status": run.status,
+               "failure_kind": run.failure_kind, "recorded_at": datetime.now(timezone.utc).isoformat(),
+               "usage": run.gateway_usage}
+    rel = LAYOUT.gateway_usage(key.repo, key.commit, key.task, key.window, key.digest)
+    lake.write_bytes(rel, json.dumps(payload, indent=2, sort_keys=True, default=str).encode())
+
+
 def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowOutcome:
     key = run.key
+    record_gateway_usage(lake, run)
+    if run.failure_kind == BUDGET_SPENT:
+        # Neither the agent's failure nor the infrastructure's: nothing is recorded as a failure,
+        # so the breaker never counts it and a later request (a larger budget) runs it again.
+        return WindowOutcome(key, "budget_stopped", failure=run.failure_cause, failure_kind=BUDGET_SPENT,
+                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
     if (not run.ok or run.log_bytes is None) and cancel is not None and cancel.is_set():
         # Cancelled is not a finding about the infrastructure: nothing is recorded, so the
         # window runs again when the comparison resumes.
