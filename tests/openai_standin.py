@@ -38,6 +38,10 @@ class StandInState:
     in_flight: int = 0
     max_in_flight: int = 0
     delay_s: float = 0.0
+    # When set, every request waits (after it is counted in flight) until ``hold`` is set;
+    # ``arrived`` is released once per request as it starts waiting.
+    hold: threading.Event | None = None
+    arrived: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -80,6 +84,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                    "x-api-key": self.headers.get("x-api-key"), "model": body.get("model"),
                                    "status": fault.status if fault else 200})
         try:
+            if state.hold is not None:
+                state.arrived.release()
+                state.hold.wait(timeout=60)
             if state.delay_s:
                 time.sleep(state.delay_s)
             if fault is not None:

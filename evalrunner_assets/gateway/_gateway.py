@@ -555,49 +555,59 @@ class ModelGateway:
 
     def _relay(self, h: _Handler, scope: Scope, provider: Provider, model: str, resp: httpx.Response,
                stream: bool) -> None:
+        # The meter is updated before the answer's last byte is sent: once the sandbox has its
+        # answer, the window's usage already counts it (the window may end right after).
         ok = resp.status_code < 400
         h.send_response(resp.status_code)
         for k in _RESPONSE_HEADERS:
             if k in resp.headers:
                 h.send_header(k, resp.headers[k])
-        tokens: dict[str, int] = {}
         if stream and ok:
             usage = _StreamUsage(provider.name)
             h.send_header("transfer-encoding", "chunked")
             h.end_headers()
-            try:
-                for chunk in resp.iter_bytes():
-                    if chunk:
-                        usage.feed(chunk)
+            gone = False
+            for chunk in resp.iter_bytes():
+                usage.feed(chunk)
+                if chunk and not gone:
+                    try:
                         h.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                         h.wfile.flush()
-                h.wfile.write(b"0\r\n\r\n")
-            except OSError:
-                pass  # the sandbox went away; what was used upstream is still metered
-            tokens = usage.tokens
-        else:
-            data = resp.read()
-            h.send_header("content-length", str(len(data)))
-            h.end_headers()
-            try:
-                h.wfile.write(data)
-            except OSError:
-                pass
-            if ok:
+                    except OSError:
+                        gone = True  # the sandbox went away; what is used upstream is still metered
+            self._meter(scope, model, usage.tokens, ok)
+            if not gone:
                 try:
-                    tokens = _usage_tokens(provider.name, (json.loads(data) or {}).get("usage"))
-                except (ValueError, AttributeError):
-                    tokens = {}
+                    h.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    pass
+            return
+        data = resp.read()
+        tokens: dict[str, int] = {}
         if ok:
-            cost = self._cost(model, tokens)
-            self.budget.charge(cost)
+            try:
+                tokens = _usage_tokens(provider.name, (json.loads(data) or {}).get("usage"))
+            except (ValueError, AttributeError):
+                tokens = {}
+        self._meter(scope, model, tokens, ok)
+        h.send_header("content-length", str(len(data)))
+        h.end_headers()
+        try:
+            h.wfile.write(data)
+        except OSError:
+            pass
 
-            def meter(u: GatewayUsage) -> None:
-                u.requests += 1
-                u.add_tokens(model, tokens, cost)
-            scope.record(meter)
-        else:
+    def _meter(self, scope: Scope, model: str, tokens: dict[str, int], ok: bool) -> None:
+        if not ok:
             scope.record(lambda u: setattr(u, "upstream_errors", u.upstream_errors + 1))
+            return
+        cost = self._cost(model, tokens)
+        self.budget.charge(cost)
+
+        def meter(u: GatewayUsage) -> None:
+            u.requests += 1
+            u.add_tokens(model, tokens, cost)
+        scope.record(meter)
 
     class _SlotCtx:
         def __init__(self, gw: "ModelGateway", name: str) -> None:
