@@ -231,6 +231,18 @@ def record_gateway_usage(lake: Lake, run: WindowRun) -> None:
     lake.write_bytes(rel, json.dumps(payload, indent=2, sort_keys=True, default=str).encode())
 
 
+def _metered_usage(logged: dict[str, Any] | None, metered: dict[str, Any]) -> dict[str, Any]:
+    """A stopped window's spend: the gateway metered every call, including those of samples
+    whose log records no usage (an errored sample's model calls are easily lost)."""
+    usage = dict(logged or {"samples": 0, "samples_errored": 0, "log_status": None})
+    models = {m: {k: int(u[k]) for k in ("input_tokens", "output_tokens", "total_tokens")}
+              for m, u in (metered.get("models") or {}).items()}
+    usage["models"] = models
+    for k in ("input_tokens", "output_tokens", "total_tokens"):
+        usage[k] = sum(m[k] for m in models.values())
+    return usage
+
+
 def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowOutcome:
     key = run.key
     record_gateway_usage(lake, run)
@@ -238,7 +250,8 @@ def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowO
         # Neither the agent's failure nor the infrastructure's: nothing is recorded as a failure,
         # so the breaker never counts it and a later request (a larger budget) runs it again.
         return WindowOutcome(key, "budget_stopped", failure=run.failure_cause, failure_kind=BUDGET_SPENT,
-                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
+                             duration_s=run.duration_s, timings=run.timings,
+                             usage=_metered_usage(log_usage(run.log_bytes), run.gateway_usage))
     if (not run.ok or run.log_bytes is None) and cancel is not None and cancel.is_set():
         # Cancelled is not a finding about the infrastructure: nothing is recorded, so the
         # window runs again when the comparison resumes.
