@@ -210,3 +210,22 @@ def test_a_spent_dollar_budget_ends_the_comparison_as_a_budget_stop(tmp_path, up
     stopped = [json.loads(p.read_text()) for p in (lake_root / "gateway").rglob("*.json")]
     assert any(r["failure_kind"] == "budget_spent" and r["usage"]["budget_refusals"] > 0 for r in stopped)
     assert KEY not in output
+
+
+def test_a_429_storm_and_server_errors_are_absorbed_by_the_gateway_and_the_window_succeeds(
+        bwrap_backend, upstream, export):
+    upstream.fail_next(3, 429, retry_after="1")
+    upstream.fail_next(2, 503)
+    # Five retries per request: even if one request meets every fault, the gateway absorbs them.
+    with _gateway(upstream, max_retries=5, backoff_base_s=0.05) as gw:
+        backend = with_gateway(bwrap_backend, gw)
+        cfg = TaskRunConfig(repo="acme/graded", task="support/answers", spec="evals/graded.py@answers",
+                            model="openai/gpt-4o")
+        with WarmTaskRunner(backend, export, cfg) as runner:
+            run = runner.run_window(Window(0, 4))
+    assert run.ok, (run.failure_kind, run.failure_cause, run.stderr_tail)
+    assert run.gateway_usage["retries"] == 5
+    assert run.gateway_usage["retry_wait_s"] >= 3.0  # the three Retry-After: 1 were honoured
+    assert run.gateway_usage["upstream_errors"] == 0 and run.gateway_usage["requests"] == 4
+    assert [r["status"] for r in upstream.state.requests].count(200) == 4
+    assert _models(run.gateway_usage) == _models(log_usage(run.log_bytes))
