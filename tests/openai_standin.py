@@ -68,6 +68,7 @@ def words(text: str) -> int:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
     server: "_Server"
 
     def log_message(self, *args: Any) -> None:
