@@ -37,7 +37,7 @@ from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.keys import commit_key
 from evalrunner_assets.discovery import DiscoveryError
 from evalrunner_assets.execution.inspect_runner import InspectRunError
-from evalrunner_assets.gateway import GatewayError, GatewaySettings, ModelGateway, provider_of, with_gateway
+from evalrunner_assets.gateway import ModelGateway, start_gateway, with_gateway
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
 from evalrunner_assets.pipeline.keys import parse_commit_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
@@ -193,7 +193,7 @@ def run_comparison(
     backend = sandbox.backend()
     backend.preflight()
     runtime = backend.runtime_digest()
-    gateway = start_gateway(request, model_gateway)
+    gateway = start_gateway(request.model, request.budget_usd, model_gateway)
     if gateway is not None:
         backend = with_gateway(backend, gateway)
     try:
@@ -203,23 +203,6 @@ def run_comparison(
     finally:
         if gateway is not None:
             gateway.close()
-
-
-def start_gateway(request: ComparisonRequest, wanted: bool | None) -> ModelGateway | None:
-    """The model gateway this comparison needs, started (None when it needs none)."""
-    use = provider_of(request.model) is not None if wanted is None else wanted
-    if not use:
-        if request.budget_usd is not None:
-            raise GatewayError("a dollar budget (--budget-usd) is enforced by the model gateway: use an "
-                               "openai/… or anthropic/… model, or --model-gateway")
-        return None
-    gateway = ModelGateway(GatewaySettings.from_env(budget_usd=request.budget_usd))
-    try:
-        gateway.require(request.model)
-    except BaseException:
-        gateway.close()
-        raise
-    return gateway
 
 
 def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, backend: Any, runtime: str,

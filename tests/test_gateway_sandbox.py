@@ -106,7 +106,7 @@ def test_the_sandbox_holds_a_scoped_token_and_no_key_anywhere(bwrap_backend, ups
     with _gateway(upstream) as gw:
         backend = with_gateway(bwrap_backend, gw)
         result = backend.run(SandboxRequest(argv=("python", "-c", PROBE, upstream.openai_base + "/chat/completions"),
-                                            export=export))
+                                            export=export, labels={"window": "w000000-000001"}))
         leftover_scopes = list(gw._scopes)
     assert result.status is SandboxStatus.OK, result.stderr_tail
     seen = json.loads(result.stdout)

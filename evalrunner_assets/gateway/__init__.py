@@ -16,6 +16,7 @@ from evalrunner_assets.gateway._gateway import (
     ModelGateway,
     Scope,
     provider_of,
+    start_gateway,
 )
 
 __all__ = [
@@ -30,5 +31,6 @@ __all__ = [
     "ModelGateway",
     "Scope",
     "provider_of",
+    "start_gateway",
     "with_gateway",
 ]

@@ -1,6 +1,7 @@
 """A sandbox backend that gives every sandbox its own gateway scope.
 
-:func:`with_gateway` wraps a backend: each cold run and each warm session gets a fresh
+:func:`with_gateway` wraps a backend: each cold window run (labelled ``window``; discovery and
+id listing get nothing) and each warm session gets a fresh
 :class:`~evalrunner_assets.gateway._gateway.Scope` — a channel to its own gateway socket and the
 gateway variables (base URLs, scoped token) in ``SandboxRequest.gateway_env`` — and the token is
 honoured only while a run or a warm call is in progress; the scope is closed (token revoked,
@@ -45,6 +46,9 @@ class GatewayBackend(SandboxBackend):
         return self.inner.runtime_digest()
 
     def run(self, request: SandboxRequest, cancel: threading.Event | None = None) -> SandboxResult:
+        if "window" not in request.labels:
+            # Discovery and id listing call no model: they get no channel to the gateway.
+            return self.inner.run(request, cancel=cancel)
         with self.gateway.open_scope(request.labels) as scope:
             scope.begin()
             try:

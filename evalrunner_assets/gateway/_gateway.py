@@ -631,3 +631,22 @@ class ModelGateway:
 def _add_retry(u: GatewayUsage, wait: float) -> None:
     u.retries += 1
     u.retry_wait_s += wait
+
+
+def start_gateway(model: str, budget_usd: float | None, wanted: bool | None = None) -> ModelGateway | None:
+    """The gateway a comparison of ``model`` needs, started from the host environment (None when
+    it needs none: ``wanted`` False, or None and ``model`` is not a gateway provider's)."""
+    use = provider_of(model) is not None if wanted is None else wanted
+    if not use:
+        if budget_usd is not None:
+            raise GatewayError("a dollar budget (--budget-usd) is enforced by the model gateway: use an "
+                               "openai/… or anthropic/… model, or --model-gateway")
+        return None
+    gateway = ModelGateway(GatewaySettings.from_env(budget_usd=budget_usd))
+    try:
+        if provider_of(model) is not None:
+            gateway.require(model)
+    except BaseException:
+        gateway.close()
+        raise
+    return gateway
