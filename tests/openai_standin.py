@@ -2,7 +2,7 @@
 
 No model API is reachable here, so this server answers the request shapes Inspect's
 ``openai/…`` provider sends (``POST /v1/chat/completions``, streamed or not, and
-``POST /v1/responses``) and Anthropic's ``POST /v1/messages``, with the response shapes those
+``POST /v1/responses``) and Anthropic's ``POST /v1/messages`` (streamed or not), with the response shapes those
 SDKs parse, ``usage`` included. Answers are deterministic functions of the request:
 
 - a grading prompt (one that asks for ``GRADE: C`` / ``GRADE: I``) gets ``GRADE: C``;
@@ -163,6 +163,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         messages = list(body.get("messages") or [])
         answer = answer_for(messages)
         prompt = sum(words(_text(m.get("content"))) for m in messages) + words(_text(body.get("system")))
+        if body.get("stream"):
+            msg = {"id": "msg_standin", "type": "message", "role": "assistant", "model": body.get("model"),
+                   "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": prompt, "output_tokens": 1}}
+            events = [
+                ("message_start", {"type": "message_start", "message": msg}),
+                ("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": {"type": "text", "text": ""}}),
+                ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "text_delta", "text": answer}}),
+                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                   "usage": {"output_tokens": words(answer)}}),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for name, ev in events:
+                chunk = f"event: {name}\ndata: {json.dumps(ev)}\n\n".encode()
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+            return
         self.send_response(200)
         self._json(json.dumps({
             "id": "msg_standin", "type": "message", "role": "assistant", "model": body.get("model"),

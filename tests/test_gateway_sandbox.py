@@ -229,3 +229,18 @@ def test_a_429_storm_and_server_errors_are_absorbed_by_the_gateway_and_the_windo
     assert run.gateway_usage["upstream_errors"] == 0 and run.gateway_usage["requests"] == 4
     assert [r["status"] for r in upstream.state.requests].count(200) == 4
     assert _models(run.gateway_usage) == _models(log_usage(run.log_bytes))
+
+
+def test_inspect_anthropic_provider_streams_through_the_gateway_and_usage_agrees(bwrap_backend, upstream, export):
+    ant_key = "sk-ant-standin-REAL-KEY-5d1e"
+    with ModelGateway(GatewaySettings(keys={"anthropic": ant_key}, bases={"openai": upstream.openai_base,
+                                                                          "anthropic": upstream.anthropic_base})) as gw:
+        cfg = TaskRunConfig(repo="acme/graded", task="support/answers", spec="evals/graded.py@answers",
+                            model="anthropic/claude-sonnet-4-0")
+        with WarmTaskRunner(with_gateway(bwrap_backend, gw), export, cfg) as runner:
+            run = runner.run_window(Window(0, 2))
+    assert run.ok, (run.failure_kind, run.failure_cause, run.stderr_tail)
+    assert {r["x-api-key"] for r in upstream.state.requests} == {ant_key}
+    assert _models(run.gateway_usage) == _models(log_usage(run.log_bytes))
+    assert run.gateway_usage["total_tokens"] > 0
+    assert ant_key.encode() not in run.log_bytes

@@ -23,12 +23,24 @@ from evalrunner_assets.execution.sandbox import (
     SandboxResult,
     WarmSession,
 )
-from evalrunner_assets.gateway._gateway import ModelGateway, Scope
+from evalrunner_assets.gateway._gateway import SANDBOX_GATEWAY_PORT, ModelGateway, Scope
 
 
-def _scoped(request: SandboxRequest, scope: Scope) -> SandboxRequest:
-    return replace(request, channels=tuple(request.channels) + (scope.channel(),),
-                   gateway_env={**request.gateway_env, **scope.sandbox_env()})
+def _port_for(backend: SandboxBackend) -> int:
+    """The gateway's port inside the sandbox: fixed where each sandbox has its own loopback;
+    a free host port for unsafe-local, whose sandboxes share the host's."""
+    if backend.name != "unsafe-local":
+        return SANDBOX_GATEWAY_PORT
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scoped(request: SandboxRequest, scope: Scope, port: int) -> SandboxRequest:
+    return replace(request, channels=tuple(request.channels) + (scope.channel(port),),
+                   gateway_env={**request.gateway_env, **scope.sandbox_env(port)})
 
 
 class GatewayBackend(SandboxBackend):
@@ -52,7 +64,7 @@ class GatewayBackend(SandboxBackend):
         with self.gateway.open_scope(request.labels) as scope:
             scope.begin()
             try:
-                result = self.inner.run(_scoped(request, scope), cancel=cancel)
+                result = self.inner.run(_scoped(request, scope, _port_for(self.inner)), cancel=cancel)
             finally:
                 usage = scope.end()
         result.gateway_usage = usage.to_dict()
@@ -65,7 +77,7 @@ class GatewayWarmBackend(GatewayBackend):
     def open_session(self, request: SandboxRequest) -> WarmSession:
         scope = self.gateway.open_scope(request.labels)
         try:
-            session = self.inner.open_session(_scoped(request, scope))
+            session = self.inner.open_session(_scoped(request, scope, _port_for(self.inner)))
         except BaseException:
             scope.close()
             raise

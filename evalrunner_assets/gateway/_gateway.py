@@ -562,7 +562,7 @@ class ModelGateway:
         for k in _RESPONSE_HEADERS:
             if k in resp.headers:
                 h.send_header(k, resp.headers[k])
-        if stream and ok:
+        if stream and ok and "text/event-stream" in resp.headers.get("content-type", ""):
             usage = _StreamUsage(provider.name)
             h.send_header("transfer-encoding", "chunked")
             h.end_headers()
