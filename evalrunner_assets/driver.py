@@ -37,7 +37,7 @@ from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.keys import commit_key
 from evalrunner_assets.discovery import DiscoveryError
 from evalrunner_assets.execution.inspect_runner import InspectRunError
-from evalrunner_assets.gateway import ModelGateway, start_gateway, with_gateway
+from evalrunner_assets.gateway import GatewayError, ModelGateway, start_gateway, with_gateway
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
 from evalrunner_assets.pipeline.keys import parse_commit_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
@@ -195,6 +195,10 @@ def run_comparison(
     runtime = backend.runtime_digest()
     gateway = start_gateway(request.model, request.budget_usd, model_gateway)
     if gateway is not None:
+        if backend.name == "kubernetes":
+            gateway.close()
+            raise GatewayError("the model gateway is not supported on the kubernetes backend yet "
+                               "(sandbox pods have no channel to it); use --backend bubblewrap")
         backend = with_gateway(backend, gateway)
     try:
         return _run(request, resources, the_lake, backend, runtime, retired, gateway, instance=instance,

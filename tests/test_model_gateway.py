@@ -228,3 +228,19 @@ def test_usage_totals_add_up_over_closed_scopes(upstream):
                 scope.end()
         assert isinstance(gw.total, GatewayUsage)
         assert gw.total.requests == 2 and gw.total.models["openai/gpt-4o"]["total_tokens"] == 14
+
+
+def test_a_dollar_budget_without_a_gateway_model_is_refused_with_the_fix():
+    from evalrunner_assets.gateway import GatewayError, start_gateway
+
+    assert start_gateway("simagent/support-agent", None) is None
+    with pytest.raises(GatewayError, match="--model-gateway"):
+        start_gateway("simagent/support-agent", 1.0)
+
+
+def test_a_gateway_model_without_its_key_on_the_host_is_refused_with_the_fix(monkeypatch):
+    from evalrunner_assets.gateway import GatewayError, start_gateway
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(GatewayError, match="needs ANTHROPIC_API_KEY set where evalrunner runs"):
+        start_gateway("anthropic/claude-sonnet-4-0", None)
