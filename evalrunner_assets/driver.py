@@ -486,7 +486,7 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
         _finish(the_lake, request, assess_now, scheduler, "cancelled", "cancelled by the caller")
         raise KeyboardInterrupt("comparison cancelled")
     budget_stops = [o for o in scheduler.outcomes() if o.status == "budget_stopped"]
-    if gateway is not None and (budget_stops or gateway.budget_spent):
+    if gateway is not None and (budget_stops or (gateway.budget_spent and assess_now().next_windows)):
         result = _finish(the_lake, request, assess_now, scheduler, "budget_spent",
                          f"the model budget of ${request.budget_usd:g} was spent (${gateway.spent_usd:.4f}); "
                          f"{len(budget_stops)} window(s) stopped, nothing more was run")

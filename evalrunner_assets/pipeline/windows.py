@@ -231,6 +231,23 @@ def record_gateway_usage(lake: Lake, run: WindowRun) -> None:
     lake.write_bytes(rel, json.dumps(payload, indent=2, sort_keys=True, default=str).encode())
 
 
+def _sum_gateway_usage(usages: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    total: dict[str, Any] = {"models": {}, "attempts": 0}
+    for u in usages:
+        if not u:
+            continue
+        total["attempts"] += 1
+        for k, v in u.items():
+            if k == "models":
+                for m, mu in v.items():
+                    tm = total["models"].setdefault(m, {})
+                    for mk, mv in mu.items():
+                        tm[mk] = None if mv is None or tm.get(mk, 0) is None else tm.get(mk, 0) + mv
+            elif isinstance(v, (int, float)) or v is None:
+                total[k] = None if v is None or total.get(k, 0) is None else total.get(k, 0) + v
+    return total
+
+
 def _metered_usage(logged: dict[str, Any] | None, metered: dict[str, Any]) -> dict[str, Any]:
     """A stopped window's spend: the gateway metered every call, including those of samples
     whose log records no usage (an errored sample's model calls are easily lost)."""
@@ -321,6 +338,9 @@ def run_task_windows(
         return cancel is not None and cancel.is_set()
 
     def finish(i: int, runs: list[WindowRun]) -> WindowOutcome:
+        if len(runs) > 1 and any(r.gateway_usage for r in runs):
+            # A retried window's record counts every attempt's model calls: all were paid for.
+            runs[-1].gateway_usage = _sum_gateway_usage([r.gateway_usage for r in runs])
         outcome = _land(lake, runs[-1], cancel)
         outcome.attempts = len(runs)
         outcome.failed_attempts = [(r.failure_kind or "infra_failure", r.failure_cause or "") for r in runs[:-1]]
