@@ -139,6 +139,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         repo=repo_id, source=args.repo, pr=args.pr, base_sha=base, head_sha=head,
         base_ref=args.base, head_ref=args.head, model=args.model, seed=args.seed, epochs=args.epochs,
         affinity=args.affinity, changed_files=changed, cap=args.cap, budget_samples=args.budget,
+        budget_usd=args.budget_usd,
         requested_at=datetime.now(timezone.utc).isoformat(),
     )
     print(f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
@@ -149,10 +150,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         resources = default_resources(sandbox=SandboxResource(backend_name=args.backend,
                                                               max_workers=args.workers or 0))
-    # The outage breaker (ComparisonStopped, exit 3) and Ctrl-C (exit 130) end up in main's
-    # handler like every other error.
-    result = run_comparison(request, resources=resources, on_step=_progress_printer())
+    # The outage breaker (ComparisonStopped, exit 3), a gateway that cannot start (exit 2) and
+    # Ctrl-C (exit 130) end up in main's handler like every other error.
+    result = run_comparison(request, resources=resources, on_step=_progress_printer(),
+                            model_gateway=True if args.model_gateway else None)
     _print_outcome(result)
+    if result.get("status") == "budget_spent":
+        print(f"evalrunner compare: {result.get('stopped_reason')}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -349,6 +353,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cap", type=_count(min_pairs, " (the pairs a task needs before any decision)"),
                    default=256, help="most pairs per task (default: %(default)s)")
     p.add_argument("--budget", type=_count(1), default=None, help="most samples in all (both arms)")
+    p.add_argument("--budget-usd", type=float, default=None,
+                   help="most dollars of model calls, enforced by the model gateway (needs the model's "
+                        "price in the price table, $EVALRUNNER_PRICES)")
+    p.add_argument("--model-gateway", action="store_true",
+                   help="run the model gateway even when --model is not openai/… or anthropic/… (e.g. "
+                        "for a model-graded scorer); keys are read from OPENAI_API_KEY / ANTHROPIC_API_KEY")
     p.add_argument("--affinity", choices=("off", "order", "prune"), default="order",
                    help="changed-file affinity: run matched tasks first, or skip unmatched ones")
     p.add_argument("--workers", type=_count(0), default=0,

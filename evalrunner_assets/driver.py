@@ -38,6 +38,7 @@ from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.keys import commit_key
 from evalrunner_assets.discovery import DiscoveryError
 from evalrunner_assets.execution.inspect_runner import InspectRunError
+from evalrunner_assets.gateway import GatewayError, ModelGateway, start_gateway, with_gateway
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
 from evalrunner_assets.pipeline.keys import parse_commit_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
@@ -201,6 +202,7 @@ def run_comparison(
     stop: threading.Event | None = None,
     progress_every_s: float = PROGRESS_EVERY_S,
     retry_failed: bool = True,
+    model_gateway: bool | None = None,
 ) -> dict[str, Any]:
     """Run ``request`` to its final verdict; returns the comparison document.
 
@@ -210,6 +212,9 @@ def run_comparison(
     is re-materialized when a task's samples are recorded, at most this often.
     ``retry_failed``: windows of these commits that failed on infrastructure before this call
     are tried again (their failure records are retired to ``failures-retired/``).
+    ``model_gateway``: run the model gateway (real keys stay here; each sandbox reaches it
+    through its own channel with a scoped token). Default: when the model is ``openai/…`` or
+    ``anthropic/…``. A spent ``budget_usd`` ends the comparison with status ``budget_spent``.
     Raises :class:`ComparisonStopped` when ``breaker_threshold`` consecutive infrastructure
     failures trip the outage breaker, and re-raises ``KeyboardInterrupt`` after every sandbox is
     killed and the cancellation recorded in the document (``status: "cancelled"``)."""
@@ -225,6 +230,28 @@ def run_comparison(
     backend = sandbox.backend()
     backend.preflight()
     runtime = backend.runtime_digest()
+    gateway = start_gateway(request.model, request.budget_usd, model_gateway)
+    if gateway is not None:
+        if backend.name == "kubernetes":
+            gateway.close()
+            raise GatewayError("the model gateway is not supported on the kubernetes backend yet "
+                               "(sandbox pods have no channel to it); use --backend bubblewrap")
+        backend = with_gateway(backend, gateway)
+    try:
+        return _run(request, resources, the_lake, backend, runtime, retired, gateway, instance=instance,
+                    on_step=on_step, workers=workers, breaker_threshold=breaker_threshold, packed=packed,
+                    stop=stop, progress_every_s=progress_every_s)
+    finally:
+        if gateway is not None:
+            gateway.close()
+
+
+def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, backend: Any, runtime: str,
+         retired: list[str], gateway: ModelGateway | None, *, instance: dg.DagsterInstance | None,
+         on_step: Callable[[Step, dict[str, Any] | None], None] | None, workers: int | None,
+         breaker_threshold: int, packed: bool, stop: threading.Event | None,
+         progress_every_s: float) -> dict[str, Any]:
+    sandbox = resources["sandbox"]
     pool = sandbox.warm_pool()
     if workers is None:
         workers = sandbox.worker_count() if hasattr(sandbox, "worker_count") else None
@@ -390,6 +417,8 @@ def run_comparison(
             facts_cache[step.commit] = load_facts(the_lake, repo, sha)
 
     def plan() -> list[Step]:
+        if gateway is not None and gateway.budget_spent:
+            return []  # windows in flight finish (their refused calls make them budget stops)
         a = assess_now()
         live = {w.task for w in a.next_windows} | {t for _, t in scheduler.in_flight}
         live_tasks.clear()
@@ -455,7 +484,11 @@ def run_comparison(
         if unit.cancelled or scheduler.stop.is_set() or unit.error is not None:
             return  # nothing landed to record (a cancelled window runs again on resume)
         ct = (unit.step.commit, unit.step.task)
-        ran.setdefault(ct, []).extend(w for w in unit.step.windows if w not in ran.get(ct, []))
+        # A window stopped by the model budget landed nothing: its Dagster run must not re-run it.
+        stopped = {o.key.window.name for o in unit.outcomes if o.status == "budget_stopped"}
+        ran.setdefault(ct, []).extend(w for w in unit.step.windows if w not in ran.get(ct, []) and w not in stopped)
+        if not ran[ct]:
+            del ran[ct]
         if on_step is not None:
             on_step(unit.step, saved())
         record_finished()
@@ -490,12 +523,24 @@ def run_comparison(
     if scheduler.stop.is_set():  # stopped from outside (e.g. the Dagster run was terminated)
         _finish(the_lake, request, assess_now, scheduler, "cancelled", "cancelled by the caller", backend)
         raise KeyboardInterrupt("comparison cancelled")
+    budget_stops = [o for o in scheduler.outcomes() if o.status == "budget_stopped"]
+    if gateway is not None and (budget_stops or (gateway.budget_spent and assess_now().next_windows)):
+        result = _finish(the_lake, request, assess_now, scheduler, "budget_spent",
+                         f"the model budget of ${request.budget_usd:g} was spent (${gateway.spent_usd:.4f}); "
+                         f"{len(budget_stops)} window(s) stopped, nothing more was run")
+        result["execution"]["gateway"] = gateway_summary(gateway)
+        assess_mod.save_result(the_lake, result)
+        _write_execution(the_lake, request, result["execution"])
+        _materialize(Step("report", f"report:{request.key}:budget"), request.key, dagster_instance(), resources)
+        return result
     compare_if_due(force=True)
     result = saved()
     assert result is not None
     result["execution"] = {**scheduler.summary(), "retried_failures": len(retired),
                            "planning": {**planning, "seconds": round(planning["seconds"], 3)},
                            **_sandbox_counts(backend)}
+    if gateway is not None:
+        result["execution"]["gateway"] = gateway_summary(gateway)
     assess_mod.save_result(the_lake, result)
     _write_execution(the_lake, request, result["execution"])
     return result
@@ -506,6 +551,14 @@ def _sandbox_counts(backend: Any) -> dict[str, Any]:
     backend counts them: ``{"sandboxes": {...}}`` or nothing."""
     counts = backend.sandbox_counts() if hasattr(backend, "sandbox_counts") else {}
     return {"sandboxes": counts} if counts else {}
+
+
+def gateway_summary(gateway: ModelGateway) -> dict[str, Any]:
+    """What the comparison sent through the model gateway (closed scopes; all of them by the
+    time the warm pool has closed)."""
+    return {**gateway.total.to_dict(), "budget_usd": gateway.settings.budget_usd,
+            "spent_usd": round(gateway.spent_usd, 9), "max_in_flight": dict(gateway.max_in_flight),
+            "max_concurrency": gateway.settings.max_concurrency}
 
 
 def _write_execution(the_lake: Any, request: ComparisonRequest, execution: dict[str, Any]) -> None:

@@ -101,6 +101,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from evalrunner_assets.execution.repo import RepoError
     from evalrunner_assets.execution.sandbox import SandboxUnavailable
     from evalrunner_assets.backfill import BackfillError
+    from evalrunner_assets.gateway import GatewayError
     from evalrunner_assets.pipeline.pricing import PriceTableError
     from evalrunner_assets.pipeline.series import SeriesError
     from evalrunner_assets.pipeline.spec import ComparisonRequestError
@@ -109,7 +110,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from sensors.webhook import WebhookConfigError
 
     return (UserError, DiscoveryError, RepoError, SandboxUnavailable, UnknownBackend, PriceTableError,
-            ComparisonRequestError, LakePathError, QueryError, WebhookConfigError, BackfillError, SeriesError)
+            ComparisonRequestError, LakePathError, QueryError, WebhookConfigError, BackfillError, SeriesError, GatewayError)
 
 
 def _outage(e: BaseException) -> bool:

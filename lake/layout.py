@@ -175,6 +175,19 @@ class LakeLayout:
     def batch_glob(self) -> str:
         return "batches/**/*.json"
 
+    def gateway_usage(self, repo: str, commit: str, task: str, window: Window, batch: str) -> str:
+        """What one batch's sandbox sent through the model gateway (requests, retries, tokens and
+        cost per model, budget refusals), as the gateway metered it: beside Inspect's own usage
+        in the batch's log, written for landed and failed windows alike."""
+        _check_segments("batch digest", batch)
+        return (
+            f"gateway/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
+            f"{window.name}.{batch}.json"
+        )
+
+    def gateway_usage_glob(self, repo: str, commit: str) -> str:
+        return f"gateway/{check_repo(repo)}/{check_commit(commit)}/**/*.json"
+
     def comparison(self, repo: str, pr: int | str, head: str) -> str:
         return f"comparisons/{check_repo(repo)}/{_pr(pr)}/{check_commit(head)}.json"
 

@@ -11,6 +11,7 @@ from collections import Counter
 
 import dagster as dg
 
+from evalrunner_assets.gateway import start_gateway, with_gateway
 from evalrunner_assets.partitions import (
     commit_task_partitions,
     commits_partitions,
@@ -110,11 +111,19 @@ def task_samples(
     windows = [Window.parse(w) for w in config.windows]
     backend = sandbox.backend(context)
     export = repos.export(the_lake, repo, sha)
-    outcomes = run_task_windows(
-        the_lake, backend, export, facts.tasks[task], assess_mod.run_settings(request), windows,
-        pool=sandbox.warm_pool(),
-        on_window=lambda o: context.log.info(f"{task} {o.key.window.name}: {o.status} ({o.samples} samples)"),
-    )
+    # Real models: a gateway for this run's windows (keys from this process's environment). Its
+    # sandboxes are not pooled: a warm session must not outlive the gateway it reaches.
+    gateway = start_gateway(request.model, request.budget_usd)
+    try:
+        outcomes = run_task_windows(
+            the_lake, with_gateway(backend, gateway) if gateway is not None else backend, export,
+            facts.tasks[task], assess_mod.run_settings(request), windows,
+            pool=sandbox.warm_pool() if gateway is None else None,
+            on_window=lambda o: context.log.info(f"{task} {o.key.window.name}: {o.status} ({o.samples} samples)"),
+        )
+    finally:
+        if gateway is not None:
+            gateway.close()
     status = Counter(o.status for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
     missing = sorted({f for o in outcomes for f in o.key.missing_fields})

@@ -105,6 +105,15 @@ def sandbox_env(request: SandboxRequest, *, home: str, tmp: str, repo: str, out:
         if k in RESERVED_ENV:
             raise SandboxRequestError(f"environment variable {k!r} is set by the sandbox itself")
         env[k] = str(val)
+    if request.gateway_env:
+        from evalrunner_assets.gateway import GATEWAY_ENV_NAMES
+
+        for k, val in request.gateway_env.items():
+            if k not in GATEWAY_ENV_NAMES:
+                raise SandboxRequestError(
+                    f"gateway variable {k!r} is not one the model gateway sets "
+                    f"({', '.join(sorted(GATEWAY_ENV_NAMES))})")
+            env[k] = str(val)
     return env
 
 

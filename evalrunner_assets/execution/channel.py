@@ -71,12 +71,22 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
     b.close()
 
 
+def _nodelay(s: socket.socket) -> None:
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        pass
+
+
 def _serve_tcp_to_unix(listener: socket.socket, socket_path: str) -> None:
     while True:
         try:
             conn, _ = listener.accept()
         except OSError:
             return
+        # Bytes are copied as they arrive, so an answer often leaves in two sends (headers, then
+        # body): with Nagle's algorithm the second waits for the client's delayed ACK (~40 ms).
+        _nodelay(conn)
         try:
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             upstream.connect(socket_path)
@@ -174,6 +184,7 @@ class UnixForwarder:
             try:
                 upstream = socket.create_connection((self.host, self.port), timeout=30)
                 upstream.settimeout(None)
+                _nodelay(upstream)
             except OSError:
                 conn.close()
                 continue

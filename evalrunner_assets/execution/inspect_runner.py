@@ -75,6 +75,9 @@ LOG_STATUS = "log_status"  # the log says error / cancelled / started
 SAMPLE_MISMATCH = "sample_mismatch"
 MULTIPLE_LOGS = "multiple_logs"
 REJECTED_OUTPUT = "rejected_output"
+# The model gateway refused calls of this window because the comparison's budget was spent: not
+# a finding about the agent or the infrastructure (the window lands nothing and is not retried).
+BUDGET_SPENT = "budget_spent"
 
 
 class InspectRunError(RuntimeError):
@@ -165,6 +168,7 @@ class WindowRun:
     exit_code: int | None = None
     stderr_tail: str = ""
     rejected_outputs: dict[str, str] = field(default_factory=dict)
+    gateway_usage: dict[str, Any] | None = None  # the model gateway's meter for this window
 
     @property
     def ok(self) -> bool:
@@ -302,6 +306,11 @@ def _window_run(key: BatchKey, mode: str, result: SandboxResult, expected: list[
     kind, cause, data, name, status, rows, run_s = _classify(result, expected, epochs)
     if kind is None and extra_cause:
         kind, cause = "worker_error", extra_cause
+    refused = int((result.gateway_usage or {}).get("budget_refusals") or 0)
+    if refused:
+        # Whatever the log says, samples that lost model calls to the budget are not evidence.
+        kind, cause = BUDGET_SPENT, (f"the model budget was spent: the gateway refused {refused} model "
+                                     "call(s) of this window")
     t = dict(timings)
     t["total_s"] = result.duration_s
     if run_s is not None:
@@ -312,7 +321,7 @@ def _window_run(key: BatchKey, mode: str, result: SandboxResult, expected: list[
         failure_kind=kind, failure_cause=cause, log_bytes=data, log_name=name, log_status=status,
         sample_ids=list(expected), sample_count=rows, duration_s=result.duration_s, timings=t,
         exit_code=result.exit_code, stderr_tail=result.stderr_tail[-2000:],
-        rejected_outputs=dict(result.rejected_outputs),
+        rejected_outputs=dict(result.rejected_outputs), gateway_usage=result.gateway_usage,
     )
 
 

@@ -127,6 +127,11 @@ class SandboxRequest:
     # The export bound writable: only for a throwaway copy (a project build writes its metadata
     # into its source tree).
     repo_writable: bool = False
+    # Set only by the model gateway's backend wrapper, never from user input: base URLs and a
+    # scoped, revocable token for Inspect's providers (names in gateway.GATEWAY_ENV_NAMES). The
+    # token is not a credential — the real keys stay with the gateway — so these names bypass
+    # the credential-name refusal that applies to ``env``.
+    gateway_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -143,6 +148,9 @@ class SandboxResult:
     duration_s: float
     backend: str
     detail: str = ""  # the first cause of a non-OK status, in words
+    # What the sandbox sent through the model gateway during this run or warm call (metered by
+    # the trusted gateway, not reported by the sandbox); None without a gateway.
+    gateway_usage: dict | None = None
 
     @property
     def ran(self) -> bool:

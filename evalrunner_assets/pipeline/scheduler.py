@@ -177,7 +177,7 @@ def window_accounting(outcomes: Sequence[WindowOutcome]) -> dict[str, Any]:
     where their logs say (:func:`~evalrunner_assets.pipeline.pricing.usage_accounting`)."""
     from evalrunner_assets.pipeline.pricing import PriceTable, usage_accounting
 
-    ran = [o for o in outcomes if o.status in ("failed", "cancelled") and o.attempts > 0]
+    ran = [o for o in outcomes if o.status in ("failed", "cancelled", "budget_stopped") and o.attempts > 0]
     return usage_accounting((o.usage for o in ran), PriceTable.default())
 
 

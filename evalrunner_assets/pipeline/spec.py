@@ -46,6 +46,9 @@ class ComparisonRequest:
     cap: int = 256  # most pairs per task
     budget_samples: int | None = None  # most samples (both arms) the whole comparison may run
     extra_samples: int = 0  # raised by `/eval more N`
+    # Most US dollars of model calls, enforced by the model gateway (it stops forwarding once
+    # spent; the comparison ends with status "budget_spent"). Needs the model's price.
+    budget_usd: float | None = None
     max_tasks: int | None = None
     requested_at: str = ""  # ISO 8601, when the comparison was first asked for
 
@@ -65,6 +68,10 @@ class ComparisonRequest:
             raise ComparisonRequestError(f"margin {self.margin!r} must be in (0, 1)")
         if self.epochs < 1:
             raise ComparisonRequestError(f"epochs {self.epochs!r} must be at least 1")
+        if self.budget_usd is not None and (isinstance(self.budget_usd, bool)
+                                            or not isinstance(self.budget_usd, (int, float))
+                                            or not self.budget_usd >= 0):
+            raise ComparisonRequestError(f"budget_usd {self.budget_usd!r} must be a non-negative number of dollars")
         if self.cap < self.min_pairs:
             raise ComparisonRequestError(f"cap {self.cap} is below min_pairs {self.min_pairs}")
 

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from evalrunner_assets.execution.inspect_runner import (
+    BUDGET_SPENT,
     make_batch_key,
     window_ids,
     TaskRunConfig,
@@ -53,7 +54,7 @@ class WindowOutcome:
     """One window of one (commit, task): reused, landed, or failed (with the first cause)."""
 
     key: BatchKey
-    status: str  # "reused" | "landed" | "failed" | "cancelled"
+    status: str  # "reused" | "landed" | "failed" | "cancelled" | "budget_stopped"
     samples: int = 0
     errored: int = 0
     failure: str | None = None
@@ -229,8 +230,56 @@ def _record_failure(lake: Lake, key: BatchKey, kind: str, cause: str, run: Windo
     lake.write_bytes(rel, json.dumps(payload, indent=2, sort_keys=True, default=str).encode())
 
 
+def record_gateway_usage(lake: Lake, run: WindowRun) -> None:
+    """Land the model gateway's meter of a window beside its log (landed or not)."""
+    if run.gateway_usage is None:
+        return
+    key = run.key
+    payload = {"batch": key.digest, "key": key.as_record(), "window_status": run.status,
+               "failure_kind": run.failure_kind, "recorded_at": datetime.now(timezone.utc).isoformat(),
+               "usage": run.gateway_usage}
+    rel = LAYOUT.gateway_usage(key.repo, key.commit, key.task, key.window, key.digest)
+    lake.write_bytes(rel, json.dumps(payload, indent=2, sort_keys=True, default=str).encode())
+
+
+def _sum_gateway_usage(usages: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    total: dict[str, Any] = {"models": {}, "attempts": 0}
+    for u in usages:
+        if not u:
+            continue
+        total["attempts"] += 1
+        for k, v in u.items():
+            if k == "models":
+                for m, mu in v.items():
+                    tm = total["models"].setdefault(m, {})
+                    for mk, mv in mu.items():
+                        tm[mk] = None if mv is None or tm.get(mk, 0) is None else tm.get(mk, 0) + mv
+            elif isinstance(v, (int, float)) or v is None:
+                total[k] = None if v is None or total.get(k, 0) is None else total.get(k, 0) + v
+    return total
+
+
+def _metered_usage(logged: dict[str, Any] | None, metered: dict[str, Any]) -> dict[str, Any]:
+    """A stopped window's spend: the gateway metered every call, including those of samples
+    whose log records no usage (an errored sample's model calls are easily lost)."""
+    usage = dict(logged or {"samples": 0, "samples_errored": 0, "log_status": None})
+    models = {m: {k: int(u[k]) for k in ("input_tokens", "output_tokens", "total_tokens")}
+              for m, u in (metered.get("models") or {}).items()}
+    usage["models"] = models
+    for k in ("input_tokens", "output_tokens", "total_tokens"):
+        usage[k] = sum(m[k] for m in models.values())
+    return usage
+
+
 def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowOutcome:
     key = run.key
+    record_gateway_usage(lake, run)
+    if run.failure_kind == BUDGET_SPENT:
+        # Neither the agent's failure nor the infrastructure's: nothing is recorded as a failure,
+        # so the breaker never counts it and a later request (a larger budget) runs it again.
+        return WindowOutcome(key, "budget_stopped", failure=run.failure_cause, failure_kind=BUDGET_SPENT,
+                             duration_s=run.duration_s, timings=run.timings,
+                             usage=_metered_usage(log_usage(run.log_bytes), run.gateway_usage))
     if (not run.ok or run.log_bytes is None) and cancel is not None and cancel.is_set():
         # Cancelled is not a finding about the infrastructure: nothing is recorded, so the
         # window runs again when the comparison resumes.
@@ -300,6 +349,9 @@ def run_task_windows(
         return cancel is not None and cancel.is_set()
 
     def finish(i: int, runs: list[WindowRun]) -> WindowOutcome:
+        if len(runs) > 1 and any(r.gateway_usage for r in runs):
+            # A retried window's record counts every attempt's model calls: all were paid for.
+            runs[-1].gateway_usage = _sum_gateway_usage([r.gateway_usage for r in runs])
         outcome = _land(lake, runs[-1], cancel)
         outcome.attempts = len(runs)
         outcome.failed_attempts = [(r.failure_kind or "infra_failure", r.failure_cause or "") for r in runs[:-1]]

@@ -1,0 +1,246 @@
+"""The model gateway against a stand-in upstream on loopback (no model API is reachable here):
+real HTTP on both sides, the caller speaking to the gateway's own unix socket as a sandbox's
+relay does."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from evalrunner_assets.gateway import ModelGateway, GatewaySettings, GatewayUsage
+from evalrunner_assets.pipeline.pricing import PriceTable
+from openai_standin import OpenAIStandIn
+
+KEY = "sk-standin-REAL-KEY-0123456789"
+ANT_KEY = "sk-ant-standin-REAL-KEY-9876543210"
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("sandbox", timeout=60)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(60)
+        self.sock.connect(self._path)
+
+
+def post(scope, path: str, body: dict, *, token: str | None = None, header: str = "authorization",
+         socket_path: str | None = None) -> tuple[int, bytes]:
+    conn = _UnixHTTPConnection(socket_path or scope.socket_path)
+    tok = scope.token if token is None else token
+    headers = {"content-type": "application/json",
+               header: f"Bearer {tok}" if header == "authorization" else tok}
+    conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, data
+
+
+CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "reset my password"}]}
+
+
+@pytest.fixture()
+def upstream():
+    with OpenAIStandIn() as up:
+        yield up
+
+
+def gateway_for(up: OpenAIStandIn, sleeps: list[float] | None = None, **kw) -> ModelGateway:
+    settings = GatewaySettings(keys={"openai": KEY, "anthropic": ANT_KEY},
+                               bases={"openai": up.openai_base, "anthropic": up.anthropic_base}, **kw)
+    return ModelGateway(settings, sleep=(sleeps.append if sleeps is not None else time.sleep))
+
+
+def test_gateway_swaps_the_scoped_token_for_the_real_key_and_meters_usage(upstream):
+    with gateway_for(upstream) as gw, gw.open_scope() as scope:
+        scope.begin()
+        status, data = post(scope, "/openai/v1/chat/completions", CHAT)
+        usage = scope.end()
+    assert status == 200, data
+    assert json.loads(data)["choices"][0]["message"]["content"] == "ANSWER: RESET MY PASSWORD"
+    assert KEY.encode() not in data
+    assert upstream.state.requests[0]["authorization"] == f"Bearer {KEY}"
+    assert scope.token not in json.dumps(upstream.state.requests)
+    # The stand-in counts words: 3 prompt words, 4 answer words.
+    assert usage.models == {"openai/gpt-4o": {"requests": 1, "input_tokens": 3, "output_tokens": 4,
+                                              "total_tokens": 7, "cost_usd": None}}
+    assert usage.requests == 1 and usage.retries == 0
+
+
+def test_anthropic_messages_are_forwarded_with_the_real_x_api_key(upstream):
+    body = {"model": "claude-sonnet-4-0", "max_tokens": 100, "messages": [{"role": "user", "content": "hi there"}]}
+    with gateway_for(upstream) as gw, gw.open_scope() as scope:
+        scope.begin()
+        status, data = post(scope, "/anthropic/v1/messages", body, header="x-api-key")
+        usage = scope.end()
+    assert status == 200, data
+    assert upstream.state.requests[0]["x-api-key"] == ANT_KEY
+    assert upstream.state.requests[0]["authorization"] is None
+    assert usage.models["anthropic/claude-sonnet-4-0"]["input_tokens"] == 2
+
+
+def test_a_streamed_answer_is_relayed_and_its_usage_read_from_the_events(upstream):
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    with gateway_for(upstream) as gw, gw.open_scope() as scope:
+        scope.begin()
+        status, data = post(scope, "/openai/v1/chat/completions", body)
+        usage = scope.end()
+    assert status == 200
+    assert b"ANSWER: RESET MY PASSWORD" in data and b"[DONE]" in data
+    assert usage.models["openai/gpt-4o"]["total_tokens"] == 7
+
+
+def test_the_token_is_refused_outside_a_window_after_close_and_on_another_scopes_socket(upstream):
+    with gateway_for(upstream) as gw:
+        a, b = gw.open_scope(), gw.open_scope()
+        status, data = post(a, "/openai/v1/chat/completions", CHAT)  # no window running
+        assert status == 401 and b"invalid or expired gateway token" in data
+        a.begin()
+        b.begin()
+        assert post(a, "/openai/v1/chat/completions", CHAT)[0] == 200
+        # a's token on b's socket (each sandbox holds only its own socket anyway)
+        assert post(b, "/openai/v1/chat/completions", CHAT, token=a.token)[0] == 401
+        assert post(a, "/openai/v1/chat/completions", CHAT, token="sk-guess")[0] == 401
+        a.end()
+        assert post(a, "/openai/v1/chat/completions", CHAT)[0] == 401
+        socket_path = a.socket_path
+        a.close()
+        with pytest.raises(OSError):
+            post(a, "/openai/v1/chat/completions", CHAT, socket_path=socket_path)
+        b.close()
+    assert len(upstream.state.requests) == 1
+
+
+def test_only_model_endpoints_are_forwarded(upstream):
+    with gateway_for(upstream) as gw, gw.open_scope() as scope:
+        scope.begin()
+        status, data = post(scope, "/openai/v1/files", {})
+        assert status == 404 and b"does not forward" in data
+        status, _ = post(scope, "/elsewhere/v1/chat/completions", CHAT)
+        assert status == 404
+        usage = scope.end()
+    assert upstream.state.requests == []
+    assert usage.refused == 2
+
+
+def test_a_429_storm_is_retried_honouring_retry_after_then_succeeds(upstream):
+    sleeps: list[float] = []
+    upstream.fail_next(3, 429, retry_after="2")
+    with gateway_for(upstream, sleeps) as gw, gw.open_scope() as scope:
+        scope.begin()
+        status, data = post(scope, "/openai/v1/chat/completions", CHAT)
+        usage = scope.end()
+    assert status == 200, data
+    assert sleeps == [2.0, 2.0, 2.0]
+    assert [r["status"] for r in upstream.state.requests] == [429, 429, 429, 200]
+    assert usage.retries == 3 and usage.retry_wait_s == 6.0 and usage.requests == 1
+
+
+def test_a_server_error_is_retried_with_backoff_then_succeeds(upstream):
+    sleeps: list[float] = []
+    upstream.fail_next(2, 503)
+    with gateway_for(upstream, sleeps, backoff_base_s=0.01) as gw, gw.open_scope() as scope:
+        scope.begin()
+        status, _ = post(scope, "/openai/v1/chat/completions", CHAT)
+        usage = scope.end()
+    assert status == 200
+    assert len(sleeps) == 2 and all(0 < s <= 0.04 for s in sleeps)
+    assert usage.retries == 2
+
+
+def test_retries_are_bounded_and_a_long_retry_after_is_capped(upstream):
+    sleeps: list[float] = []
+    upstream.fail_next(10, 429, retry_after="3600")
+    with gateway_for(upstream, sleeps, max_retries=2, max_retry_wait_s=5.0) as gw, gw.open_scope() as scope:
+        scope.begin()
+        status, data = post(scope, "/openai/v1/chat/completions", CHAT)
+        usage = scope.end()
+    assert status == 429  # relayed after the last attempt: Inspect's own retry policy takes over
+    assert sleeps == [5.0, 5.0]
+    assert len(upstream.state.requests) == 3
+    assert usage.upstream_errors == 1 and usage.requests == 0
+
+
+def test_requests_in_flight_per_provider_are_bounded(upstream):
+    hold = upstream.state.hold = threading.Event()
+    arrived = upstream.state.arrived
+    results: list[int] = []
+    with gateway_for(upstream, max_concurrency=2) as gw, gw.open_scope() as scope:
+        scope.begin()
+        threads = [threading.Thread(target=lambda: results.append(post(scope, "/openai/v1/chat/completions", CHAT)[0]))
+                   for _ in range(6)]
+        for t in threads:
+            t.start()
+        # Two requests reach the stand-in and are held there; the bound keeps the rest waiting.
+        assert arrived.acquire(timeout=60) and arrived.acquire(timeout=60)
+        assert not arrived.acquire(timeout=0.5)
+        assert gw.in_flight["openai"] == 2
+        hold.set()
+        for t in threads:
+            t.join(timeout=60)
+        scope.end()
+    assert results == [200] * 6
+    assert upstream.state.max_in_flight == 2
+    assert gw.max_in_flight["openai"] == 2
+
+
+def test_a_spent_budget_refuses_further_calls_with_a_clear_error(upstream):
+    prices = PriceTable({"openai/gpt-4o": (1_000_000.0, 1_000_000.0)})  # $1 per token: 7 tokens = $7
+    with gateway_for(upstream, budget_usd=10.0, prices=prices) as gw, gw.open_scope() as scope:
+        scope.begin()
+        assert post(scope, "/openai/v1/chat/completions", CHAT)[0] == 200  # $7 of $10
+        assert post(scope, "/openai/v1/chat/completions", CHAT)[0] == 200  # $14: over, by one call
+        status, data = post(scope, "/openai/v1/chat/completions", CHAT)
+        usage = scope.end()
+    assert status == 402
+    err = json.loads(data)["error"]
+    assert "budget of $10 is spent" in err["message"] and err["code"] == "budget_exceeded"
+    assert usage.budget_refusals == 1 and usage.requests == 2
+    assert usage.cost_usd == pytest.approx(14.0)
+    assert len(upstream.state.requests) == 2
+
+
+def test_a_budget_on_an_unpriced_model_is_refused_before_anything_runs(upstream):
+    from evalrunner_assets.gateway import GatewayError
+
+    with gateway_for(upstream, budget_usd=1.0, prices=PriceTable({})) as gw:
+        with pytest.raises(GatewayError, match="EVALRUNNER_PRICES"):
+            gw.require("openai/gpt-4o")
+        gw.settings.keys.pop("openai")
+        with pytest.raises(GatewayError, match="OPENAI_API_KEY"):
+            gw.require("openai/gpt-4o")
+
+
+def test_usage_totals_add_up_over_closed_scopes(upstream):
+    with gateway_for(upstream) as gw:
+        for _ in range(2):
+            with gw.open_scope() as scope:
+                scope.begin()
+                post(scope, "/openai/v1/chat/completions", CHAT)
+                scope.end()
+        assert isinstance(gw.total, GatewayUsage)
+        assert gw.total.requests == 2 and gw.total.models["openai/gpt-4o"]["total_tokens"] == 14
+
+
+def test_a_dollar_budget_without_a_gateway_model_is_refused_with_the_fix():
+    from evalrunner_assets.gateway import GatewayError, start_gateway
+
+    assert start_gateway("simagent/support-agent", None) is None
+    with pytest.raises(GatewayError, match="--model-gateway"):
+        start_gateway("simagent/support-agent", 1.0)
+
+
+def test_a_gateway_model_without_its_key_on_the_host_is_refused_with_the_fix(monkeypatch):
+    from evalrunner_assets.gateway import GatewayError, start_gateway
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(GatewayError, match="needs ANTHROPIC_API_KEY set where evalrunner runs"):
+        start_gateway("anthropic/claude-sonnet-4-0", None)
