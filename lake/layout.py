@@ -181,6 +181,10 @@ class LakeLayout:
     def batch_glob(self) -> str:
         return "batches/**/*.json"
 
+    def batches_root(self) -> str:
+        """The directory of every batch record (also what a reachability probe looks at)."""
+        return "batches"
+
     def quarantined(self, rel: str, quarantined_at: str) -> str:
         """Where a batch record goes when a file it vouches for does not match (or the record
         itself is unreadable): out of ``batches/``, so readers and the planner see the batch as

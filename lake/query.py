@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pyarrow.parquet as pq
 
-from lake.duck import connect
+from lake.duck import OnProblem, connect, warn_problem
 from lake.storage import Lake
 
 Format = Literal["table", "csv", "json", "parquet"]
@@ -69,17 +69,20 @@ def run_sql(
     fmt: Format = "table",
     out: str | None = None,
     params: dict[str, Any] | list[Any] | None = None,
+    on_problem: OnProblem = warn_problem,
 ) -> str:
     """Run ``sql_text`` over the lake's views; returns the rendered result.
 
     ``fmt='parquet'`` needs ``out`` (a local path) and returns a one-line summary. With ``out``
     the text formats are also written there. ``params`` are bound, never formatted in.
+    A batch whose record cannot be read or whose files do not match it goes to ``on_problem``
+    (default: a warning naming the file and what to do) and is left out of the views.
     """
     if fmt not in FORMATS:
         raise QueryError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     if fmt == "parquet" and not out:
         raise QueryError("format 'parquet' needs an output path (out=...)")
-    con = connect(lake)
+    con = connect(lake, on_problem=on_problem)
     try:
         try:
             rel = con.sql(sql_text, params=params)
