@@ -58,7 +58,7 @@ from evalrunner_assets.pipeline.windows import (
     run_task_windows,
     session_config,
 )
-from lake import LAYOUT, Window
+from lake import LAYOUT, Window, integrity
 from lake.storage import LakeUnavailable, LakeWriteError
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
 
@@ -259,6 +259,7 @@ def _run_comparison(
     killed and the cancellation recorded in the document (``status: "cancelled"``)."""
     resources = resources or default_resources()
     the_lake = resources["lake"].open()
+    quarantined_before = len(integrity.QUARANTINED)
     _sweep(the_lake, request.repo)
     resources["repos"].register(the_lake, request.repo, request.source)
     request = open_comparison(the_lake, request)
@@ -542,7 +543,10 @@ def _run_comparison(
     result = saved()
     assert result is not None
     result["execution"] = {**scheduler.summary(), "retried_failures": len(retired),
-                           "planning": {**planning, "seconds": round(planning["seconds"], 3)}}
+                           "planning": {**planning, "seconds": round(planning["seconds"], 3)},
+                           # batches whose files did not match their records: run again here
+                           "quarantined": [q for q in integrity.QUARANTINED[quarantined_before:]
+                                           if f"/{request.repo}/" in q["record"]]}
     assess_mod.save_result(the_lake, result)
     _write_execution(the_lake, request, result["execution"])
     return result

@@ -52,6 +52,9 @@ class CorruptRecordError(LakeIntegrityError):
     """A batch record is not JSON or not a valid record."""
 
 
+# Batches this process quarantined: {"record": url, "reason": ...}, in order (for run summaries).
+QUARANTINED: list[dict[str, str]] = []
+
 # (url, size, version, sha256) of files whose digest this process has checked.
 _verified: set[tuple[str, int, str, str]] = set()
 _verified_lock = threading.Lock()
@@ -160,6 +163,7 @@ def quarantine(lake: Lake, rel: str, reason: str) -> str | None:
     lake.write_bytes(target, (json.dumps(entry, indent=1, sort_keys=True) + "\n").encode())
     lake.remove(rel)
     log.warning("quarantined batch %s: %s", lake.url(rel), reason)
+    QUARANTINED.append({"record": lake.url(rel), "reason": reason, "moved_to": lake.url(target)})
     return target
 
 

@@ -258,3 +258,76 @@ def test_concurrent_landings_of_one_batch_commit_exactly_one_consistent_record(t
     assert all(r == committed for r in winners)
     assert all(e.record == committed for e in results if isinstance(e, BatchConflictError))
     assert len(list((tmp_path / "tables" / "samples").rglob("*.parquet"))) == 1  # the loser's removed
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A directory on a 1 MiB tmpfs (mounted when permitted, e.g. as root), else on the normal
+    disk with ENOSPC injected into fsync. Yields (directory, fill, free): ``fill()`` leaves
+    ~4 KiB free, ``free()`` gives the space back."""
+    import errno
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                             capture_output=True).returncode == 0
+    filler = mount / "filler"
+    state = {"full": False}
+    if not mounted:
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            if state["full"]:
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+    def fill() -> None:
+        state["full"] = True
+        if mounted:
+            st = os.statvfs(mount)
+            filler.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - 4096))
+
+    def free() -> None:
+        state["full"] = False
+        filler.unlink(missing_ok=True)
+
+    try:
+        yield mount, fill, free
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_full_disk_while_landing_is_a_lake_write_failure_and_leaves_nothing_half_written(small_disk, logs):
+    mount, fill, free = small_disk
+    lake = open_lake(str(mount / "lake"))
+    key = key_for()
+    run = WindowRun(key=key, mode="warm", status="ok", failure_kind=None, failure_cause=None,
+                    log_bytes=logs["head"].read_bytes(), log_name="x.eval", log_status="success",
+                    sample_ids=[], sample_count=0, duration_s=0.1)
+    fill()
+    outcome = _land(lake, run, None)
+    assert (outcome.status, outcome.failure_kind) == ("failed", "lake_write"), outcome.failure
+    assert "No space left on device" in (outcome.failure or "")
+    files = [p for p in (mount / "lake").rglob("*") if p.is_file()]
+    assert not [p for p in files if ".tmp-" in p.name or p.suffix == ".parquet"], files
+    assert not (mount / "lake" / "batches").exists() or not list((mount / "lake" / "batches").rglob("*.json"))
+    assert batch_state(lake, key) in ("absent", "failed")  # never committed
+
+    free()
+    assert _land(lake, run, None).status == "landed"  # the space is back: the window lands
+    assert batch_state(lake, key) == "committed"
+
+
+def test_full_disk_in_a_step_is_counted_as_lake_write_by_the_breaker():
+    import errno
+
+    from evalrunner_assets.pipeline.scheduler import failure_kind
+    from lake import LakeUnavailable, LakeWriteError
+
+    assert failure_kind(OSError(errno.ENOSPC, "No space left on device")) == "lake_write"
+    assert failure_kind(LakeWriteError("x", disk_full=True)) == "lake_write"
+    assert failure_kind(LakeUnavailable("x")) == "lake_unavailable"
+    assert failure_kind(RuntimeError("bwrap: cannot start")) == "sandbox_start"
