@@ -57,7 +57,7 @@ def read_records(lake: Lake, on_problem: OnProblem = warn_problem) -> list[Batch
     if not rels:
         return []
     paths = [lake.path(rel) for rel in rels]
-    blobs: Any = lake.fs.cat(paths) if not lake.is_local else None
+    blobs: Any = lake.read_many(rels) if not lake.is_local else None
     records = []
     for rel, path in zip(rels, paths):
         try:

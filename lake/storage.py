@@ -224,6 +224,12 @@ class Lake:
             return self.fs.cat_file(target)
         return self._remote(f"reading {self.url(rel)}", lambda: self.fs.cat_file(target))
 
+    def read_many(self, rels: list[str]) -> dict[str, bytes]:
+        """Several objects in one batched call (remote lakes), keyed by filesystem path."""
+        paths = [self.path(rel) for rel in rels]
+        return self._remote(f"reading {len(paths)} objects from {self.root}",
+                            lambda: self.fs.cat(paths))
+
     def exists(self, rel: str) -> bool:
         target = self.path(rel)
         if self.is_local:

@@ -331,3 +331,49 @@ def test_full_disk_in_a_step_is_counted_as_lake_write_by_the_breaker():
     assert failure_kind(LakeWriteError("x", disk_full=True)) == "lake_write"
     assert failure_kind(LakeUnavailable("x")) == "lake_unavailable"
     assert failure_kind(RuntimeError("bwrap: cannot start")) == "sandbox_start"
+
+
+@pytest.mark.slow
+def test_flipped_bit_in_a_landed_parquet_file_is_named_quarantined_and_rerun_by_the_next_compare(tmp_path):
+    """`evalrunner compare`, one bit flipped in a landed samples file, the same command again (a
+    new process): it names the file, quarantines the batch, runs the window again, and ends
+    with the verdict of the untampered run."""
+    from evalrunner_assets.example_repo import build_example_repo
+
+    repo = tmp_path / "repo"
+    build_example_repo(repo, ["improve-runbook"])
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "EVALRUNNER_HOME": str(home)}
+    env.pop("DAGSTER_HOME", None)
+    env.pop("EVALRUNNER_LAKE", None)
+    argv = [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", "improve-runbook",
+            "--cap", "16"]
+
+    def compare() -> tuple[subprocess.CompletedProcess, dict]:
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        (doc,) = [p for p in (home / "lake" / "comparisons").rglob("*.json") if p.name.count(".") == 1]
+        return done, json.loads(doc.read_text())
+
+    _, untampered = compare()
+    records = {p: json.loads(p.read_text()) for p in (home / "lake" / "batches").rglob("*.json")}
+    rec_path, record = sorted(records.items())[0]
+    flip_bit(home / "lake" / record["samples_path"])
+
+    done, again = compare()
+    named = [line for line in done.stderr.splitlines() if record["samples_path"] in line]
+    assert named and "sha256 differs" in named[0], done.stderr[-3000:]
+    (moved,) = list((home / "lake" / "quarantine").rglob("*.json"))
+    assert record["samples_path"] in json.loads(moved.read_text())["reason"]
+    assert [q["record"] for q in again["execution"]["quarantined"]] == [str(rec_path)]
+    rerun = json.loads(rec_path.read_text())  # the window ran again and committed a new record
+    assert rerun["samples_path"] != record["samples_path"] and rerun["batch"] == record["batch"]
+    assert again["execution"]["windows"].get("landed") == 1
+
+    def verdict(doc: dict) -> tuple:
+        return (doc["verdict"], doc["samples_run"],
+                {t: (d["decision"]["label"], d["head"]["samples"], d["base"]["samples"]) for t, d in doc["tasks"].items()},
+                doc["final_verdict"].get("p_improvement"))
+
+    assert verdict(again) == verdict(untampered)
