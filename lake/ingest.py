@@ -511,10 +511,20 @@ def land_batch(
                 return _reuse_or_conflict(winner, sha, d, src)
             lake.write_bytes(rec_path, record.to_json_bytes())
     except BaseException:
-        for rel in written[1:]:  # the raw log stays (evidence); the tables are never left unvouched
-            _remove_quietly(lake, rel)
+        if not _vouched_elsewhere(lake, rec_path, raw_path):
+            for rel in written[1:]:  # the raw log stays (evidence); the tables are never left unvouched
+                _remove_quietly(lake, rel)
         raise
     return record
+
+
+def _vouched_elsewhere(lake: Lake, rec_path: str, raw_path: str) -> bool:
+    """Whether a committed record (another process's landing of the same log) uses these files."""
+    try:
+        existing = _existing_record(lake, rec_path)
+    except Exception:  # the lake is failing us: leave the files rather than guess
+        return True
+    return existing is not None and existing.raw_path == raw_path
 
 
 def _reuse_or_conflict(existing: BatchRecord, sha: str, digest: str, src: str) -> BatchRecord:

@@ -18,6 +18,7 @@ with ``disk_full`` set. Callers treat both as infrastructure failures, never as 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import posixpath
 import time
@@ -75,11 +76,25 @@ def _check_relative(rel: str) -> str:
     return norm
 
 
+class _OneLineRetryLog(logging.Filter):
+    """gcsfs logs every request that ran out of retries with its traceback; the error reaches
+    our caller as LakeUnavailable with its cause, so its log line keeps only the message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
 def gcs_filesystem(endpoint_url: str | None = None, token: Any = None, **kwargs: Any):
     """A gcsfs filesystem; ``endpoint_url``/``token='anon'`` point it at an emulator."""
     # gcsfs otherwise probes the bucket type over gRPC, which stalls offline.
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     import gcsfs
+
+    gcsfs_log = logging.getLogger("gcsfs")
+    if not any(isinstance(f, _OneLineRetryLog) for f in gcsfs_log.filters):
+        gcsfs_log.addFilter(_OneLineRetryLog())
 
     opts: dict[str, Any] = dict(kwargs)
     if endpoint_url:
