@@ -168,6 +168,7 @@ def test_an_unreachable_lake_is_lake_unavailable_not_a_client_traceback(monkeypa
     assert time.monotonic() - started < 120  # gcsfs's own backoff, then given up
 
 
+@pytest.mark.slow
 def test_emulator_killed_mid_run_stops_with_exit_3_and_the_same_command_resumes(tmp_path: Path) -> None:
     """`evalrunner compare` on a gs:// lake; the emulator is stopped after the first windows
     land: the run stops (exit 3, "lake unavailable"), never a traceback; with the emulator back
