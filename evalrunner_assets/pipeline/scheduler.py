@@ -16,9 +16,10 @@ sampling sensor does, and the budget is folded in the planner's fixed task order
 
 Outage breaker. Each submitted step gets a sequence number; results are folded strictly in that
 order, whatever order they complete in. A fresh infrastructure failure (sandbox crash, no log,
-log status error, invalid log, a sandbox that would not start — each failed attempt, retries
-included) adds one to the streak; a landed window resets it; reused windows and cancelled
-windows leave it alone; agent failures (wrong answers, errored samples inside a good log) are
+log status error, invalid log, a sandbox that would not start, the lake unreachable or refusing
+a write — each failed attempt, retries included) adds one to the streak; a landed window resets
+it; reused windows (a window another process landed first included) and cancelled windows leave
+it alone; agent failures (wrong answers, errored samples inside a good log) are
 scores, not failures, and never reach it. At ``threshold`` the comparison stops: everything in
 flight is cancelled and nothing more is submitted.
 
