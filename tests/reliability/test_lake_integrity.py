@@ -377,3 +377,25 @@ def test_flipped_bit_in_a_landed_parquet_file_is_named_quarantined_and_rerun_by_
                 doc["final_verdict"].get("p_improvement"))
 
     assert verdict(again) == verdict(untampered)
+
+
+def test_temp_files_of_dead_writers_are_swept_anywhere_in_the_lake(tmp_path):
+    import uuid
+
+    from evalrunner_assets.driver import _sweep
+
+    lake = open_lake(str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that no longer runs
+    places = ["inbox/github", "quarantine/batches/x", "comparisons/other/repo/1", "tables/samples/repo=o%2Fr"]
+    leftovers = []
+    for place in places:
+        (tmp_path / place).mkdir(parents=True)
+        p = tmp_path / place / f".f.json.tmp-{dead.pid}-{uuid.uuid4().hex}"
+        p.write_bytes(b"half")
+        leftovers.append(p)
+    live = tmp_path / "inbox" / "github" / f".g.json.tmp-{os.getpid()}-{uuid.uuid4().hex}"
+    live.write_bytes(b"being written")
+    removed = _sweep(lake, "acme/agent")
+    assert sorted(removed) == sorted(str(p) for p in leftovers)
+    assert live.exists()
