@@ -57,6 +57,7 @@ QUARANTINED: list[dict[str, str]] = []
 
 # (url, size, version, sha256) of files whose digest this process has checked.
 _verified: set[tuple[str, int, str, str]] = set()
+MAX_REMEMBERED = 200_000
 _verified_lock = threading.Lock()
 
 
@@ -126,6 +127,8 @@ def verify_record(lake: Lake, record: BatchRecord, *, always: bool = False) -> N
         else:  # a version-1 record: the file must at least be the Parquet file it says
             _check_parquet_rows(url, data, record, what, rec_rel)
         with _verified_lock:
+            if len(_verified) >= MAX_REMEMBERED:  # a long-lived daemon: verify again rather than grow
+                _verified.clear()
             _verified.add(memo)
 
 
