@@ -1,4 +1,4 @@
-"""`evalrunner` command line: demo, compare, backfill, sql, view, serve, example-repo."""
+"""`evalrunner` command line: demo, compare, backfill, sql, lake verify, view, serve, repos, example-repo."""
 
 from __future__ import annotations
 
@@ -224,10 +224,29 @@ def cmd_sql(args: argparse.Namespace) -> int:
     def still_running() -> None:
         print("evalrunner sql: query running… (Ctrl-C cancels it)", file=sys.stderr, flush=True)
 
-    out = run_sql(_existing_lake(), text, args.format, args.out, on_slow=still_running)
+    def skipped(exc: Exception) -> None:
+        print(f"evalrunner sql: left out: {exc}", file=sys.stderr, flush=True)
+
+    out = run_sql(_existing_lake(), text, args.format, args.out, on_slow=still_running, on_problem=skipped)
     if out:
         print(out)
     return 0
+
+
+def cmd_lake_verify(args: argparse.Namespace) -> int:
+    from lake import open_lake
+    from lake.integrity import verify_lake
+
+    the_lake = open_lake(home.lake_root())
+    report = verify_lake(the_lake, repair=args.repair)
+    for record, problem in report.problems:
+        done = "quarantined" if record in report.quarantined else "run with --repair to quarantine it"
+        print(f"{problem} [{done}]")
+    for record in report.unverifiable:
+        print(f"{record}: version-1 record without Parquet digests (checked by row count only)")
+    print(f"{report.records} batch records: {report.ok} ok, {len(report.problems)} failed verification, "
+          f"{len(report.quarantined)} quarantined ({the_lake.url(the_lake.layout.batches_root())})")
+    return 0 if report.clean else 1
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -430,6 +449,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
     p.add_argument("--out", default=None, help="write to this file (required for parquet)")
     p.set_defaults(func=cmd_sql)
+
+    p = add("lake", help="lake maintenance: verify every batch against its record")
+    lake_sub = p.add_subparsers(dest="lake_command", required=True)
+    v = lake_sub.add_parser("verify", help="check every file each batch record vouches for (size, sha256)")
+    v.add_argument("--repair", action="store_true",
+                   help="quarantine every batch that fails (its window runs again on the next request)")
+    v.set_defaults(func=cmd_lake_verify)
 
     p = add("view", help="open Inspect's log viewer on the lake's raw logs")
     p.add_argument("--host", default=None)

@@ -48,6 +48,7 @@ from evalrunner_assets.pipeline.scheduler import (
     PackedScheduler,
     Unit,
     default_workers,
+    failure_kind,
     sweep_orphaned_temp_files,
 )
 from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
@@ -59,8 +60,8 @@ from evalrunner_assets.pipeline.windows import (
     run_task_windows,
     session_config,
 )
-from lake import LAYOUT, Window
-from lake.layout import partition_value
+from lake import LAYOUT, Window, integrity
+from lake.storage import LakeUnavailable, LakeWriteError
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
 
 # The comparison document is re-materialized for progress at most this often while windows run.
@@ -93,7 +94,35 @@ def local_instance() -> dg.DagsterInstance:
     # we want, and Dagster otherwise warns on every start that the file is missing.
     path = home.ensure_dagster_home()
     os.environ["DAGSTER_HOME"] = str(path)
-    return dg.DagsterInstance.get()
+    # Opening a fresh instance creates its SQLite tables; two processes doing it at once race
+    # ("table run_tags already exists"). One process at a time creates or migrates it.
+    with _instance_lock(path):
+        instance = dg.DagsterInstance.get()
+        instance.get_runs(limit=1)  # every storage opened (and created) under the lock
+        instance.get_dynamic_partitions("commits")
+    return instance
+
+
+class _instance_lock:
+    """An exclusive lock on ``<dagster home>/.evalrunner-instance.lock`` (held by one process)."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = os.path.join(str(path), ".evalrunner-instance.lock")
+        self.fd: int | None = None
+
+    def __enter__(self) -> "_instance_lock":
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import fcntl
+
+        assert self.fd is not None
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
 
 
 def default_resources(**overrides: Any) -> dict[str, Any]:
@@ -182,15 +211,67 @@ def _step_description(step: Step) -> str:
 
 
 def _sweep(the_lake: Any, repo: str) -> list[str]:
-    """Temporary files a killed run left in this repo's part of a local lake."""
+    """Temporary files that dead writers left anywhere in a local lake (any repo, the inbox,
+    quarantine…): a temp file carries its writer's pid, so a live writer's is never touched."""
     if not the_lake.is_local:
         return []  # object stores write with one PUT: nothing half-written to sweep
-    prefixes = [f"raw/{repo}", f"batches/{repo}", f"failures/{repo}", f"failures-retired/{repo}",
-                f"comparisons/{repo}", *(f"tables/{t}/repo={partition_value(repo)}" for t in ("samples", "events"))]
-    return sweep_orphaned_temp_files(os.path.abspath(the_lake.root), prefixes)
+    return sweep_orphaned_temp_files(os.path.abspath(the_lake.root), [""])
 
 
-def run_comparison(
+def run_comparison(request: ComparisonRequest, **options: Any) -> dict[str, Any]:
+    """Run ``request`` to its final verdict; returns the comparison document.
+
+    Options as for :func:`_run_comparison`. A lake that cannot be reached (or a disk too full to
+    land on) stops the comparison like the outage breaker does — :class:`ComparisonStopped`,
+    ``status: "stopped"`` — and the same call resumes once the lake is back."""
+    try:
+        return _run_comparison(request, **options)
+    except (LakeUnavailable, LakeWriteError) as exc:
+        raise _lake_stopped(request, options.get("resources"), exc) from exc
+    except ComparisonFailed as exc:
+        if isinstance(exc, ComparisonStopped):
+            raise
+        # A Dagster run failed: if the lake is down, that is the cause to report.
+        down = _lake_down(options.get("resources"))
+        if down is not None:
+            raise _lake_stopped(request, options.get("resources"), down) from exc
+        raise
+
+
+def _lake_down(resources: dict[str, Any] | None) -> Exception | None:
+    """The lake's fault if it cannot be reached now, else None."""
+    try:
+        the_lake = (resources or default_resources())["lake"].open()
+        the_lake.exists(LAYOUT.batches_root())
+    except (LakeUnavailable, LakeWriteError) as exc:
+        return exc
+    return None
+
+
+def _lake_stopped(request: ComparisonRequest, resources: dict[str, Any] | None, exc: Exception) -> "ComparisonStopped":
+    """The stopped outcome of a comparison whose lake failed. The document is saved when the
+    lake takes it (e.g. a lake write failed but the lake is up), and returned either way."""
+    reason = f"lake unavailable: {exc}" if isinstance(exc, LakeUnavailable) else f"lake write failed: {exc}"
+    result: dict[str, Any] = {
+        "schema_version": assess_mod.SCHEMA_VERSION, "comparison": request.key, "repo": request.repo,
+        "pr": request.pr, "head_sha": request.head_sha, "base_sha": request.base_sha,
+        "status": "stopped", "verdict": "INCONCLUSIVE", "stopped_reason": reason,
+        "final_verdict": {"verdict": "INCONCLUSIVE", "reasons": [reason], "p_improvement": None},
+        "tasks": {},
+    }
+    try:
+        the_lake = (resources or default_resources())["lake"].open()
+        saved = assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)
+        if saved is not None:
+            result = {**saved, **{k: result[k] for k in ("status", "verdict", "stopped_reason")}}
+            result.setdefault("final_verdict", {})["verdict"] = "INCONCLUSIVE"
+        assess_mod.save_result(the_lake, result)
+    except (LakeUnavailable, LakeWriteError):
+        pass  # the lake is down: the caller prints the outcome
+    return ComparisonStopped(reason, result)
+
+
+def _run_comparison(
     request: ComparisonRequest,
     *,
     instance: dg.DagsterInstance | None = None,
@@ -220,6 +301,7 @@ def run_comparison(
     killed and the cancellation recorded in the document (``status: "cancelled"``)."""
     resources = resources or default_resources()
     the_lake = resources["lake"].open()
+    quarantined_before = len(integrity.QUARANTINED)
     _sweep(the_lake, request.repo)
     resources["repos"].register(the_lake, request.repo, request.source)
     request = open_comparison(the_lake, request)
@@ -438,6 +520,8 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
         try:
             return run_task_windows(the_lake, backend, exports[step.commit], facts, settings, windows,
                                     pool=pool, cancel=cancel, retry_transient=True)
+        except (LakeUnavailable, LakeWriteError):
+            raise  # the lake's fault, not the sandbox's: the scheduler counts it as such
         except Exception as exc:
             if not cancel.is_set():
                 # The sandbox could not even start: the task stops here, as for any other
@@ -447,7 +531,10 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
                     key = batch_key_for(repo, sha, facts, settings, w, backend_name=backend.name,
                                         runtime_digest=runtime)
                     if batch_state(the_lake, key) == "absent":
-                        record_failure(the_lake, key, "sandbox_start", f"{type(exc).__name__}: {exc}")
+                        try:
+                            record_failure(the_lake, key, failure_kind(exc), f"{type(exc).__name__}: {exc}")
+                        except LakeWriteError:
+                            pass  # a full disk refuses the record too; the window stays absent
             raise
 
     def compare_if_due(force: bool = False) -> None:
@@ -538,6 +625,9 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
     assert result is not None
     result["execution"] = {**scheduler.summary(), "retried_failures": len(retired),
                            "planning": {**planning, "seconds": round(planning["seconds"], 3)},
+                           # batches whose files did not match their records: run again here
+                           "quarantined": [q for q in integrity.QUARANTINED[quarantined_before:]
+                                           if f"/{request.repo}/" in q["record"]],
                            **_sandbox_counts(backend)}
     if gateway is not None:
         result["execution"]["gateway"] = gateway_summary(gateway)

@@ -10,10 +10,11 @@ from lake.ingest import (
     land_batch,
     land_log_file,
 )
+from lake.integrity import CorruptRecordError, LakeIntegrityError, verify_lake
 from lake.layout import LAYOUT, LakeLayout, LakePathError, Window
 from lake.query import QueryError, run_sql
 from lake.schema import BATCHES_SCHEMA, EVENTS_SCHEMA, SAMPLES_SCHEMA, BatchRecord, describe
-from lake.storage import Lake, LakeWriteError, open_lake
+from lake.storage import Lake, LakeUnavailable, LakeWriteError, open_lake
 from lake.viewer import view_command
 
 __all__ = [
@@ -24,9 +25,12 @@ __all__ = [
     "BatchConflictError",
     "BatchKey",
     "BatchRecord",
+    "CorruptRecordError",
     "Lake",
+    "LakeIntegrityError",
     "LakeLayout",
     "LakePathError",
+    "LakeUnavailable",
     "LakeWriteError",
     "LogIngestError",
     "LogStatusError",
@@ -40,5 +44,6 @@ __all__ = [
     "open_lake",
     "refresh",
     "run_sql",
+    "verify_lake",
     "view_command",
 ]

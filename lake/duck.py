@@ -7,11 +7,14 @@ Views:
 - ``input_scores`` — epochs averaged per input (``sql/input_scores_view.sql``).
 
 The set of Parquet files comes from the batch records, not from a glob: a table file whose
-record was never written (a landing that failed) is invisible, and the file list is bound to the
-connection as a DuckDB variable, never formatted into SQL. Each list starts with an empty Parquet
-file of the current schema, so an empty lake yields empty views with the right columns, and files
-written before a column existed read it as null. Call ``refresh(con, lake)`` to see batches landed
-after ``connect``.
+record was never written (a landing that failed) is invisible, and each file's size is checked
+against its record before it is read (``lake.integrity``; a mismatched batch is left out and
+reported). The typed empty tables the views start from are built from the pyarrow schemas in
+code (``samples_schema``, ``events_schema``), never read from a file: nothing outside the lake is
+read as data. They also make files written before a column existed read it as null. A batch
+record that cannot be read is reported (naming the file and what to do) and left out; queries
+that do not need it still work. Call ``refresh(con, lake)`` to see batches landed after
+``connect``.
 
 For ``gs://`` lakes the lake's gcsfs filesystem is registered on the connection (DuckDB's own
 cloud extensions are downloaded at run time and are unavailable offline).
@@ -19,20 +22,31 @@ cloud extensions are downloaded at run time and are unavailable offline).
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 import sql
+from lake.integrity import LakeIntegrityError, check_sizes, load_record
 from lake.schema import EVENTS_SCHEMA, SAMPLES_SCHEMA, SERIES_ROWS_SCHEMA, BatchRecord, batches_table
 from lake.storage import Lake
+
+log = logging.getLogger("evalrunner.lake")
+
+OnProblem = Callable[[LakeIntegrityError], None]
+
+
+def warn_problem(exc: LakeIntegrityError) -> None:
+    """Default: one warning line naming the file and what to do; the batch is left out."""
+    log.warning("%s (left out of the views)", exc)
+
+
+def raise_problem(exc: LakeIntegrityError) -> None:
+    raise exc
 
 VIEWS = ("batches_view", "samples_view", "events_view", "input_scores_view")
 
@@ -52,36 +66,35 @@ def interruptible() -> Iterator[None]:
         raise
 
 
-def _schema_stub(name: str, schema: pa.Schema) -> str:
-    """A local, empty Parquet file with ``schema`` (cached by the schema's digest)."""
-    digest = hashlib.sha256(schema.serialize().to_pybytes()).hexdigest()[:16]
-    directory = os.path.join(tempfile.gettempdir(), "evalrunner-lake-schemas")
-    path = os.path.join(directory, f"{name}-{digest}.parquet")
-    if not os.path.exists(path):
-        os.makedirs(directory, exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        pq.write_table(schema.empty_table(), tmp)
-        os.replace(tmp, path)
-    return path
-
-
-def read_records(lake: Lake) -> list[BatchRecord]:
-    """Every batch record in the lake, in path order."""
+def read_records(lake: Lake, on_problem: OnProblem = warn_problem) -> list[BatchRecord]:
+    """Every readable batch record in the lake, in path order (an unreadable one goes to
+    ``on_problem`` and is left out)."""
     rels = lake.glob(lake.layout.batch_glob())
     if not rels:
         return []
     paths = [lake.path(rel) for rel in rels]
-    blobs: Any = lake.fs.cat(paths) if not lake.is_local else None
+    blobs: Any = lake.read_many(rels) if not lake.is_local else None
     records = []
     for rel, path in zip(rels, paths):
-        if blobs is None:
-            data = lake.read_bytes(rel)
-        else:
-            data = blobs.get(path)
-            if data is None:  # fsspec may key by protocol-less or prefixed path
-                data = lake.read_bytes(rel)
-        records.append(BatchRecord.model_validate_json(data))
+        try:
+            if blobs is None or blobs.get(path) is None:  # fsspec may key by a prefixed path
+                records.append(load_record(lake, rel))
+            else:
+                records.append(_parse_record(lake, rel, blobs[path]))
+        except FileNotFoundError:  # quarantined or replaced since it was listed
+            continue
+        except LakeIntegrityError as exc:
+            on_problem(exc)
     return records
+
+
+def _parse_record(lake: Lake, rel: str, data: bytes) -> BatchRecord:
+    from pydantic import ValidationError
+
+    try:
+        return BatchRecord.model_validate_json(data)
+    except ValidationError:
+        return load_record(lake, rel)  # reads it again and names the problem
 
 
 def read_batch_records(lake: Lake, keys: Any) -> list[BatchRecord]:
@@ -90,31 +103,55 @@ def read_batch_records(lake: Lake, keys: Any) -> list[BatchRecord]:
     for key in keys:
         rel = lake.layout.batch_record(key.repo, key.commit, key.task, key.window, key.digest)
         if lake.exists(rel):
-            out.append(BatchRecord.model_validate_json(lake.read_bytes(rel)))
+            out.append(load_record(lake, rel))
     return out
 
 
 def refresh(
-    con: duckdb.DuckDBPyConnection, lake: Lake, records: list[BatchRecord] | None = None
+    con: duckdb.DuckDBPyConnection,
+    lake: Lake,
+    records: list[BatchRecord] | None = None,
+    on_problem: OnProblem = warn_problem,
 ) -> list[BatchRecord]:
     """Point the views at the lake's current committed batches (or only at ``records``);
-    returns the records used."""
+    returns the records used. A batch whose files do not have their recorded sizes (or an
+    unreadable record) goes to ``on_problem`` and is left out."""
     if records is None:
-        records = read_records(lake)
-    committed = [r for r in records if r.status == "ok"]
-    samples = [_schema_stub("samples", SAMPLES_SCHEMA)]
-    events = [_schema_stub("events", EVENTS_SCHEMA)]
-    samples += [lake.url(r.samples_path) for r in committed if r.samples_path]
-    events += [lake.url(r.events_path) for r in committed if r.events_path]
+        records = read_records(lake, on_problem)
+    good: list[BatchRecord] = []
+    for r in records:
+        try:
+            if r.status == "ok":
+                check_sizes(lake, r)
+        except LakeIntegrityError as exc:
+            on_problem(exc)
+            continue
+        good.append(r)
+    committed = [r for r in good if r.status == "ok"]
+    samples = [lake.url(r.samples_path) for r in committed if r.samples_path]
+    events = [lake.url(r.events_path) for r in committed if r.events_path]
     with interruptible():
-        con.execute("set variable samples_files = ?", [samples])
-        con.execute("set variable events_files = ?", [events])
-        con.register("batch_records", batches_table(records))
-    return records
+        _point(con, "samples_parquet", samples, SAMPLES_SCHEMA)
+        _point(con, "events_parquet", events, EVENTS_SCHEMA)
+        con.register("batch_records", batches_table(good))
+    return good
+
+
+def _point(con: duckdb.DuckDBPyConnection, name: str, files: list[str], schema: pa.Schema) -> None:
+    """``name``: the rows of exactly ``files`` (the typed empty table when there are none)."""
+    if files:
+        rel = con.read_parquet(files, union_by_name=True, hive_partitioning=False)
+    else:
+        rel = con.from_arrow(schema.empty_table())
+    rel.create_view(name, replace=True)
 
 
 def connect(
-    lake: Lake, *, database: str = ":memory:", records: list[BatchRecord] | None = None
+    lake: Lake,
+    *,
+    database: str = ":memory:",
+    records: list[BatchRecord] | None = None,
+    on_problem: OnProblem = warn_problem,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the lake's views (``batches``, ``samples``, ``events``, …);
     with ``records``, the views cover only those batches (reading a few batches of a large lake
@@ -122,7 +159,11 @@ def connect(
     con = duckdb.connect(database)
     if not lake.is_local:
         con.register_filesystem(lake.fs)
-    refresh(con, lake, records)
+    # Typed empty tables from the schemas in code: every view has every column, even over an
+    # empty lake or files written before a column existed.
+    con.register("samples_schema", SAMPLES_SCHEMA.empty_table())
+    con.register("events_schema", EVENTS_SCHEMA.empty_table())
+    refresh(con, lake, records, on_problem)
     with interruptible():
         for name in VIEWS:
             con.execute(sql.load(name))
@@ -132,6 +173,8 @@ def connect(
 
 def register_series(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
     """The ``cohort_series`` view over the series points' row files (small: read into memory)."""
+    import pyarrow.parquet as pq
+
     rels = lake.glob(lake.layout.series_rows_glob())
     tables = [pq.read_table(lake.fs.open(lake.path(rel), "rb")) for rel in rels]
     rows = pa.concat_tables([t.cast(SERIES_ROWS_SCHEMA) for t in tables]) if tables else SERIES_ROWS_SCHEMA.empty_table()

@@ -66,7 +66,12 @@ class LogStatusError(LogIngestError):
 
 
 class BatchConflictError(LogIngestError):
-    """A committed batch with the same key exists and holds a different log."""
+    """A committed batch with the same key exists and holds a different log; ``record`` is the
+    committed one (this log was discarded: the first committed landing wins)."""
+
+    def __init__(self, source: str, problem: str, record: BatchRecord | None = None) -> None:
+        super().__init__(source, problem)
+        self.record = record
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -382,7 +387,9 @@ def parquet_bytes(table: pa.Table) -> bytes:
 def _existing_record(lake: Lake, rel: str) -> BatchRecord | None:
     if not lake.exists(rel):
         return None
-    return BatchRecord.model_validate_json(lake.read_bytes(rel))
+    from lake.integrity import load_record
+
+    return load_record(lake, rel)
 
 
 def _record(
@@ -442,21 +449,19 @@ def land_batch(
     layout = lake.layout
     d = key.digest
     fmt_guess = _log_format(log_bytes) or "eval"
-    src = source or lake.url(layout.raw_log(key.repo, key.commit, key.task, key.window, d, fmt_guess))
-    fmt, log = read_log_bytes(log_bytes, src)
-    raw_path = layout.raw_log(key.repo, key.commit, key.task, key.window, d, fmt)
-    rec_path = layout.batch_record(key.repo, key.commit, key.task, key.window, d)
     sha = hashlib.sha256(log_bytes).hexdigest()
+    # File names carry the log's digest: two processes landing this batch with different logs
+    # (a nondeterministic run) never overwrite each other's files, and a reader never sees one
+    # landing's rows under another landing's record.
+    content = sha[:16]
+    src = source or lake.url(layout.raw_log(key.repo, key.commit, key.task, key.window, d, fmt_guess, content))
+    fmt, log = read_log_bytes(log_bytes, src)
+    raw_path = layout.raw_log(key.repo, key.commit, key.task, key.window, d, fmt, content)
+    rec_path = layout.batch_record(key.repo, key.commit, key.task, key.window, d)
 
     existing = _existing_record(lake, rec_path)
     if existing is not None and existing.status == "ok":
-        if existing.log_sha256 == sha:
-            return existing
-        raise BatchConflictError(
-            src,
-            f"batch {d} is already committed with a different log "
-            f"(sha256 {existing.log_sha256[:12]}…, this one {sha[:12]}…); a batch is reused, never re-run",
-        )
+        return _reuse_or_conflict(existing, sha, d, src)
 
     common = dict(fmt=fmt, sha=sha, size=len(log_bytes), raw_path=raw_path, run_meta=run_meta)
     if log.status != "success":
@@ -471,14 +476,18 @@ def land_batch(
     samples, events, errored = _tables(key, log)
     # encode before writing anything: an encoding failure leaves the lake untouched
     samples_data, events_data = parquet_bytes(samples), parquet_bytes(events)
-    samples_path = layout.table_file("samples", key.repo, key.commit, key.task, key.window, d)
-    events_path = layout.table_file("events", key.repo, key.commit, key.task, key.window, d)
+    samples_path = layout.table_file("samples", key.repo, key.commit, key.task, key.window, d, content)
+    events_path = layout.table_file("events", key.repo, key.commit, key.task, key.window, d, content)
     record = _record(
         key,
         log,
         status="ok",
         samples_path=samples_path,
         events_path=events_path,
+        samples_sha256=hashlib.sha256(samples_data).hexdigest(),
+        samples_bytes=len(samples_data),
+        events_sha256=hashlib.sha256(events_data).hexdigest(),
+        events_bytes=len(events_data),
         sample_rows=samples.num_rows,
         event_rows=events.num_rows,
         errored_samples=errored,
@@ -486,16 +495,49 @@ def land_batch(
     )
     written: list[str] = []
     try:
-        lake.write_bytes(raw_path, log_bytes)
-        for rel, data in ((samples_path, samples_data), (events_path, events_data)):
+        for rel, data in ((raw_path, log_bytes), (samples_path, samples_data), (events_path, events_data)):
             written.append(rel)
             lake.write_bytes(rel, data)
-        lake.write_bytes(rec_path, record.to_json_bytes())
+        if existing is not None:
+            # A landed failure (status error) of this key is replaced by a good landing.
+            lake.write_bytes(rec_path, record.to_json_bytes())
+        elif not lake.write_once(rec_path, record.to_json_bytes()):
+            # Another process committed this batch between our check and our commit.
+            winner = _existing_record(lake, rec_path)
+            if winner is not None and winner.status == "ok":
+                if winner.raw_path != raw_path:
+                    for rel in written:
+                        _remove_quietly(lake, rel)
+                return _reuse_or_conflict(winner, sha, d, src)
+            lake.write_bytes(rec_path, record.to_json_bytes())
     except BaseException:
-        for rel in written:
-            _remove_quietly(lake, rel)
+        if not _vouched_elsewhere(lake, rec_path, raw_path):
+            for rel in written[1:]:  # the raw log stays (evidence); the tables are never left unvouched
+                _remove_quietly(lake, rel)
         raise
     return record
+
+
+def _vouched_elsewhere(lake: Lake, rec_path: str, raw_path: str) -> bool:
+    """Whether a committed record (another process's landing of the same log) uses these files."""
+    try:
+        existing = _existing_record(lake, rec_path)
+    except Exception:  # the lake is failing us: leave the files rather than guess
+        return True
+    return existing is not None and existing.raw_path == raw_path
+
+
+def _reuse_or_conflict(existing: BatchRecord, sha: str, digest: str, src: str) -> BatchRecord:
+    """A committed batch is reused, never re-run: the same log returns its record; another log
+    (a nondeterministic re-run, e.g. by a concurrent process) is refused."""
+    if existing.log_sha256 == sha:
+        return existing
+    raise BatchConflictError(
+        src,
+        f"batch {digest} is already committed with a different log "
+        f"(sha256 {existing.log_sha256[:12]}…, this one {sha[:12]}…); a batch is reused, never re-run",
+        existing,
+    )
 
 
 def _remove_quietly(lake: Lake, rel: str) -> None:

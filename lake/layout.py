@@ -103,18 +103,22 @@ class LakeLayout:
         return f"raw/{check_repo(repo)}/{check_commit(commit)}/tasks.json"
 
     def raw_log(
-        self, repo: str, commit: str, task: str, window: Window, batch: str, fmt: str = "eval"
+        self, repo: str, commit: str, task: str, window: Window, batch: str, fmt: str = "eval",
+        content: str | None = None,
     ) -> str:
         """The Inspect log of one batch; ``batch`` is the batch-key digest.
 
         ``fmt`` is the log's format ('eval' or 'json'): Inspect picks its reader by extension.
+        ``content`` (a digest prefix of the log's bytes) makes the name unique per log: two
+        processes landing the same batch with different logs never overwrite each other's
+        files; the batch record says which one is committed.
         """
         _check_segments("batch digest", batch)
         if fmt not in ("eval", "json"):
             raise LakePathError(f"log format {fmt!r} is not 'eval' or 'json'")
         return (
             f"raw/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
-            f"{window.name}/{batch}.{fmt}"
+            f"{window.name}/{batch}{_content(content)}.{fmt}"
         )
 
     def raw_prefix(self, repo: str | None = None, commit: str | None = None) -> str:
@@ -126,16 +130,18 @@ class LakeLayout:
         return "/".join(parts)
 
     def table_file(
-        self, table: str, repo: str, commit: str, task: str, window: Window, batch: str
+        self, table: str, repo: str, commit: str, task: str, window: Window, batch: str,
+        content: str | None = None,
     ) -> str:
-        """One Parquet file of ``samples`` or ``events`` for one batch."""
+        """One Parquet file of ``samples`` or ``events`` for one batch (``content``: as for
+        :meth:`raw_log`, the digest prefix of the log the rows came from)."""
         if table not in TABLES:
             raise LakePathError(f"unknown table {table!r}; expected one of {TABLES}")
         _check_segments("batch digest", batch)
         return (
             f"tables/{table}/repo={partition_value(check_repo(repo))}/"
             f"commit={check_commit(commit)}/task={partition_value(check_task(task))}/"
-            f"{window.name}.{batch}.parquet"
+            f"{window.name}.{batch}{_content(content)}.parquet"
         )
 
     def table_glob(self, table: str) -> str:
@@ -187,6 +193,21 @@ class LakeLayout:
 
     def gateway_usage_glob(self, repo: str, commit: str) -> str:
         return f"gateway/{check_repo(repo)}/{check_commit(commit)}/**/*.json"
+    def batches_root(self) -> str:
+        """The directory of every batch record (also what a reachability probe looks at)."""
+        return "batches"
+
+    def quarantined(self, rel: str, quarantined_at: str) -> str:
+        """Where a batch record goes when a file it vouches for does not match (or the record
+        itself is unreadable): out of ``batches/``, so readers and the planner see the batch as
+        absent and the next request runs it again; kept, with the reason, as evidence."""
+        if not rel.startswith("batches/") or not rel.endswith(".json"):
+            raise LakePathError(f"not a batch record path: {rel!r}")
+        _check_segments("quarantine time", quarantined_at)
+        return f"quarantine/{rel[:-len('.json')]}.{quarantined_at}.json"
+
+    def quarantine_glob(self) -> str:
+        return "quarantine/**/*.json"
 
     def comparison(self, repo: str, pr: int | str, head: str) -> str:
         return f"comparisons/{check_repo(repo)}/{_pr(pr)}/{check_commit(head)}.json"
@@ -255,6 +276,14 @@ class LakeLayout:
 
     def inbox_prefix(self, source: str) -> str:
         return f"inbox/{_check_segments('inbox source', source)}"
+
+
+def _content(content: str | None) -> str:
+    if content is None:
+        return ""
+    if not re.fullmatch(r"[0-9a-f]{8,64}", content):
+        raise LakePathError(f"content digest {content!r} is not 8-64 lowercase hex characters")
+    return f".{content}"
 
 
 def _pr(pr: int | str) -> str:

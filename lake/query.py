@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 import duckdb
 import pyarrow.parquet as pq
 
-from lake.duck import connect
+from lake.duck import OnProblem, connect, warn_problem
 from lake.storage import Lake
 
 Format = Literal["table", "csv", "json", "parquet"]
@@ -109,6 +109,7 @@ def run_sql(
     *,
     on_slow: Callable[[], None] | None = None,
     slow_after_s: float = 1.0,
+    on_problem: OnProblem = warn_problem,
 ) -> str:
     """Run ``sql_text`` over the lake's views; returns the rendered result.
 
@@ -117,12 +118,14 @@ def run_sql(
     ``on_slow`` is called once if the query is still running after ``slow_after_s`` seconds.
     Ctrl-C (``KeyboardInterrupt`` on the calling thread) cancels the query at once and is
     re-raised.
+    A batch whose record cannot be read or whose files do not match it goes to ``on_problem``
+    (default: a warning naming the file and what to do) and is left out of the views.
     """
     if fmt not in FORMATS:
         raise QueryError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     if fmt == "parquet" and not out:
         raise QueryError("format 'parquet' needs an output path (out=...)")
-    con = connect(lake)
+    con = connect(lake, on_problem=on_problem)
     try:
         # DuckDB draws its progress bar on stdout, into the result a caller may be redirecting.
         con.execute("set enable_progress_bar = false")

@@ -21,7 +21,9 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+# Batch record versions: 1 vouches for the raw log only (sha256 + size); 2 also records the
+# sha256 and size of each Parquet file it commits (see lake.integrity for how 1 is checked).
+SCHEMA_VERSION = 2
 EXCERPT_CHARS = 2000
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -146,6 +148,10 @@ class BatchRecord(BaseModel):
     raw_path: str = Field(description="Lake-relative path of the raw log.")
     samples_path: str | None = Field(default=None, description="Lake-relative path of the samples file; null if no rows.")
     events_path: str | None = Field(default=None, description="Lake-relative path of the events file; null if no rows.")
+    samples_sha256: str | None = Field(default=None, description="sha256 of the samples file; null if no rows or a version-1 record.")
+    samples_bytes: int | None = Field(default=None, description="Size of the samples file in bytes; null if no rows or a version-1 record.")
+    events_sha256: str | None = Field(default=None, description="sha256 of the events file; null if no rows or a version-1 record.")
+    events_bytes: int | None = Field(default=None, description="Size of the events file in bytes; null if no rows or a version-1 record.")
     sample_rows: int = Field(default=0, description="Rows written to samples.")
     event_rows: int = Field(default=0, description="Rows written to events.")
     errored_samples: int = Field(default=0, description="Sample rows with an error set.")
@@ -157,6 +163,16 @@ class BatchRecord(BaseModel):
     started_at: str | None = Field(default=None, description="Log stats: started (ISO 8601).")
     completed_at: str | None = Field(default=None, description="Log stats: completed (ISO 8601).")
     run_meta: dict[str, Any] = Field(default_factory=dict, description="Caller's metadata about the run (e.g. reuse, host).")
+
+    def files(self) -> list[tuple[str, int | None, str | None, str]]:
+        """Every file this record vouches for: (lake-relative path, size, sha256, what), with
+        None where a version-1 record did not record it."""
+        out: list[tuple[str, int | None, str | None, str]] = [(self.raw_path, self.log_bytes, self.log_sha256, "raw log")]
+        if self.samples_path:
+            out.append((self.samples_path, self.samples_bytes, self.samples_sha256, "samples file"))
+        if self.events_path:
+            out.append((self.events_path, self.events_bytes, self.events_sha256, "events file"))
+        return out
 
     def to_json_bytes(self) -> bytes:
         """Canonical JSON (sorted keys): the same record gives the same bytes."""

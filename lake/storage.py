@@ -5,12 +5,23 @@ Every write is atomic and deterministic:
   then renamed over the target, so a reader (or a crash) never sees half a file;
 - GCS: one object PUT, which GCS makes visible all at once or not at all.
 Writing the same path again with the same bytes is a no-op in effect (idempotent).
+
+Create-only writes (``write_once``) are atomic on both: a hard link that fails if the target
+exists (local), or an upload with the precondition ``ifGenerationMatch=0`` (GCS), so of many
+concurrent writers exactly one wins and the others see "exists".
+
+Faults of the store itself (unreachable, timeouts, 5xx, permission denied) are retried with
+backoff and then raised as :class:`LakeUnavailable`; a full disk is a :class:`LakeWriteError`
+with ``disk_full`` set. Callers treat both as infrastructure failures, never as findings.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import posixpath
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +35,34 @@ DEFAULT_LOCAL_ROOT = ".evalrunner/lake"
 
 
 class LakeWriteError(RuntimeError):
-    """A write to the lake failed; nothing was left at the target path."""
+    """A write to the lake failed; nothing was left at the target path. ``disk_full`` when the
+    cause was ENOSPC or EDQUOT (no space or quota left where the lake lives)."""
+
+    def __init__(self, message: str, *, disk_full: bool = False) -> None:
+        super().__init__(message)
+        self.disk_full = disk_full
+
+
+class LakeUnavailable(RuntimeError):
+    """The lake's store could not be reached or refused the operation (connection refused,
+    timeout, 5xx, permission denied) after retries: an infrastructure fault, not a finding
+    about the data. The message names the operation and the lake URL."""
+
+
+# Retries of a remote lake operation before LakeUnavailable (gcsfs retries some errors
+# itself first); backoff doubles from RETRY_BASE_S.
+RETRIES = int(os.environ.get("EVALRUNNER_LAKE_RETRIES", "1"))
+RETRY_BASE_S = float(os.environ.get("EVALRUNNER_LAKE_RETRY_BASE_S", "0.5"))
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _is_store_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` from a remote filesystem is the store failing (retry, then give up as
+    LakeUnavailable) rather than an answer about the object (missing, exists, bad path)."""
+    if isinstance(exc, (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+                        LakePathError, ValueError)):
+        return False
+    return isinstance(exc, Exception)
 
 
 def _check_relative(rel: str) -> str:
@@ -38,11 +76,25 @@ def _check_relative(rel: str) -> str:
     return norm
 
 
+class _OneLineRetryLog(logging.Filter):
+    """gcsfs logs every request that ran out of retries with its traceback; the error reaches
+    our caller as LakeUnavailable with its cause, so its log line keeps only the message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
 def gcs_filesystem(endpoint_url: str | None = None, token: Any = None, **kwargs: Any):
     """A gcsfs filesystem; ``endpoint_url``/``token='anon'`` point it at an emulator."""
     # gcsfs otherwise probes the bucket type over gRPC, which stalls offline.
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     import gcsfs
+
+    gcsfs_log = logging.getLogger("gcsfs")
+    if not any(isinstance(f, _OneLineRetryLog) for f in gcsfs_log.filters):
+        gcsfs_log.addFilter(_OneLineRetryLog())
 
     opts: dict[str, Any] = dict(kwargs)
     if endpoint_url:
@@ -96,21 +148,39 @@ class Lake:
         if self.is_local:
             self._write_local(target, data, exclusive=False)
         else:
-            try:
-                self.fs.pipe_file(target, data)
-            except Exception as exc:  # gcsfs raises assorted errors
-                raise LakeWriteError(f"writing {self.url(rel)} failed: {exc}") from exc
+            self._remote(f"writing {self.url(rel)}", lambda: self.fs.pipe_file(target, data))
         return self.url(rel)
 
     def write_once(self, rel: str, data: bytes) -> bool:
-        """Write ``data`` only if nothing is at ``rel``; True if this call wrote it."""
+        """Write ``data`` only if nothing is at ``rel``; True if this call wrote it. Atomic
+        against concurrent writers (local: hard link; GCS: ``ifGenerationMatch=0``)."""
         target = self.path(rel)
         if self.is_local:
             return self._write_local(target, data, exclusive=True)
-        if self.fs.exists(target):
+        try:
+            # gcsfs sends mode="create" as the upload precondition ifGenerationMatch=0; GCS
+            # answers 412 (FileExistsError) when any generation of the object exists.
+            self._remote(f"writing {self.url(rel)} (create-only)",
+                         lambda: self.fs.pipe_file(target, data, mode="create"))
+        except FileExistsError:
             return False
-        self.write_bytes(rel, data)
         return True
+
+    def _remote(self, what: str, op: Any) -> Any:
+        """Run one remote operation: store faults retried with backoff, then LakeUnavailable."""
+        attempt = 0
+        while True:
+            try:
+                return op()
+            except Exception as exc:
+                if not _is_store_fault(exc):
+                    raise
+                if attempt >= RETRIES:
+                    raise LakeUnavailable(
+                        f"{what} failed after {attempt + 1} attempts: {type(exc).__name__}: {str(exc)[:300]}"
+                    ) from exc
+                time.sleep(RETRY_BASE_S * 2**attempt)
+                attempt += 1
 
     def _write_local(self, target: str, data: bytes, *, exclusive: bool) -> bool:
         directory = os.path.dirname(target)
@@ -134,7 +204,11 @@ class Lake:
         except (LakePathError, FileExistsError):
             raise
         except OSError as exc:
-            raise LakeWriteError(f"writing {target} failed: {exc}") from exc
+            full = exc.errno in _DISK_FULL
+            raise LakeWriteError(
+                f"writing {target} failed: {exc}" + (" (the disk holding the lake is full)" if full else ""),
+                disk_full=full,
+            ) from exc
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -145,23 +219,62 @@ class Lake:
             return self.write_bytes(rel, fh.read())
 
     def remove(self, rel: str) -> None:
-        """Delete ``rel`` if it exists."""
+        """Delete ``rel`` if it exists (a concurrent remover is not an error)."""
         target = self.path(rel)
-        if self.fs.exists(target):
-            self.fs.rm_file(target)
+        if self.is_local:
+            try:
+                os.unlink(target)
+            except FileNotFoundError:
+                pass
+            return
+        try:
+            self._remote(f"removing {self.url(rel)}", lambda: self.fs.rm_file(target))
+        except FileNotFoundError:
+            pass
 
     # -- reads -------------------------------------------------------------------------------
     def read_bytes(self, rel: str) -> bytes:
-        return self.fs.cat_file(self.path(rel))
+        target = self.path(rel)
+        if self.is_local:
+            return self.fs.cat_file(target)
+        return self._remote(f"reading {self.url(rel)}", lambda: self.fs.cat_file(target))
+
+    def read_many(self, rels: list[str]) -> dict[str, bytes]:
+        """Several objects in one batched call (remote lakes), keyed by filesystem path."""
+        paths = [self.path(rel) for rel in rels]
+        return self._remote(f"reading {len(paths)} objects from {self.root}",
+                            lambda: self.fs.cat(paths))
 
     def exists(self, rel: str) -> bool:
-        return bool(self.fs.exists(self.path(rel)))
+        target = self.path(rel)
+        if self.is_local:
+            return bool(self.fs.exists(target))
+        return bool(self._remote(f"checking {self.url(rel)}", lambda: self.fs.exists(target)))
+
+    def stat(self, rel: str) -> tuple[int, str] | None:
+        """(size in bytes, version) of ``rel``, or None if it does not exist. The version
+        changes whenever the object is rewritten (local: inode and mtime; GCS: generation)."""
+        target = self.path(rel)
+        if self.is_local:
+            try:
+                st = os.stat(target)
+            except FileNotFoundError:
+                return None
+            return st.st_size, f"{st.st_ino}:{st.st_mtime_ns}"
+        try:
+            info = self._remote(f"checking {self.url(rel)}", lambda: self.fs.info(target))
+        except FileNotFoundError:
+            return None
+        return int(info.get("size") or 0), str(info.get("generation") or info.get("updated") or "")
 
     def glob(self, pattern: str) -> list[str]:
         """Lake-relative paths matching ``pattern`` (hidden temporary files never match)."""
         base = self._base.rstrip("/") + "/"
         out = []
-        for p in self.fs.glob(self.path(pattern)):
+        target = self.path(pattern)
+        found = (self.fs.glob(target) if self.is_local
+                 else self._remote(f"listing {self.url(pattern)}", lambda: self.fs.glob(target)))
+        for p in found:
             p = p if self.is_local else p.lstrip("/")
             rel = p[len(base) :] if p.startswith(base) else p
             if not posixpath.basename(rel).startswith("."):
@@ -171,11 +284,13 @@ class Lake:
     def listdir(self, rel: str) -> Iterator[str]:
         """Lake-relative paths directly under ``rel`` (empty if it does not exist)."""
         target = self.path(rel)
-        if not self.fs.exists(target):
+        if not self.exists(rel):
             return iter(())
         base = self._base.rstrip("/") + "/"
         names = []
-        for p in self.fs.ls(target, detail=False):
+        listed = (self.fs.ls(target, detail=False) if self.is_local
+                  else self._remote(f"listing {self.url(rel)}", lambda: self.fs.ls(target, detail=False)))
+        for p in listed:
             p = p if self.is_local else p.lstrip("/")
             rel_p = p[len(base) :] if p.startswith(base) else p
             if not posixpath.basename(rel_p).startswith("."):

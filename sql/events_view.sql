@@ -23,4 +23,9 @@ select
     error,
     text,
     text_truncated
-from read_parquet(getvariable('events_files'), union_by_name = true, hive_partitioning = false)
+from (
+    -- the typed empty table from code first: every column exists, files that predate one read null
+    select * from events_schema
+    union all by name
+    select * from events_parquet
+)

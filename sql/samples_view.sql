@@ -1,6 +1,6 @@
 -- samples: one row per (sample id, epoch) of every committed batch.
--- The file list comes from the batch records (a table file without a record is never read) and
--- always starts with an empty file of the current schema, so an empty lake still has columns.
+-- samples_parquet reads exactly the files the batch records commit (a table file without a
+-- record is never read); samples_schema is the empty table of the current schema, from code.
 create or replace view samples as
 select
     repo,
@@ -40,4 +40,9 @@ select
     log_status,
     eval_id,
     sample_uuid
-from read_parquet(getvariable('samples_files'), union_by_name = true, hive_partitioning = false)
+from (
+    -- the typed empty table from code first: every column exists, files that predate one read null
+    select * from samples_schema
+    union all by name
+    select * from samples_parquet
+)

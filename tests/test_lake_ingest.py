@@ -195,7 +195,15 @@ def test_failure_before_the_record_leaves_no_parquet(tmp_path, logs, monkeypatch
             raise LakeWriteError(f"simulated failure writing {rel}")
         return real_write(rel, data)
 
+    real_once = lake.write_once
+
+    def flaky_once(rel: str, data: bytes) -> bool:  # the record is committed create-only
+        if fail_on == "batches" and rel.startswith("batches/"):
+            raise LakeWriteError(f"simulated failure writing {rel}")
+        return real_once(rel, data)
+
     monkeypatch.setattr(lake, "write_bytes", flaky_write)
+    monkeypatch.setattr(lake, "write_once", flaky_once)
     with pytest.raises(LakeWriteError, match="simulated failure"):
         land_batch(lake, key_for(), logs["head"].read_bytes())
     files = lake_files(tmp_path)
@@ -205,6 +213,7 @@ def test_failure_before_the_record_leaves_no_parquet(tmp_path, logs, monkeypatch
     assert con.execute("select count(*) from samples").fetchall()[0] == (0,)
 
     monkeypatch.setattr(lake, "write_bytes", real_write)  # the retry lands normally
+    monkeypatch.setattr(lake, "write_once", real_once)
     assert land_batch(lake, key_for(), logs["head"].read_bytes()).sample_rows == 8
 
 

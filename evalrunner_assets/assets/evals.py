@@ -24,6 +24,7 @@ from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, load_request
 from evalrunner_assets.pipeline.windows import batch_state, run_task_windows
 from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
 from lake import LAYOUT, Window
+from lake.integrity import LakeIntegrityError, load_record, quarantine, verify_record
 from lake.schema import BatchRecord
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
 
@@ -31,6 +32,7 @@ GROUP = "evals"
 
 REPRODUCIBILITY_CHECK = "reproducibility_fields_present"
 ERROR_LOG_CHECK = "no_error_logs"
+INTEGRITY_CHECK = "lake_files_match_records"
 
 
 @dg.asset(
@@ -87,6 +89,9 @@ class TaskSamplesConfig(dg.Config):
         dg.AssetCheckSpec(ERROR_LOG_CHECK, asset="task_samples",
                           description="No window of this materialization ended in an infrastructure failure "
                           "(log status error, no log, sandbox crash)."),
+        dg.AssetCheckSpec(INTEGRITY_CHECK, asset="task_samples",
+                          description="Every file the batch records of this materialization vouch for has its "
+                          "recorded size and sha256 (a batch that fails is quarantined and runs again)."),
     ],
 )
 def task_samples(
@@ -128,6 +133,7 @@ def task_samples(
     failed = [o for o in outcomes if o.status == "failed"]
     missing = sorted({f for o in outcomes for f in o.key.missing_fields})
     records = _records(the_lake, outcomes)
+    mismatches = _verify(the_lake, records)
     return dg.MaterializeResult(
         metadata={
             "windows": dg.MetadataValue.int(len(outcomes)),
@@ -149,8 +155,28 @@ def task_samples(
                 severity=dg.AssetCheckSeverity.ERROR,
                 metadata={"failures": dg.MetadataValue.json({o.key.window.name: o.failure for o in failed})},
             ),
+            dg.AssetCheckResult(
+                check_name=INTEGRITY_CHECK, passed=not mismatches,
+                severity=dg.AssetCheckSeverity.ERROR,
+                metadata={"files_checked": dg.MetadataValue.int(sum(len(r.files()) for r in records)),
+                          "quarantined": dg.MetadataValue.json(mismatches)},
+                description="; ".join(mismatches)[:1000] if mismatches else None,
+            ),
         ],
     )
+
+
+def _verify(the_lake, records: list[BatchRecord]) -> list[str]:
+    """Full sha256 check of every file of ``records``; a batch that fails is quarantined."""
+    problems = []
+    for record in records:
+        try:
+            verify_record(the_lake, record, always=True)
+        except LakeIntegrityError as exc:
+            problems.append(str(exc))
+            if exc.record is not None:
+                quarantine(the_lake, exc.record, str(exc))
+    return problems
 
 
 def _records(the_lake, outcomes) -> list[BatchRecord]:
@@ -159,7 +185,7 @@ def _records(the_lake, outcomes) -> list[BatchRecord]:
         k = o.key
         rel = LAYOUT.batch_record(k.repo, k.commit, k.task, k.window, k.digest)
         if batch_state(the_lake, k) == "committed":
-            out.append(BatchRecord.model_validate_json(the_lake.read_bytes(rel)))
+            out.append(load_record(the_lake, rel))
     return out
 
 

@@ -29,6 +29,7 @@ from evalrunner_assets.pipeline.spec import ComparisonRequest
 from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, batch_state, read_failure
 from lake import LAYOUT, Lake, Window
 from lake.batch import BatchKey
+from lake.integrity import LakeIntegrityError, quarantine
 
 FIRST_WINDOW = stats.WINDOW_MIN  # pairs in the first window (the schedule lives in the stats planner)
 SCHEMA_VERSION = 1
@@ -189,8 +190,10 @@ def _load_rows(lake: Lake, keys: list[BatchKey], cache: AssessCache | None = Non
 
         wanted = {k.digest: k for k in keys if k.digest in fetched}
         records = duck.read_batch_records(lake, list(wanted.values()))
+        # A file that no longer has its recorded size is a LakeIntegrityError here (assess
+        # quarantines the batch and plans again), never rows silently read.
         if cache is None:
-            con = duck.connect(lake, records=records)
+            con = duck.connect(lake, records=records, on_problem=duck.raise_problem)
             try:
                 table = duck.query(con, "comparison_samples", {"batches": missing})
             finally:
@@ -199,9 +202,9 @@ def _load_rows(lake: Lake, keys: list[BatchKey], cache: AssessCache | None = Non
             # One connection for the cache's life (opening one costs more than the query);
             # its views are pointed at just the batches read now.
             if cache.con is None:
-                cache.con = duck.connect(lake, records=records)
+                cache.con = duck.connect(lake, records=records, on_problem=duck.raise_problem)
             else:
-                duck.refresh(cache.con, lake, records)
+                duck.refresh(cache.con, lake, records, duck.raise_problem)
             table = duck.query(cache.con, "comparison_samples", {"batches": missing})
         for row in table.to_pylist():
             fetched[row["batch"]].append(row)
@@ -292,7 +295,19 @@ def assess(
         progress[task] = p
 
     all_keys = [k for p in progress.values() for arm in ("head", "base") for k in p.keys[arm]]
-    rows = _load_rows(lake, all_keys, cache)
+    try:
+        rows = _load_rows(lake, all_keys, cache)
+    except LakeIntegrityError as exc:
+        if exc.record is None:
+            raise
+        # A committed file changed after it was verified: the batch is quarantined and this
+        # assessment starts again without it (the window is planned again).
+        quarantine(lake, exc.record, str(exc))
+        if cache is not None:
+            cache.committed.clear()
+            cache.rows.clear()
+        return assess(lake, request, backend_name=backend_name, runtime_digest=runtime_digest,
+                      prices=prices, detail=detail, cache=cache)
     n_tasks = max(1, len(compared))
     samples_run = len(rows)
     budget = None

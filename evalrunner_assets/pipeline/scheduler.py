@@ -16,9 +16,10 @@ sampling sensor does, and the budget is folded in the planner's fixed task order
 
 Outage breaker. Each submitted step gets a sequence number; results are folded strictly in that
 order, whatever order they complete in. A fresh infrastructure failure (sandbox crash, no log,
-log status error, invalid log, a sandbox that would not start — each failed attempt, retries
-included) adds one to the streak; a landed window resets it; reused windows and cancelled
-windows leave it alone; agent failures (wrong answers, errored samples inside a good log) are
+log status error, invalid log, a sandbox that would not start, the lake unreachable or refusing
+a write — each failed attempt, retries included) adds one to the streak; a landed window resets
+it; reused windows (a window another process landed first included) and cancelled windows leave
+it alone; agent failures (wrong answers, errored samples inside a good log) are
 scores, not failures, and never reach it. At ``threshold`` the comparison stops: everything in
 flight is cancelled and nothing more is submitted.
 
@@ -81,6 +82,7 @@ class Unit:
     future: cf.Future | None = None
     outcomes: list[WindowOutcome] = field(default_factory=list)
     error: str | None = None  # the step raised before producing outcomes (e.g. a sandbox would not start)
+    error_kind: str = "sandbox_start"  # what kind of infrastructure failure ``error`` is
     submitted_at: float = 0.0
     finished_at: float | None = None
 
@@ -132,7 +134,7 @@ class OutageBreaker:
         """A finished unit's breaker events in order: ("fail", info) or ("ok", None)."""
         events: list[tuple[str, dict[str, Any] | None]] = []
         if unit.error is not None:
-            events.append(("fail", {"kind": "sandbox_start", "cause": unit.error, "window": ",".join(unit.step.windows)}))
+            events.append(("fail", {"kind": unit.error_kind, "cause": unit.error, "window": ",".join(unit.step.windows)}))
         for o in unit.outcomes:
             for kind, cause in o.failed_attempts:  # fresh attempts only (empty for reused/recorded)
                 events.append(("fail", {"kind": kind, "cause": cause, "window": o.key.window.name}))
@@ -170,6 +172,25 @@ class OutageBreaker:
             if n >= self.threshold:
                 return True
         return False
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The infrastructure failure a step's exception is: the lake unreachable, a lake write
+    that failed (a full disk included, wherever it struck), or a sandbox that would not start."""
+    import errno
+
+    from lake.storage import LakeUnavailable, LakeWriteError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, LakeUnavailable):
+            return "lake_unavailable"
+        if isinstance(seen, LakeWriteError) or (
+            isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT)
+        ):
+            return "lake_write"
+        seen = seen.__cause__ or seen.__context__
+    return "sandbox_start"
 
 
 def window_accounting(outcomes: Sequence[WindowOutcome]) -> dict[str, Any]:
@@ -299,6 +320,7 @@ class PackedScheduler:
             unit.outcomes = unit.future.result()
         except Exception as exc:  # the step could not run at all: an infrastructure failure
             unit.error = f"{type(exc).__name__}: {str(exc)[:600]}"
+            unit.error_kind = failure_kind(exc)
         if not unit.cancelled:
             self.done_keys.add(unit.step.run_key)
 

@@ -36,7 +36,9 @@ from evalrunner_assets.execution.environment import runtime_with_env
 from evalrunner_assets.pipeline.facts import TaskFacts, task_environment
 from lake import LAYOUT, Lake, Window
 from lake.batch import BatchKey
-from lake.ingest import LogIngestError, LogStatusError, land_batch
+from lake.ingest import BatchConflictError, LogIngestError, LogStatusError, land_batch
+from lake.integrity import LakeIntegrityError, load_record, quarantine, verify_record
+from lake.storage import LakeUnavailable, LakeWriteError
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class WindowOutcome:
     failed_attempts: list[tuple[str, str]] = field(default_factory=list)
     # What a failed window still consumed, when its log says (None: unknown).
     usage: dict | None = None
+
+    # True when another process committed this window while this one ran it: this log was
+    # discarded as a duplicate (the first committed landing wins), which is not a failure.
+    duplicate: bool = False
 
     @property
     def ran(self) -> bool:
@@ -113,12 +119,25 @@ def task_session_config(backend: SandboxBackend, export: RepoExport, facts: Task
 
 
 def batch_state(lake: Lake, key: BatchKey) -> str:
-    """``committed`` (landed, status ok), ``failed`` (an infrastructure failure is on record)
-    or ``absent``."""
+    """``committed`` (landed, status ok, its files verified), ``failed`` (an infrastructure
+    failure is on record) or ``absent``.
+
+    A committed batch is trusted only when every file its record vouches for matches (size
+    always; sha256 the first time this process sees the file): a mismatch, or a record that
+    cannot be read, quarantines the batch (``lake.integrity``) and it is ``absent`` — the
+    window runs again, and its bad rows are never used."""
     rec = LAYOUT.batch_record(key.repo, key.commit, key.task, key.window, key.digest)
     if lake.exists(rec):
-        status = json.loads(lake.read_bytes(rec)).get("status")
-        return "committed" if status == "ok" else "failed"
+        try:
+            record = load_record(lake, rec)
+            if record.status == "ok":
+                verify_record(lake, record)
+        except FileNotFoundError:  # quarantined by another process just now
+            return "absent"
+        except LakeIntegrityError as exc:
+            quarantine(lake, rec, str(exc))
+            return "absent"
+        return "committed" if record.status == "ok" else "failed"
     if lake.exists(LAYOUT.batch_failure(key.repo, key.commit, key.task, key.window, key.digest)):
         return "failed"
     return "absent"
@@ -271,6 +290,15 @@ def _metered_usage(logged: dict[str, Any] | None, metered: dict[str, Any]) -> di
     return usage
 
 
+def _record_failure_quietly(lake: Lake, key: BatchKey, kind: str, cause: str, run: WindowRun | None) -> None:
+    """Record a failure when the lake lets us (a full disk may refuse the record too; the
+    outcome still carries the cause and the window stays absent, so it runs again)."""
+    try:
+        _record_failure(lake, key, kind, cause, run)
+    except (LakeWriteError, LakeUnavailable):
+        pass
+
+
 def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowOutcome:
     key = run.key
     record_gateway_usage(lake, run)
@@ -293,6 +321,19 @@ def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowO
     meta = {"mode": run.mode, "duration_s": round(run.duration_s, 3), "timings": run.timings}
     try:
         record = land_batch(lake, key, run.log_bytes, run_meta=meta)
+    except BatchConflictError:
+        # Another process landed this window first (the same request run twice, or two PRs on
+        # one base): its batch is reused and this log discarded. Not a failure.
+        return WindowOutcome(key, "reused", duration_s=run.duration_s, timings=run.timings, duplicate=True)
+    except LakeUnavailable as exc:
+        # The store is down: nothing can be recorded there either; the breaker counts it.
+        return WindowOutcome(key, "failed", failure=str(exc), failure_kind="lake_unavailable",
+                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
+    except LakeWriteError as exc:
+        # Landing failed (e.g. the disk is full): the lake's fault, not the sandbox's.
+        _record_failure_quietly(lake, key, "lake_write", str(exc), run)
+        return WindowOutcome(key, "failed", failure=str(exc), failure_kind="lake_write",
+                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
     except LogStatusError as exc:
         return WindowOutcome(key, "failed", failure=str(exc), failure_kind="log_status",
                              duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
@@ -384,7 +425,8 @@ def run_task_windows(
                         runs.append(runner.run_window(window, cancel=cancel))
                     if not runs[-1].ok:
                         pool.discard(backend, export, cfg)
-            if finish(i, runs).status != "landed":
+            done = finish(i, runs)
+            if done.status != "landed" and not done.duplicate:
                 break
     elif warm and len(todo) > 1:
         with WarmTaskRunner(backend, export, cfg) as runner:
