@@ -1,4 +1,6 @@
-"""The second example repository end to end: its own lock, dependency and model provider.
+"""The second example repository end to end: its own lock, dependency and model provider, a
+dataset without ids, and a model-graded task whose grader is reached through the model gateway
+(the upstream is a stand-in OpenAI server on loopback; the key stays on the host).
 
 ``examples/quiz-agent`` is made into a git repository (base: vague instructions; head: precise
 ones), its dependency ``quizkit`` and the setuptools its project build needs are served by a
@@ -20,10 +22,12 @@ import pytest
 
 from _package_index import PackageIndex, wheel_from_installed, wheel_from_source
 from conftest import commit_files, git
+from openai_standin import OpenAIStandIn
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+KEY = "sk-standin-quiz-grader-key-3b9e"
 PRECISE = "Answer with only the name of the capital city. Double-check which country is asked about.\n"
 
 
@@ -51,12 +55,17 @@ def index(tmp_path_factory):
     idx.close()
 
 
-def _compare(home: Path, repo: Path, index: PackageIndex, base: str, head: str, pr: str) -> subprocess.CompletedProcess:
+def _compare(home: Path, repo: Path, index: PackageIndex, base: str, head: str, pr: str,
+             grader: OpenAIStandIn | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "EVALRUNNER_LAKE", "EVALRUNNER_ENVS")}
     env.update(EVALRUNNER_HOME=str(home), EVALRUNNER_PACKAGE_INDEX=index.url)
+    extra: list[str] = []
+    if grader is not None:
+        env.update(OPENAI_API_KEY=KEY, OPENAI_BASE_URL=grader.openai_base)
+        extra = ["--model-gateway"]
     return subprocess.run(
         [sys.executable, "-m", "evalrunner_assets.cli", "compare", "--repo", str(repo), "--repo-id", "acme/quiz",
-         "--base", base, "--head", head, "--pr", pr, "--model", "quizbot/v1", "--cap", "40"],
+         "--base", base, "--head", head, "--pr", pr, "--model", "quizbot/v1", "--cap", "40", *extra],
         env=env, capture_output=True, text=True, timeout=900,
     )
 
@@ -72,11 +81,19 @@ def test_quiz_agent_compares_with_its_own_dependencies_and_provider_and_reuses_t
     head = commit_files(repo, {"evals/prompts/system.md": PRECISE}, "precise instructions")
     home = tmp_path / "home"
 
-    first = _compare(home, repo, index, "main", "precise", "1")
+    with OpenAIStandIn() as grader:
+        first = _compare(home, repo, index, "main", "precise", "1", grader=grader)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "IMPROVED" in first.stdout
     doc = json.loads((home / "lake" / "comparisons" / "acme" / "quiz" / "1" / f"{head}.json").read_text())
     assert doc["verdict"] == "IMPROVED"
+    # The graded task ran on both arms with the grader model answering through the gateway.
+    graded = next(t for t in doc["tasks"] if t.endswith("capitals_graded"))
+    assert doc["tasks"][graded]["decision"]["pairs"] > 0
+    assert "openai/gpt-4o-mini" in doc["execution"]["gateway"]["models"]
+    for path in (home / "lake").rglob("*"):
+        assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
+    assert KEY not in first.stdout + first.stderr
 
     envs = [p for p in (home / "envs").iterdir() if not p.name.startswith(".")]
     assert len(envs) == 1  # one lock, one environment for both commits
@@ -96,7 +113,8 @@ def test_quiz_agent_compares_with_its_own_dependencies_and_provider_and_reuses_t
     other = commit_files(repo, {"evals/prompts/system.md": "You are a helpful assistant. Answer the question!\n"},
                          "wording")
     index.requests.clear()
-    second = _compare(home, repo, index, "main", "wording", "2")
+    with OpenAIStandIn() as grader:
+        second = _compare(home, repo, index, "main", "wording", "2", grader=grader)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert index.requests == []
     assert _facts(home, other)["environment"]["reused"] is True
