@@ -322,7 +322,7 @@ def _run_comparison(
     try:
         return _run(request, resources, the_lake, backend, runtime, retired, gateway, instance=instance,
                     on_step=on_step, workers=workers, breaker_threshold=breaker_threshold, packed=packed,
-                    stop=stop, progress_every_s=progress_every_s)
+                    stop=stop, progress_every_s=progress_every_s, quarantined_before=quarantined_before)
     finally:
         if gateway is not None:
             gateway.close()
@@ -332,7 +332,7 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
          retired: list[str], gateway: ModelGateway | None, *, instance: dg.DagsterInstance | None,
          on_step: Callable[[Step, dict[str, Any] | None], None] | None, workers: int | None,
          breaker_threshold: int, packed: bool, stop: threading.Event | None,
-         progress_every_s: float) -> dict[str, Any]:
+         progress_every_s: float, quarantined_before: int) -> dict[str, Any]:
     sandbox = resources["sandbox"]
     pool = sandbox.warm_pool()
     if workers is None:

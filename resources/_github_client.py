@@ -31,7 +31,6 @@ from datetime import datetime, timezone
 from itertools import islice
 from typing import Any, TypeVar
 
-from evalrunner_assets.report.checks import check_run_state  # re-exported for callers
 
 T = TypeVar("T")
 log = logging.getLogger("evalrunner.github")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.server
-import os
 import re
 import subprocess
 import sys

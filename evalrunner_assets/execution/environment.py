@@ -69,7 +69,6 @@ from urllib.parse import urlsplit
 from evalrunner_assets.discovery._errors import DiscoveryError
 from evalrunner_assets.execution.channel import UnixForwarder, _splice
 from evalrunner_assets.execution.sandbox import (
-    SANDBOX_REPO_DIR,
     Channel,
     Limits,
     RepoExport,

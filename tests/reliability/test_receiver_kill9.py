@@ -23,7 +23,7 @@ from resources import GitHubResource, LakeResource, RepoResource
 from sensors.inbox import INBOX_SOURCE
 from sensors.pr import pr_sensor
 
-from ._deliveries import REPO, SECRET, post, pull_request
+from ._deliveries import SECRET, post, pull_request
 
 pytestmark = pytest.mark.reliability
 
