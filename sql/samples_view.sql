@@ -39,5 +39,7 @@ select
     epochs,
     log_status,
     eval_id,
-    sample_uuid
+    sample_uuid,
+    input_digest,
+    error_where
 from read_parquet(getvariable('samples_files'), union_by_name = true, hive_partitioning = false)

@@ -233,5 +233,5 @@ EXPECTED_PAIRS = [
     ("s1", 0.5, 1.0, -0.5, 0, 0, 2, 1),  # right in one of two head epochs
     ("s2", 0.0, 0.0, 0.0, 0, 0, 2, 1),
     ("s3", 1.0, 1.0, 0.0, 0, 0, 2, 1),
-    ("s4", None, None, None, 2, 0, 2, 0),  # errored in both head epochs, absent from base
+    ("s4", 0.0, None, None, 2, 0, 2, 0),  # errored in both head epochs (scored 0), absent from base
 ]

@@ -103,13 +103,13 @@ def test_run_sql_renders_table_csv_json_and_parquet(tmp_path, lake):
     table = run_sql(lake, q, "table", params=params)
     lines = table.splitlines()
     assert lines[0].split() == ["sample_id", "head_score", "delta"]
-    assert lines[2].split() == ["s1", "0.5", "-0.5"] and lines[5].split() == ["s4", "NULL", "NULL"]
+    assert lines[2].split() == ["s1", "0.5", "-0.5"] and lines[5].split() == ["s4", "0", "NULL"]
     assert lines[-1] == "(4 rows)"
     rows = list(csv.reader(io.StringIO(run_sql(lake, q, "csv", params=params))))
     assert rows[0] == ["sample_id", "head_score", "delta"] and rows[1] == ["s1", "0.5", "-0.5"]
-    assert rows[4] == ["s4", "", ""]
+    assert rows[4] == ["s4", "0.0", ""]
     as_json = json.loads(run_sql(lake, q, "json", params=params))
-    assert as_json[3] == {"sample_id": "s4", "head_score": None, "delta": None}
+    assert as_json[3] == {"sample_id": "s4", "head_score": 0.0, "delta": None}
     out = tmp_path / "pairs.parquet"
     assert run_sql(lake, q, "parquet", out=str(out), params=params) == f"wrote 4 rows to {out}\n"
     assert pq.read_table(out).column("sample_id").to_pylist() == ["s1", "s2", "s3", "s4"]

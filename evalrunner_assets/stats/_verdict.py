@@ -90,6 +90,14 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
         elif not d.comparable:
             reasons.append(f"{task}: not compared ({d.reason})")
 
+    # What the agent's own code raised, per task and arm, whatever the label: a reader sees the
+    # cause beside the verdict ("head: 16/16 samples raised RuntimeError('boom') in solver 'x'").
+    for task, d in sorted(decisions.items()):
+        for arm in ("head", "base"):
+            cause = d.pairing.get(f"error_{arm}")
+            if cause and not (d.reason and f"{arm}: {cause}" in d.reason and d.label == "inconclusive"):
+                reasons.append(f"{task}: {arm}: {cause}")
+
     def named(label: str) -> list[str]:
         return sorted(t for t, d in compared.items() if d.label == label and not d.head_failed)
 
