@@ -178,8 +178,9 @@ def error_where(sample: Any) -> str | None:
     through; None without an error or such a span.
 
     Inspect closes the spans an exception unwinds before it records the error event, so the
-    candidates, innermost first, are the spans ended just before that event, then the spans
-    still open there (at the end of the transcript when there is no error event)."""
+    candidates, innermost first, are the spans ended just before that event (log lines between
+    them aside), then the spans still open there (at the end of the transcript when there is no
+    error event)."""
     if sample.error is None:
         return None
     events = list(getattr(sample, "events", None) or [])
@@ -194,6 +195,8 @@ def error_where(sample: Any) -> str | None:
             still_open.remove(ev.id)
     unwound: list[str] = []
     for ev in reversed(events[:at]):
+        if ev.event in ("logger", "info"):  # Inspect logs the exception as it unwinds
+            continue
         if ev.event != "span_end":
             break
         unwound.insert(0, ev.id)

@@ -66,3 +66,15 @@ def test_headline_p_improvement_combines_task_posteriors():
     assert run_verdict({"a": up, "b": up}).p_improvement > 0.99
     assert run_verdict({"a": down, "b": down}).p_improvement < 0.01
     assert 0.3 < run_verdict({"a": up, "b": down}).p_improvement < 0.7
+
+
+def test_the_cause_of_errored_samples_is_a_reason_of_the_run_verdict():
+    from evalrunner_assets.stats import pair_task
+
+    head = [{"sample_id": f"s{i}", "epoch": 1, "score": None, "error": "RuntimeError('boom')",
+             "error_where": "solver:agent"} for i in range(16)]
+    base = [{"sample_id": f"s{i}", "epoch": 1, "score": 1.0, "error": None} for i in range(16)]
+    d = decide_task(pair_task(head, base), StatsParams(), 1, forecast=False)
+    verdict = run_verdict({"t": d})
+    assert verdict.verdict == "REGRESSED"
+    assert "t: head: 16/16 samples raised RuntimeError('boom') in solver 'agent'" in verdict.reasons
