@@ -191,6 +191,10 @@ def test_a_sample_inserted_before_positional_ids_is_reported_as_changed_inputs_n
     assert tom["changed_inputs_listed"] == 20
     assert pairing["changed_inputs"] > 0 and tom["decision"]["pairs"] == 0
     assert pairing["changed_inputs"] + pairing["unpaired_head"] == tom["head"]["samples"]
+    assert (f"theory_of_mind/theory_of_mind: {pairing['changed_inputs']} sample id(s) ran different inputs "
+            "on head and base (not paired)") in doc["final_verdict"]["reasons"]
+    comment = next((lake(home) / "comparisons").rglob("*.comment.md")).read_text()
+    assert "**Changed inputs**" in comment and f"`theory_of_mind/theory_of_mind`: {pairing['changed_inputs']}" in comment
     # The other tasks did not change and pair as before.
     assert tasks_by_name(doc)["security_guide"]["decision"]["pairing"]["changed_inputs"] == 0
 
@@ -227,6 +231,8 @@ def test_a_head_whose_solver_raises_is_the_agents_regression_with_its_cause_show
     artifacts = lake(home) / "comparisons"
     comment = next(artifacts.rglob("*.comment.md")).read_text()
     assert cause in comment and "Errors raised by this repository's code" in comment
+    # Every task's cause is among the verdict's reasons, the inconclusive one's too.
+    assert all(f"{task}: {cause}" in doc["final_verdict"]["reasons"] for task in doc["tasks"])
     check_run = json.loads(next(artifacts.rglob("*.check_run.json")).read_text())
     assert check_run["conclusion"] == "failure"
     assert cause in json.dumps(check_run)

@@ -126,6 +126,12 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
         lines.append("")
         lines.append("**Errors raised by this repository's code** (scored as failures of that arm):")
         lines += [f"- `{t}` {arm}: {cause}" for t, arm, cause in raised]
+    changed = {t: doc["decision"].get("pairing", {}).get("changed_inputs") for t, doc in tasks.items()}
+    changed = {t: n for t, n in changed.items() if n}
+    if changed:
+        lines.append("")
+        lines.append("**Changed inputs** (the same sample id ran a different input on head and base; not paired):")
+        lines += [f"- `{t}`: {n} sample id(s)" for t, n in changed.items()]
     failures = {t: doc["failures"] for t, doc in tasks.items() if doc.get("failures")}
     if failures:
         lines.append("")

@@ -90,14 +90,6 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
         elif not d.comparable:
             reasons.append(f"{task}: not compared ({d.reason})")
 
-    # What the agent's own code raised, per task and arm, whatever the label: a reader sees the
-    # cause beside the verdict ("head: 16/16 samples raised RuntimeError('boom') in solver 'x'").
-    for task, d in sorted(decisions.items()):
-        for arm in ("head", "base"):
-            cause = d.pairing.get(f"error_{arm}")
-            if cause and not (d.reason and f"{arm}: {cause}" in d.reason and d.label == "inconclusive"):
-                reasons.append(f"{task}: {arm}: {cause}")
-
     def named(label: str) -> list[str]:
         return sorted(t for t, d in compared.items() if d.label == label and not d.head_failed)
 
@@ -130,4 +122,17 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
     else:
         verdict = "UNCHANGED"
         reasons.insert(0, f"unchanged within the margin: {', '.join(unchanged)}")
+    # What the agent's own code raised, per task and arm, whatever the label, so a reader sees the
+    # cause beside the verdict ("head: 16/16 samples raised RuntimeError('boom') in solver 'x'"),
+    # and ids whose inputs differ between the arms (counted, never paired). A cause already in an
+    # "inconclusive: task (reason)" line is not repeated.
+    for task, d in sorted(decisions.items()):
+        for arm in ("head", "base"):
+            cause = d.pairing.get(f"error_{arm}")
+            shown = verdict == "INCONCLUSIVE" and task in inconclusive and f"{arm}: {cause}" in (d.reason or "")
+            if cause and not shown:
+                reasons.append(f"{task}: {arm}: {cause}")
+        changed = d.pairing.get("changed_inputs") or 0
+        if changed:
+            reasons.append(f"{task}: {changed} sample id(s) ran different inputs on head and base (not paired)")
     return RunVerdict(verdict=verdict, reasons=tuple(reasons), p_improvement=headline, labels=labels, counts=counts)
