@@ -241,23 +241,9 @@ def test_log_whose_error_is_a_samples_own_exception_lands_its_rows_as_the_agents
     assert "s4" in samples.column("sample_id").to_pylist()
 
 
-def _with_header_error(data: bytes, tmp_path, message: str) -> bytes:
-    """The same real log, its header error replaced by one no sample raised (as when the harness
-    itself fails the eval)."""
-    from inspect_ai.log import read_eval_log, write_eval_log
-
-    src = tmp_path / "src.eval"
-    src.write_bytes(data)
-    log = read_eval_log(str(src))
-    log.error = log.error.model_copy(update={"message": message, "traceback": message})
-    out = tmp_path / "harness-error.eval"
-    write_eval_log(log, str(out))
-    return out.read_bytes()
-
-
 def test_log_with_error_status_no_sample_explains_lands_raw_and_error_record_but_no_rows(tmp_path, logs):
     lake = open_lake(str(tmp_path / "lake"))
-    data = _with_header_error(logs["failed"].read_bytes(), tmp_path, "worker lost its connection")
+    data = logs["harness_error"].read_bytes()
     with pytest.raises(LogStatusError, match="log status is 'error'.*worker lost") as info:
         land_batch(lake, key_for(), data)
     assert str(lake.url(info.value.record.raw_path)) in str(info.value)
