@@ -343,3 +343,25 @@ def test_an_empty_lake_has_empty_views_with_every_column(tmp_path):
         assert rel.columns == schema.names and rel.fetchall() == []
     assert con.execute("select count(*) from batches").fetchall()[0] == (0,)
     assert isinstance(con, duckdb.DuckDBPyConnection)
+
+
+def test_input_digest_matches_for_chat_inputs_targets_choices_files_and_setup(tmp_path):
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.log import read_eval_log
+    from inspect_ai.model import ChatMessageSystem, ChatMessageUser, ContentText
+    from inspect_ai.scorer import includes
+    from inspect_ai.solver import generate
+
+    from evalrunner_assets.sample_digest import digest_of_sample
+
+    samples = [
+        Sample(input=[ChatMessageSystem(content="be brief"), ChatMessageUser(content=[ContentText(text="say apple")])],
+               target=["apple", "APPLE"], files={"a.txt": "hi"}, setup="echo hi"),
+        Sample(input="say pear", target="pear", choices=["pear", "plum"], metadata={"k": 1}),
+    ]
+    listed = [digest_of_sample(s) for s in samples]  # what the sandbox lists, before any run
+    log = eval(Task(dataset=samples, solver=[generate()], scorer=includes()), model="lakeprobe/probe-1",
+               display="none", log_dir=str(tmp_path), log_level="error")[0]
+    logged = [digest_of_sample(s) for s in sorted(read_eval_log(log.location).samples, key=lambda s: s.id)]
+    assert logged == listed and listed[0] != listed[1]

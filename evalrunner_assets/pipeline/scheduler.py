@@ -18,8 +18,9 @@ Outage breaker. Each submitted step gets a sequence number; results are folded s
 order, whatever order they complete in. A fresh infrastructure failure (sandbox crash, no log,
 log status error, invalid log, a sandbox that would not start — each failed attempt, retries
 included) adds one to the streak; a landed window resets it; reused windows and cancelled
-windows leave it alone; agent failures (wrong answers, errored samples inside a good log) are
-scores, not failures, and never reach it. At ``threshold`` the comparison stops: everything in
+windows leave it alone; agent failures (wrong answers, samples that raised in the repository's
+code — landed as errored rows, see ``execution.inspect_runner``) are scores, not failures, and
+never reach it. At ``threshold`` the comparison stops: everything in
 flight is cancelled and nothing more is submitted.
 
 Overshoot bound. Folding waits for the oldest step, so a trip can be *detected* late. Whenever
