@@ -357,3 +357,25 @@ def test_the_example_agent_runs_in_the_sandbox_with_its_documented_scores(bwrap_
         # 4 standard errors: a false alarm about once in 16,000 runs, a real mismatch caught.
         assert abs(mean - p) <= 4 * se, (t.id, mean, p)
         assert any(e.event == "tool" for s in log.samples[:5] for e in s.events)  # real trajectories
+
+
+def _listing_result(payload: object):
+    from evalrunner_assets.execution.sandbox import SandboxResult, SandboxStatus
+
+    import json
+
+    return SandboxResult(status=SandboxStatus.OK, exit_code=0, stdout=b"", stdout_truncated=False, stderr_tail="",
+                         outputs={"sample_ids.json": json.dumps(payload).encode()}, rejected_outputs={},
+                         duration_s=0.1, backend="bubblewrap")
+
+
+def test_a_listing_names_positional_ids_with_one_digest_each_or_is_refused():
+    from evalrunner_assets.execution.inspect_runner import _parse_ids
+
+    ok = _parse_ids(_listing_result({"task": "t", "ids": [1, 2], "input_digests": ["ab" * 16, "cd" * 16]}))
+    assert ok.ids == ["1", "2"] and ok.input_digests == ["ab" * 16, "cd" * 16]
+    assert _parse_ids(_listing_result({"task": "t", "ids": [1, 2]})).input_digests == []
+    with pytest.raises(InspectRunError, match="one hex input digest per id"):
+        _parse_ids(_listing_result({"task": "t", "ids": [1, 2], "input_digests": ["ab" * 16]}))
+    with pytest.raises(InspectRunError, match="empty or None sample id"):
+        _parse_ids(_listing_result({"task": "t", "ids": [None, 2]}))
