@@ -52,7 +52,10 @@ class TaskFacts:
     input_digests: tuple[str, ...] = ()  # one per sample id, same order (empty: not known)
 
     def changed_inputs(self, other: "TaskFacts") -> list[str]:
-        """Ids listed on both commits whose input digests differ (or are unknown on one)."""
+        """Ids listed on both commits whose input digests differ (none when either listing has
+        no digests: facts learnt before digests were listed)."""
+        if not self.input_digests or not other.input_digests:
+            return []
         mine = dict(zip(self.sample_ids, self.input_digests))
         theirs = dict(zip(other.sample_ids, other.input_digests))
         return sorted(i for i in set(self.sample_ids) & set(other.sample_ids) if mine.get(i) != theirs.get(i))
