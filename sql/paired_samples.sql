@@ -13,7 +13,8 @@ with head_inputs as (
         count(error) as errors,
         case when count(*) filter (where error is null and score is null) = 0
             then avg(case when error is not null then 0.0 else score end) end as score,
-        case when count(distinct coalesce(input_digest, '')) > 1 then '' else max(input_digest) end as input_digest
+        case when min(coalesce(input_digest, '')) = max(coalesce(input_digest, '')) then max(input_digest) else '' end
+            as input_digest
     from samples
     where repo = $repo and "commit" = $head
     group by task, sample_id
@@ -27,7 +28,8 @@ base_inputs as (
         count(error) as errors,
         case when count(*) filter (where error is null and score is null) = 0
             then avg(case when error is not null then 0.0 else score end) end as score,
-        case when count(distinct coalesce(input_digest, '')) > 1 then '' else max(input_digest) end as input_digest
+        case when min(coalesce(input_digest, '')) = max(coalesce(input_digest, '')) then max(input_digest) else '' end
+            as input_digest
     from samples
     where repo = $repo and "commit" = $base
     group by task, sample_id
