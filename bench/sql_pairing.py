@@ -92,9 +92,9 @@ def _python_pairs(log_samples, arms, inputs: int, epochs: int) -> tuple[int, flo
             v = raw[i]
             sid = f"q{i // epochs:07d}"
             slot = acc.setdefault(sid, [0.0, 0])
-            if v is not None:
-                slot[0] += to_float(v)
-                slot[1] += 1
+            # An errored epoch (v is None: the row carries an error) scores 0 (the pairing rule).
+            slot[0] += 0.0 if v is None else to_float(v)
+            slot[1] += 1
         sums[commit] = acc
     pairs, total = 0, 0.0
     for sid, (hs, hn) in sums[HEAD].items():

@@ -17,6 +17,14 @@ A log whose status is not ``success`` (``error``, ``cancelled``, or a never-fini
 ``started``) is an infrastructure failure, not evidence about the agent: its raw log and a batch
 record with that status and the log's error message are landed, no rows are written, and
 ``LogStatusError`` (carrying the record) is raised. A later landing of the same key replaces it.
+One exception: a log whose status is ``error`` *because a sample raised* (the log's error is one
+of its samples' errors — a solver, tool or scorer of the repository, with the task's own
+``fail_on_error``) is the agent's failure: its rows land like a successful log's, errored
+samples included (:func:`log_error_is_sample_error`).
+
+Each row carries the sample's ``input_digest`` (``evalrunner_assets.sample_digest``; what
+pairing compares) and, for an errored sample, ``error_where``: the innermost solver, scorer or
+tool span open when it raised.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from evalrunner_assets.sample_digest import digest_of_sample
 from lake.batch import BatchKey, canonical_json
 from lake.layout import Window
 from lake.schema import (
@@ -157,6 +166,52 @@ def _error_text(err: Any) -> str | None:
     return getattr(err, "message", None) or str(err)
 
 
+def log_error_is_sample_error(log_error: Any, sample_errors: Iterable[Any]) -> bool:
+    """Whether a log's error is one of its samples' own errors: a sample raised and the task
+    stopped on it (Inspect's ``fail_on_error``), so the failure is the agent's, not the harness's."""
+    message = _error_text(log_error)
+    if not message:
+        return False
+    return any(_error_text(e) == message for e in sample_errors if e is not None)
+
+
+_SPAN_KINDS = ("solver", "scorer", "tool")
+
+
+def error_where(sample: Any) -> str | None:
+    """'<type>:<name>' of the innermost solver/scorer/tool span the sample's exception passed
+    through; None without an error or such a span.
+
+    Inspect closes the spans an exception unwinds before it records the error event, so the
+    candidates, innermost first, are the spans ended just before that event (log lines between
+    them aside), then the spans still open there (at the end of the transcript when there is no
+    error event)."""
+    if sample.error is None:
+        return None
+    events = list(getattr(sample, "events", None) or [])
+    at = next((i for i, ev in enumerate(events) if ev.event == "error"), len(events))
+    begun: dict[str, tuple[str, str]] = {}
+    still_open: list[str] = []
+    for ev in events[:at]:
+        if ev.event == "span_begin":
+            begun[ev.id] = (ev.type or "", ev.name)
+            still_open.append(ev.id)
+        elif ev.event == "span_end" and ev.id in still_open:
+            still_open.remove(ev.id)
+    unwound: list[str] = []
+    for ev in reversed(events[:at]):
+        if ev.event in ("logger", "info"):  # Inspect logs the exception as it unwinds
+            continue
+        if ev.event != "span_end":
+            break
+        unwound.insert(0, ev.id)
+    for span in unwound + list(reversed(still_open)):
+        kind, name = begun.get(span, ("", ""))
+        if kind in _SPAN_KINDS:
+            return f"{kind}:{name}"
+    return None
+
+
 def _sum_opt(values: Iterable[int | None]) -> int | None:
     total, seen = 0, False
     for v in values:
@@ -243,6 +298,9 @@ class _SampleColumns:
         c["started_at"].append(_iso_ts(s.started_at))
         c["completed_at"].append(_iso_ts(s.completed_at))
         c["sample_uuid"].append(s.uuid)
+        full = hasattr(s, "events")  # an EvalSample; summaries carry a thinned input and no events
+        c["input_digest"].append(digest_of_sample(s) if full else None)
+        c["error_where"].append(error_where(s) if full else None)
 
     def table(self) -> pa.Table:
         # per-batch constants are filled once here rather than appended per row
@@ -464,7 +522,9 @@ def land_batch(
         return _reuse_or_conflict(existing, sha, d, src)
 
     common = dict(fmt=fmt, sha=sha, size=len(log_bytes), raw_path=raw_path, run_meta=run_meta)
-    if log.status != "success":
+    agent_error = log.status == "error" and log_error_is_sample_error(
+        log.error, [smp.error for smp in log.samples or []])
+    if log.status != "success" and not agent_error:
         message = _error_text(log.error) or f"log status is {log.status!r} with no error message"
         lake.write_bytes(raw_path, log_bytes)
         record = _record(key, log, status=log.status, error=message, **common)  # type: ignore[arg-type]
@@ -573,17 +633,17 @@ def ingest_log_file(
         header = read_eval_log(src, header_only=True)
     except Exception as exc:
         raise _diagnose(src, p.read_bytes(), exc) from exc
-    if header.status != "success":
-        message = _error_text(header.error) or "no error message"
-        raise LogStatusError(src, f"log status is {header.status!r}: {message}")
     key = key or _adhoc_key(header)
     try:
-        if not events:
-            summaries = read_eval_log_sample_summaries(src)
-        else:
+        summaries = read_eval_log_sample_summaries(src)
+        if events:
             log = read_eval_log(src)
     except Exception as exc:  # a damaged sample member surfaces only when it is read
         raise _diagnose(src, p.read_bytes(), exc) from exc
+    if header.status != "success" and not (
+            header.status == "error" and log_error_is_sample_error(header.error, [smp.error for smp in summaries])):
+        message = _error_text(header.error) or "no error message"
+        raise LogStatusError(src, f"log status is {header.status!r}: {message}")
     if not events:
         cols = _SampleColumns(key, header)
         for s in summaries:
@@ -628,6 +688,7 @@ __all__: Sequence[str] = (
     "ingest_log_file",
     "land_batch",
     "land_log_file",
+    "log_error_is_sample_error",
     "parquet_bytes",
     "read_log_bytes",
 )

@@ -73,9 +73,15 @@ SAMPLES_SCHEMA = pa.schema(
         _f("runtime_digest", pa.string(), "Sandbox runtime / dependency digest of the batch key ('' if missing).", False),
         _f("seed", pa.int64(), "Seed of the batch key (sample order and model seed).", False),
         _f("epochs", pa.int64(), "Epochs the batch key asked for.", False),
-        _f("log_status", pa.string(), "Status in the Inspect log header ('success' for every landed row).", False),
+        _f("log_status", pa.string(), "Status in the Inspect log header: 'success', or 'error' when a sample's own "
+           "exception stopped the task (its rows land as errored samples).", False),
         _f("eval_id", pa.string(), "Inspect eval id of the log the row came from."),
         _f("sample_uuid", pa.string(), "Inspect's globally unique id for this sample run; null for old logs."),
+        _f("input_digest", pa.string(), "Digest of what defines the sample (input, target, choices, file names, setup; "
+           "not metadata): evalrunner_assets.sample_digest. Pairing requires equal digests; null for rows read "
+           "from sample summaries or landed before the column existed."),
+        _f("error_where", pa.string(), "Where an errored sample raised: '<span type>:<name>' of the innermost "
+           "solver, scorer or tool span open at the error (e.g. 'solver:my_agent'); null without an error or a span."),
     ]
 )
 

@@ -23,7 +23,6 @@ from resources._github_client import (
     GitHubCredentials,
     GitHubError,
     PullRequestInfo,
-    check_run_state,
 )
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
     "GitHubError",
     "GitHubResource",
     "PullRequestInfo",
-    "check_run_state",
 ]
 
 

@@ -8,6 +8,8 @@ select
     epoch,
     score,
     error,
+    error_where,
+    input_digest,
     input_tokens,
     output_tokens,
     total_tokens,

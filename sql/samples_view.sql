@@ -39,7 +39,9 @@ select
     epochs,
     log_status,
     eval_id,
-    sample_uuid
+    sample_uuid,
+    input_digest,
+    error_where
 from (
     -- the typed empty table from code first: every column exists, files that predate one read null
     select * from samples_schema

@@ -210,7 +210,10 @@ def probe_logs(root: Path) -> dict[str, Path]:
 
     - ``head``: .eval, 2 epochs, s4 errors in both, 'apple' (s1) is right in exactly one epoch;
     - ``base``: .json, 1 epoch, no erroring sample (s1..s3, all answered as asked);
-    - ``failed``: .eval whose status is ``error`` (fail_on_error=True and s4 raises).
+    - ``failed``: .eval whose status is ``error`` (fail_on_error=True and s4 raises): the agent's
+      failure, since the log's error is a sample's own exception;
+    - ``harness_error``: the same log with its header error replaced by one no sample raised
+      (as when the harness itself fails the eval): an infrastructure failure.
     """
     # produced once per process (the first root wins): Inspect runs are the slow part of the tests
     key = "logs"
@@ -219,10 +222,20 @@ def probe_logs(root: Path) -> dict[str, Path]:
         base = run_probe(root / "base", log_format="json", with_errors=False)
         failed = run_probe(root / "failed", fail_on_error=True)
         assert head.status == "success" and base.status == "success" and failed.status == "error"
+        from inspect_ai.log import read_eval_log, write_eval_log
+
+        harness = read_eval_log(failed.location)
+        assert harness.error is not None
+        message = "worker lost its connection to the controller"
+        harness.error = harness.error.model_copy(update={"message": message, "traceback": message})
+        harness_path = root / "harness" / "harness-error.eval"
+        harness_path.parent.mkdir(parents=True, exist_ok=True)
+        write_eval_log(harness, str(harness_path))
         _PROBE_LOGS[key] = {
             "head": Path(head.location),
             "base": Path(base.location),
             "failed": Path(failed.location),
+            "harness_error": harness_path,
         }
     return _PROBE_LOGS[key]
 
@@ -233,5 +246,5 @@ EXPECTED_PAIRS = [
     ("s1", 0.5, 1.0, -0.5, 0, 0, 2, 1),  # right in one of two head epochs
     ("s2", 0.0, 0.0, 0.0, 0, 0, 2, 1),
     ("s3", 1.0, 1.0, 0.0, 0, 0, 2, 1),
-    ("s4", None, None, None, 2, 0, 2, 0),  # errored in both head epochs, absent from base
+    ("s4", 0.0, None, None, 2, 0, 2, 0),  # errored in both head epochs (scored 0), absent from base
 ]

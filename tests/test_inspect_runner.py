@@ -80,6 +80,11 @@ def sleeper():
 @task
 def forger():
     return Task(dataset=DATA, solver=answer("garbage"), scorer=match())
+
+@task
+def no_ids():
+    # Samples as most public Inspect tasks write them: no ids (Inspect numbers them 1..n).
+    return Task(dataset=[Sample(input=f"say {i}", target=str(i)) for i in range(6)], solver=answer(), scorer=match())
 '''
 
 IDS = [f"s{i}" for i in range(20)]
@@ -203,8 +208,9 @@ def test_a_zip_that_is_not_an_inspect_log_is_invalid(bwrap_backend, tiny_export,
 @pytest.mark.slow
 def test_cold_window_runs_in_the_sandbox_and_its_log_is_classified(bwrap_backend, tiny_export):
     c = cfg("tiny")
-    name, ids = list_sample_ids(bwrap_backend, tiny_export, c)
+    name, ids, digests = list_sample_ids(bwrap_backend, tiny_export, c)
     assert name == "tiny" and sorted(ids) == sorted(IDS)
+    assert len(set(digests)) == len(ids)
     run = run_window_cold(bwrap_backend, tiny_export, c, Window(0, 4), sample_ids=ids, task_name=name)
     assert run.ok, run.failure_cause
     assert run.mode == "cold" and run.log_status == "success" and run.log_name.endswith(".eval")
@@ -250,14 +256,35 @@ def test_warm_windows_match_cold_and_are_faster(bwrap_backend, tiny_export):
 
 
 @pytest.mark.slow
-def test_an_error_status_log_is_an_infrastructure_failure(bwrap_backend, tiny_export):
+def test_a_solver_that_raises_is_the_agents_failure_not_the_infrastructures(bwrap_backend, tiny_export):
+    # Every sample runs and each one that raised is an errored sample in a good log, warm or cold.
+    from lake.ingest import read_log_bytes
+
     with WarmTaskRunner(bwrap_backend, tiny_export, cfg("broken")) as warm:
         run = warm.run_window(Window(0, 2))
-        assert run.infrastructure_failure and run.failure_kind == LOG_STATUS
-        assert "has status 'error'" in run.failure_cause and "planned failure in s" in run.failure_cause
-        assert run.log_bytes  # kept for inspection, but not a result
-        again = warm.run_window(Window(2, 4))  # one bad window does not kill the session
-        assert again.failure_kind == LOG_STATUS
+    cold = run_window_cold(bwrap_backend, tiny_export, cfg("broken"), Window(2, 4), sample_ids=IDS, task_name="broken")
+    for r in (run, cold):
+        assert r.ok and not r.infrastructure_failure, r.failure_cause
+        assert r.log_status == "success" and r.sample_count == 2
+        _, log = read_log_bytes(r.log_bytes, "window")
+        assert all(s.error is not None and "planned failure in s" in s.error.message for s in log.samples)
+
+
+@pytest.mark.slow
+def test_samples_without_ids_run_under_inspects_positional_ids_with_their_input_digests(bwrap_backend, tiny_export):
+    from evalrunner_assets.sample_digest import sample_input_digest
+
+    c = cfg("no_ids")
+    name, ids, digests = list_sample_ids(bwrap_backend, tiny_export, c)
+    assert name == "no_ids" and ids == ["1", "2", "3", "4", "5", "6"]
+    # Computed in the sandbox from the dataset: the same digest the lake computes from a log.
+    assert digests == [sample_input_digest(f"say {i}", str(i)) for i in range(6)]
+    cold = run_window_cold(bwrap_backend, tiny_export, c, Window(0, 3), sample_ids=ids, task_name=name)
+    with WarmTaskRunner(bwrap_backend, tiny_export, c) as warm:
+        assert warm.list_ids().ids == ids
+        warm_run = warm.run_window(Window(3, 6))
+    assert cold.ok and warm_run.ok, (cold.failure_cause, warm_run.failure_cause)
+    assert sorted(cold.sample_ids + warm_run.sample_ids) == ids
 
 
 @pytest.mark.slow
@@ -315,7 +342,7 @@ def test_the_example_agent_runs_in_the_sandbox_with_its_documented_scores(bwrap_
         c = TaskRunConfig(repo="acme/support-agent", task=t.id, spec=t.spec, workdir=t.workdir,
                           model="simagent/support-agent", seed=11)
         with WarmTaskRunner(bwrap_backend, export, c) as warm:
-            _, ids = warm.list_ids()
+            ids = warm.list_ids().ids
             assert len(ids) == 300
             run = warm.run_window(EXAMPLE_WINDOW)
         assert run.ok, (t.id, run.failure_cause, run.stderr_tail[-800:])
@@ -330,3 +357,25 @@ def test_the_example_agent_runs_in_the_sandbox_with_its_documented_scores(bwrap_
         # 4 standard errors: a false alarm about once in 16,000 runs, a real mismatch caught.
         assert abs(mean - p) <= 4 * se, (t.id, mean, p)
         assert any(e.event == "tool" for s in log.samples[:5] for e in s.events)  # real trajectories
+
+
+def _listing_result(payload: object):
+    from evalrunner_assets.execution.sandbox import SandboxResult, SandboxStatus
+
+    import json
+
+    return SandboxResult(status=SandboxStatus.OK, exit_code=0, stdout=b"", stdout_truncated=False, stderr_tail="",
+                         outputs={"sample_ids.json": json.dumps(payload).encode()}, rejected_outputs={},
+                         duration_s=0.1, backend="bubblewrap")
+
+
+def test_a_listing_names_positional_ids_with_one_digest_each_or_is_refused():
+    from evalrunner_assets.execution.inspect_runner import _parse_ids
+
+    ok = _parse_ids(_listing_result({"task": "t", "ids": [1, 2], "input_digests": ["ab" * 16, "cd" * 16]}))
+    assert ok.ids == ["1", "2"] and ok.input_digests == ["ab" * 16, "cd" * 16]
+    assert _parse_ids(_listing_result({"task": "t", "ids": [1, 2]})).input_digests == []
+    with pytest.raises(InspectRunError, match="one hex input digest per id"):
+        _parse_ids(_listing_result({"task": "t", "ids": [1, 2], "input_digests": ["ab" * 16]}))
+    with pytest.raises(InspectRunError, match="empty or None sample id"):
+        _parse_ids(_listing_result({"task": "t", "ids": [None, 2]}))

@@ -82,7 +82,7 @@ def test_gs_lake_lands_and_pairs_like_a_local_one(gcs_endpoint, logs):
 def test_gs_error_log_lands_a_record_and_no_parquet(gcs_endpoint, logs):
     lake = gs_lake(gcs_endpoint, "failed")
     with pytest.raises(LogStatusError, match="gs://evalrunner-test/failed/raw/"):
-        land_batch(lake, key(HEAD, 1), logs["failed"].read_bytes())
+        land_batch(lake, key(HEAD, 1), logs["harness_error"].read_bytes())
     listed = lake.fs.find(f"{BUCKET}/failed")
     assert not [p for p in listed if p.endswith(".parquet")]
     assert connect(lake).execute("select status from batches").fetchall() == [("error",)]

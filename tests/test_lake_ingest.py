@@ -150,7 +150,9 @@ def test_ingest_log_file_matches_landed_rows_and_summaries_path(logs):
     assert (samples.num_rows, events.num_rows) == (8, 158)
     fast, no_events = ingest_log_file(logs["head"], key_for(), events=False)
     assert no_events.num_rows == 0
-    drop = ["started_at", "completed_at"]  # summaries and samples agree on everything else
+    # summaries and samples agree on everything else (summaries carry a thinned input and no
+    # events: no input digest or error span from them)
+    drop = ["started_at", "completed_at", "input_digest", "error_where"]
     assert fast.drop_columns(drop).sort_by([("sample_id", "ascending"), ("epoch", "ascending")]).equals(
         samples.drop_columns(drop).sort_by([("sample_id", "ascending"), ("epoch", "ascending")]))
 
@@ -230,26 +232,63 @@ def test_a_crash_inside_a_file_write_leaves_neither_file_nor_temporary(tmp_path,
     assert lake_files(tmp_path) == []
 
 
-def test_log_with_error_status_lands_raw_and_error_record_but_no_rows(tmp_path, logs):
+def test_log_whose_error_is_a_samples_own_exception_lands_its_rows_as_the_agents_errors(tmp_path, logs):
+    # The task stopped because its solver raised on s4 (fail_on_error): the agent's failure,
+    # not the harness's, so the samples land and s4 is an errored row naming where it raised.
     lake = open_lake(str(tmp_path))
     data = logs["failed"].read_bytes()
-    with pytest.raises(LogStatusError, match="log status is 'error'.*planned failure") as info:
+    record = land_batch(lake, key_for(), data)
+    assert (record.status, record.log_status) == ("ok", "error")
+    assert record.errored_samples >= 1 and record.sample_rows >= 1
+    con = connect(lake)
+    rows = con.sql("select sample_id, error, error_where, score, input_digest from samples "
+                   "where error is not null").fetchall()
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        ("s4", "RuntimeError('planned failure for sample s4')", "solver:explode_when_flagged", None)]
+    assert rows[0][4] and len(rows[0][4]) == 32
+    samples, _ = ingest_log_file(logs["failed"])
+    assert "s4" in samples.column("sample_id").to_pylist()
+
+
+def test_log_with_error_status_no_sample_explains_lands_raw_and_error_record_but_no_rows(tmp_path, logs):
+    lake = open_lake(str(tmp_path / "lake"))
+    data = logs["harness_error"].read_bytes()
+    with pytest.raises(LogStatusError, match="log status is 'error'.*worker lost") as info:
         land_batch(lake, key_for(), data)
     assert str(lake.url(info.value.record.raw_path)) in str(info.value)
     record = info.value.record
     assert (record.status, record.sample_rows, record.samples_path) == ("error", 0, None)
-    assert "planned failure for sample s4" in record.error
-    files = lake_files(tmp_path)
+    assert "worker lost its connection" in record.error
+    files = lake_files(tmp_path / "lake")
     assert not [f for f in files if f.endswith(".parquet")]
     assert lake.read_bytes(record.raw_path) == data
     con = connect(lake)
-    assert con.sql("select status, error like '%planned failure%' from batches").fetchall() == [("error", True)]
+    assert con.sql("select status, error like '%worker lost%' from batches").fetchall() == [("error", True)]
     assert con.execute("select count(*) from samples").fetchall()[0] == (0,)
     # a later good log for the same key replaces the failure
     good = land_batch(lake, key_for(), logs["head"].read_bytes())
     assert good.status == "ok"
+    (tmp_path / "h.eval").write_bytes(data)
     with pytest.raises(LogStatusError, match="status is 'error'"):
-        ingest_log_file(logs["failed"])
+        ingest_log_file(tmp_path / "h.eval")
+
+
+def test_input_digest_is_the_same_for_a_listed_sample_and_its_logged_run(tmp_path, logs):
+    # The digest computed in the sandbox from the dataset's Sample and the one ingest computes
+    # from the log's EvalSample are one function of the same fields.
+    from _inspect_models import PROBE_SAMPLES
+    from inspect_ai.dataset import Sample
+
+    from evalrunner_assets.sample_digest import digest_of_sample
+
+    samples, _ = ingest_log_file(logs["head"])
+    logged = dict(zip(samples.column("sample_id").to_pylist(), samples.column("input_digest").to_pylist()))
+    listed = {i: digest_of_sample(Sample(id=i, input=x, target=t, metadata=m)) for i, x, t, m in PROBE_SAMPLES}
+    assert logged == listed
+    assert len(set(listed.values())) == len(listed)
+    # Summaries carry a thinned input: no digest rather than a wrong one.
+    thin, _ = ingest_log_file(logs["head"], events=False)
+    assert set(thin.column("input_digest").to_pylist()) == {None}
 
 
 def _not_inspect_zip() -> bytes:
@@ -313,3 +352,25 @@ def test_an_empty_lake_has_empty_views_with_every_column(tmp_path):
         assert rel.columns == schema.names and rel.fetchall() == []
     assert con.execute("select count(*) from batches").fetchall()[0] == (0,)
     assert isinstance(con, duckdb.DuckDBPyConnection)
+
+
+def test_input_digest_matches_for_chat_inputs_targets_choices_files_and_setup(tmp_path):
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.log import read_eval_log
+    from inspect_ai.model import ChatMessageSystem, ChatMessageUser, ContentText
+    from inspect_ai.scorer import includes
+    from inspect_ai.solver import generate
+
+    from evalrunner_assets.sample_digest import digest_of_sample
+
+    samples = [
+        Sample(input=[ChatMessageSystem(content="be brief"), ChatMessageUser(content=[ContentText(text="say apple")])],
+               target=["apple", "APPLE"], files={"a.txt": "hi"}, setup="echo hi"),
+        Sample(input="say pear", target="pear", choices=["pear", "plum"], metadata={"k": 1}),
+    ]
+    listed = [digest_of_sample(s) for s in samples]  # what the sandbox lists, before any run
+    log = eval(Task(dataset=samples, solver=[generate()], scorer=includes()), model="lakeprobe/probe-1",
+               display="none", log_dir=str(tmp_path), log_level="error")[0]
+    logged = [digest_of_sample(s) for s in sorted(read_eval_log(log.location).samples, key=lambda s: s.id)]
+    assert logged == listed and listed[0] != listed[1]

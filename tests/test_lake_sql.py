@@ -103,13 +103,13 @@ def test_run_sql_renders_table_csv_json_and_parquet(tmp_path, lake):
     table = run_sql(lake, q, "table", params=params)
     lines = table.splitlines()
     assert lines[0].split() == ["sample_id", "head_score", "delta"]
-    assert lines[2].split() == ["s1", "0.5", "-0.5"] and lines[5].split() == ["s4", "NULL", "NULL"]
+    assert lines[2].split() == ["s1", "0.5", "-0.5"] and lines[5].split() == ["s4", "0", "NULL"]
     assert lines[-1] == "(4 rows)"
     rows = list(csv.reader(io.StringIO(run_sql(lake, q, "csv", params=params))))
     assert rows[0] == ["sample_id", "head_score", "delta"] and rows[1] == ["s1", "0.5", "-0.5"]
-    assert rows[4] == ["s4", "", ""]
+    assert rows[4] == ["s4", "0.0", ""]
     as_json = json.loads(run_sql(lake, q, "json", params=params))
-    assert as_json[3] == {"sample_id": "s4", "head_score": None, "delta": None}
+    assert as_json[3] == {"sample_id": "s4", "head_score": 0.0, "delta": None}
     out = tmp_path / "pairs.parquet"
     assert run_sql(lake, q, "parquet", out=str(out), params=params) == f"wrote 4 rows to {out}\n"
     assert pq.read_table(out).column("sample_id").to_pylist() == ["s1", "s2", "s3", "s4"]
@@ -125,3 +125,34 @@ def test_view_command_opens_inspect_view_on_raw_logs(tmp_path):
     assert cmd[:5] == [sys.executable, "-m", "inspect_ai", "view", "start"]
     assert cmd[cmd.index("--log-dir") + 1] == str(tmp_path / "lake" / "raw")
     assert "--recursive" in cmd and "--no-trust-content" in cmd and cmd[-2:] == ["--port", "7999"]
+
+
+def test_paired_samples_follows_the_python_pairing_rule_on_digests_and_errors():
+    # The same rows through sql/paired_samples.sql and stats.pair_task give the same pairs.
+    import duckdb
+
+    from evalrunner_assets.stats import pair_task
+
+    rows = {
+        HEAD: [("1", 1, 1.0, None, "aa"), ("2", 1, 1.0, None, "bb"), ("3", 1, None, "RuntimeError('x')", "cc"),
+               ("4", 1, 1.0, None, None), ("5", 1, 1.0, None, "ee"), ("5", 2, 0.0, None, "ff")],
+        BASE: [("1", 1, 0.0, None, "aa"), ("2", 1, 0.0, None, "XX"), ("3", 1, 1.0, None, "cc"),
+               ("4", 1, 0.0, None, None), ("5", 1, 1.0, None, "ee"), ("5", 2, 1.0, None, "ee")],
+    }
+    con = duckdb.connect()
+    con.execute('create table samples (repo varchar, "commit" varchar, task varchar, sample_id varchar, '
+                'epoch bigint, score double, error varchar, input_digest varchar)')
+    for commit, arm in rows.items():
+        for sid, epoch, score, error, digest in arm:
+            con.execute("insert into samples values (?, ?, 't', ?, ?, ?, ?, ?)",
+                        [REPO, commit, sid, epoch, score, error, digest])
+    got = con.sql(sql.load("paired_samples"), params={"repo": REPO, "head": HEAD, "base": BASE}).fetchall()
+    sql_pairs = {r[1]: r[4] for r in got if r[4] is not None}
+
+    def as_rows(arm):
+        return [{"sample_id": s, "epoch": e, "score": v, "error": err, "input_digest": d} for s, e, v, err, d in arm]
+
+    p = pair_task(as_rows(rows[HEAD]), as_rows(rows[BASE]))
+    assert sql_pairs == pytest.approx(dict(zip(p.sample_ids, p.deltas.tolist())))
+    assert sorted(sql_pairs) == ["1", "3", "4"] and sql_pairs["3"] == -1.0  # errored head scores 0
+    assert sorted(p.changed_inputs) == ["2", "5"]

@@ -31,17 +31,11 @@ KEY = "sk-standin-quiz-grader-key-3b9e"
 PRECISE = "Answer with only the name of the capital city. Double-check which country is asked about.\n"
 
 
-def _example_files(dataset_with_ids: bool) -> dict[str, str]:
+def _example_files() -> dict[str, str]:
+    """The example as it is: its dataset has no sample ids (Inspect numbers them 1..n)."""
     root = EXAMPLES / "quiz-agent"
-    files = {str(p.relative_to(root)): p.read_text() for p in root.rglob("*")
-             if p.is_file() and "__pycache__" not in p.parts}
-    if dataset_with_ids:
-        # TEMPORARY: until datasets without ids pair by Inspect's positional ids (issue 11,
-        # part 3), the test gives each record an id; the example itself has none.
-        rel = "evals/data/capitals.jsonl"
-        rows = [json.loads(line) for line in files[rel].splitlines() if line.strip()]
-        files[rel] = "".join(json.dumps({"id": f"q{i + 1}", **r}) + "\n" for i, r in enumerate(rows))
-    return files
+    return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +70,7 @@ def _facts(home: Path, sha: str) -> dict:
 
 def test_quiz_agent_compares_with_its_own_dependencies_and_provider_and_reuses_the_environment(index, tmp_path):
     repo = tmp_path / "quiz"
-    base = commit_files(repo, _example_files(dataset_with_ids=True), "quiz agent")
+    base = commit_files(repo, _example_files(), "quiz agent")
     git(repo, "checkout", "-q", "-b", "precise")
     head = commit_files(repo, {"evals/prompts/system.md": PRECISE}, "precise instructions")
     home = tmp_path / "home"
@@ -122,7 +116,7 @@ def test_quiz_agent_compares_with_its_own_dependencies_and_provider_and_reuses_t
 
 
 def test_a_dependency_missing_from_the_index_fails_discovery_with_one_clear_line(index, tmp_path):
-    files = _example_files(dataset_with_ids=True)
+    files = _example_files()
     files["uv.lock"] = files["uv.lock"].replace('name = "quizkit"\nversion = "0.1.0"',
                                                 'name = "quizkit"\nversion = "9.9.9"')
     files["pyproject.toml"] = files["pyproject.toml"].replace("quizkit==0.1.0", "quizkit==9.9.9")

@@ -258,3 +258,71 @@ def test_large_pairings_settle_at_the_same_look_as_their_prefix_and_forecast_wit
     undecided = decide_task(noisy, StatsParams(cap=8192), 1)
     assert undecided.label == "continue"
     assert undecided.more_pairs_needed is None or 0 < undecided.more_pairs_needed <= 8192 - 300
+
+
+# --- reasons name the real limit --------------------------------------------------------------
+
+
+def test_a_one_sample_task_cannot_be_decided_rather_than_reaching_the_cap():
+    d = decide_task(Pairing.from_scores([1.0], [0.0]), PARAMS, 1, at_cap=True, dataset_size=1, forecast=False)
+    assert d.label == "inconclusive"
+    assert d.reason == f"cannot be decided (1 sample): a label needs at least {PARAMS.min_pairs} pairs"
+    assert "cap" not in d.reason
+
+
+def test_a_dataset_that_runs_out_says_so_and_the_cap_and_budget_name_themselves():
+    ties = Pairing.from_scores([0.5] * 20, [0.5] * 20)
+    exhausted = decide_task(ties, PARAMS, 1, at_cap=True, dataset_size=20, forecast=False)
+    assert exhausted.reason == "dataset exhausted (20 samples) before the interval settled"
+    capped = decide_task(ties, StatsParams(cap=16), 1, at_cap=True, dataset_size=500, forecast=False)
+    assert capped.reason == "reached the per-task cap of 16 pairs before the interval settled"
+    spent = decide_task(ties, PARAMS, 1, budget_exhausted=True, budget_samples=40, dataset_size=500, forecast=False)
+    assert spent.reason == "run budget of 40 samples exhausted before the interval settled"
+
+
+# --- errored samples: scored 0, capped ---------------------------------------------------------
+
+
+def rows_of(scores, error=None, where=None):
+    return [{"sample_id": f"s{i}", "epoch": 1, "score": None if error else s, "error": error, "error_where": where}
+            for i, s in enumerate(scores)]
+
+
+def test_a_head_that_raises_on_every_sample_regresses_against_a_good_base_with_the_cause():
+    from evalrunner_assets.stats import pair_task
+
+    pairing = pair_task(rows_of([0.0] * 16, "RuntimeError('boom')", "solver:agent"), rows_of([1.0] * 16))
+    d = decide_task(pairing, PARAMS, 1, forecast=False)
+    assert d.label == "regressed"
+    assert d.reason == "head: 16/16 samples raised RuntimeError('boom') in solver 'agent'"
+
+
+def test_an_arm_over_the_error_cap_gets_no_quality_verdict():
+    from evalrunner_assets.stats import pair_task
+
+    # Base fails every sample anyway: errors scored 0 tie with it, so the scores cannot show a
+    # regression; the cause is the label's reason, never "unchanged".
+    pairing = pair_task(rows_of([0.0] * 200, "RuntimeError('boom')", "solver:agent"), rows_of([0.0] * 200))
+    d = decide_task(pairing, PARAMS, 1, forecast=False)
+    assert d.label == "inconclusive"
+    assert d.reason.startswith("head: 200/200 samples raised RuntimeError('boom') in solver 'agent'")
+    # At or under the cap errors are plain failures: a quality verdict stays possible.
+    half = rows_of([0.0] * 100, "RuntimeError('boom')") + [
+        {"sample_id": f"t{i}", "epoch": 1, "score": 0.0, "error": None} for i in range(100)]
+    assert decide_task(pair_task(half, rows_of([0.0] * 100) + [
+        {"sample_id": f"t{i}", "epoch": 1, "score": 0.0, "error": None} for i in range(100)]),
+        PARAMS, 1, forecast=False).label == "unchanged"
+
+
+def test_the_error_cap_waits_for_min_pairs_inputs_unless_the_task_is_at_its_limit():
+    from evalrunner_assets.stats import pair_task
+
+    pairing = pair_task(rows_of([0.0] * 3, "RuntimeError('boom')"), rows_of([0.0] * 3))
+    assert decide_task(pairing, PARAMS, 1, forecast=False).label == "continue"
+    last = decide_task(pairing, PARAMS, 1, at_cap=True, dataset_size=3, forecast=False)
+    assert last.label == "inconclusive" and last.reason.startswith("head: 3/3 samples raised")
+
+
+def test_error_cap_is_validated():
+    with pytest.raises(ParamsError, match="error_cap"):
+        StatsParams(error_cap=1.0)

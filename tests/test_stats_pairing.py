@@ -1,4 +1,5 @@
-"""Pairing of head and base rows (DESIGN §6): epochs averaged, errors and unpaired counted."""
+"""Pairing of head and base rows (DESIGN §6): epochs averaged, errors scored 0, changed inputs and
+unpaired ids counted, never paired."""
 
 from __future__ import annotations
 
@@ -21,15 +22,57 @@ def test_epochs_are_averaged_per_input_before_pairing():
     assert p.deltas.tolist() == pytest.approx([0.5, 1 / 3])
 
 
-def test_errored_samples_are_excluded_and_counted_per_side():
-    head = [row("a", 1, 1.0), row("b", 1, None, "timeout"), row("c", 1, 1.0), row("c", 2, None, "sandbox died")]
+def test_errored_epochs_score_zero_and_unscored_inputs_are_excluded_and_counted():
+    head = [row("a", 1, 1.0), row("b", 1, None, "RuntimeError('boom')"), row("c", 1, 1.0),
+            row("c", 2, None, "ValueError('x')")]
     base = [row("a", 1, 0.0), row("b", 1, 1.0), row("c", 1, 1.0), row("c", 2, 1.0), row("d", 1, None)]
     p = pair_task(head, base, order=list("abcd"))
-    assert p.sample_ids == ("a",)
-    assert (p.errored_head, p.errored_base) == (2, 1)
-    assert (p.errored_epochs_head, p.errored_epochs_base) == (2, 1)
-    # An id errored on one side is not also "unpaired" on the other.
+    # An errored epoch is the agent failing that sample: it scores 0 and the input is paired.
+    assert p.sample_ids == ("a", "b", "c")
+    assert p.head == pytest.approx((1.0, 0.0, 0.5))
+    assert (p.errored_head, p.errored_base) == (2, 0)
+    assert (p.errored_epochs_head, p.errored_epochs_base) == (2, 0)
+    # "d" was neither scored nor errored on base: excluded and counted, not unpaired.
+    assert (p.unscored_head, p.unscored_base) == (0, 1)
     assert p.unpaired_head == () and p.unpaired_base == ()
+    assert (p.inputs_head, p.inputs_base) == (3, 4)
+
+
+def test_the_error_cause_names_the_exception_where_it_was_raised_and_how_often():
+    head = [{**row(s, 1, None, "RuntimeError('boom')"), "error_where": "solver:my_agent"} for s in "abcd"]
+    base = [row(s, 1, 1.0) for s in "abcd"]
+    p = pair_task(head, base)
+    assert p.error_cause("head") == "4/4 samples raised RuntimeError('boom') in solver 'my_agent'"
+    assert p.error_cause("base") is None
+    assert p.to_dict()["error_head"] == p.error_cause("head")
+    assert p.swapped().error_cause("base") == p.error_cause("head")
+    mixed = head[:3] + [{**row("d", 1, None, "KeyError('k')"), "error_where": "scorer:match"}]
+    assert pair_task(mixed, base).error_cause("head") == (
+        "4/4 samples raised errors (3 RuntimeError('boom') in solver 'my_agent'; 1 other cause(s))")
+
+
+def digest_row(sid, score, digest):
+    return {**row(sid, 1, score), "input_digest": digest}
+
+
+def test_positional_ids_pair_only_when_their_input_digests_match():
+    head = [digest_row("1", 1.0, "aa"), digest_row("2", 1.0, "bb"), digest_row("3", 0.0, "cc")]
+    base = [digest_row("1", 0.0, "aa"), digest_row("2", 0.0, "XX"), digest_row("3", 1.0, None)]
+    p = pair_task(head, base, order=["1", "2", "3"])
+    assert p.sample_ids == ("1",)
+    # Id 2 ran different inputs; id 3's base input is unknown: neither is paired, both counted.
+    assert p.changed_inputs == ("2", "3")
+    d = p.to_dict()
+    assert d["changed_inputs"] == 2 and d["changed_input_ids"] == ["2", "3"]
+    # Rows that carry no digest on either side pair by id alone (plain score lists).
+    assert pair_task([row("1", 1, 1.0)], [row("1", 1, 0.0)]).n_pairs == 1
+
+
+def test_epochs_of_one_id_with_different_inputs_pair_with_nothing():
+    head = [digest_row("1", 1.0, "aa"), {**digest_row("1", 1.0, "bb"), "epoch": 2}]
+    base = [digest_row("1", 1.0, "aa"), {**digest_row("1", 1.0, "aa"), "epoch": 2}]
+    p = pair_task(head, base)
+    assert p.n_pairs == 0 and p.changed_inputs == ("1",)
 
 
 def test_unpaired_samples_are_counted_not_dropped_silently():

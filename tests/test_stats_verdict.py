@@ -77,3 +77,15 @@ def test_headline_p_improvement_only_beside_a_directional_verdict():
     capped = run_verdict({"a": up, "b": dataclasses.replace(undecided, label="inconclusive")})
     assert capped.verdict == "INCONCLUSIVE" and capped.p_improvement is None
     assert capped.to_dict()["p_improvement_note"].startswith("not reported for an INCONCLUSIVE verdict")
+
+
+def test_the_cause_of_errored_samples_is_a_reason_of_the_run_verdict():
+    from evalrunner_assets.stats import pair_task
+
+    head = [{"sample_id": f"s{i}", "epoch": 1, "score": None, "error": "RuntimeError('boom')",
+             "error_where": "solver:agent"} for i in range(16)]
+    base = [{"sample_id": f"s{i}", "epoch": 1, "score": 1.0, "error": None} for i in range(16)]
+    d = decide_task(pair_task(head, base), StatsParams(), 1, forecast=False)
+    verdict = run_verdict({"t": d})
+    assert verdict.verdict == "REGRESSED"
+    assert "t: head: 16/16 samples raised RuntimeError('boom') in solver 'agent'" in verdict.reasons

@@ -1,7 +1,10 @@
 """Runs INSIDE the sandbox: list a task's sample ids, or serve eval windows warm.
 
 ``python -m evalrunner_assets.execution._inspect_worker ids SPEC [TASK_ARGS_JSON]``
-    writes ``{"task": name, "ids": [...]}`` to ``$EVALRUNNER_OUT/sample_ids.json``.
+    writes ``{"task": name, "ids": [...], "input_digests": [...]}`` to
+    ``$EVALRUNNER_OUT/sample_ids.json``. A sample without an id gets Inspect's own positional id
+    (its 1-based position in the dataset, what ``inspect eval`` assigns); each id's input digest
+    (``evalrunner_assets.sample_digest``) lets pairing check that head and base ran the same input.
 
 ``python -m evalrunner_assets.execution._inspect_worker serve``
     the warm worker: one JSON request per stdin line, one JSON reply per stdout line.
@@ -67,9 +70,13 @@ def _load_listing(spec: str, task_args: dict[str, Any]) -> dict[str, Any]:
     tasks = load_tasks([spec], task_args)
     if len(tasks) != 1:
         raise ValueError(f"spec {spec!r} names {len(tasks)} tasks; give exactly one (file.py@task)")
+    from evalrunner_assets.sample_digest import digest_of_sample
+
     task = tasks[0]
-    ids = [s.id for s in task.dataset]
-    return {"task": task.name, "ids": ids}
+    # Inspect numbers samples without ids 1..n in dataset order before selecting any.
+    ids = [s.id if s.id is not None else i + 1 for i, s in enumerate(task.dataset)]
+    digests = [digest_of_sample(s) for s in task.dataset]
+    return {"task": task.name, "ids": ids, "input_digests": digests}
 
 
 def run_eval(req: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +100,9 @@ def run_eval(req: dict[str, Any]) -> dict[str, Any]:
         seed=req.get("seed"),
         log_dir=_out_dir(),
         log_format="eval",
+        # An exception in the task's own code (solver, tool, scorer) is the agent's failure:
+        # every sample runs and errored ones are recorded as such, not the whole log as an error.
+        fail_on_error=False,
         # The log is read after the window ends, never live: real-time sample logging would
         # only add per-sample writes (it roughly doubles the time of a trivial sample).
         log_realtime=False,

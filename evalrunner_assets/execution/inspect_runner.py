@@ -21,10 +21,18 @@ resolution, so ``timings["run_s"]`` is coarse for short windows.
 
 Classification. ``inspect eval`` exits 0 even when its log's status is ``error``, so the exit
 code is never the verdict: the log header is. No log, an empty file, a file that is not an
-Inspect log, a log with status ``error``/``cancelled``/``started``, a sandbox timeout, kill or
-crash, and a log whose samples are not the window are *infrastructure* failures, each recorded
-as itself, and the first cause wins. Samples the agent got wrong are not failures here; they
-are scores.
+Inspect log, a log with status ``error``/``cancelled``/``started`` that no sample's own error
+explains, a sandbox timeout, kill or crash, and a log whose samples are not the window are
+*infrastructure* failures, each recorded as itself, and the first cause wins. Samples the agent
+got wrong are not failures here; they are scores. Neither is a sample that raised in the
+repository's own code (solver, tool, scorer): windows run with ``fail_on_error=False`` so every
+sample runs and the errored ones land as errored rows, and a log whose status is ``error``
+because a sample raised (a task that sets its own ``fail_on_error``) lands the same way
+(``lake.ingest.log_error_is_sample_error``). The statistics score those rows (see the stats README).
+
+Positional ids. A sample without an id gets Inspect's own id, its 1-based position in the
+dataset; the listing also carries each sample's input digest, and the samples table one per row,
+so a positional id pairs only with a sample of the same input.
 
 Config digest. ``config_digest`` is sha256 over the files the task's agent configuration can
 come from: ``agent.yaml``/``agent.yml``/``agent.json``, ``skills/**``, ``prompts/**`` and
@@ -39,12 +47,13 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from evalrunner_assets.execution.sandbox import (
     Limits,
@@ -63,6 +72,7 @@ from lake.layout import Window
 
 WORKER = "evalrunner_assets.execution._inspect_worker"
 IDS_FILE = "sample_ids.json"
+_DIGEST = re.compile(r"[0-9a-f]{8,64}")
 MAX_LOG_BYTES = 256 * 1024**2
 CONFIG_FILES = ("agent.yaml", "agent.yml", "agent.json")
 CONFIG_DIRS = ("skills", "prompts", ".evals")
@@ -82,6 +92,15 @@ BUDGET_SPENT = "budget_spent"
 
 class InspectRunError(RuntimeError):
     """A task's samples could not be listed or a window is invalid; the message says which."""
+
+
+class SampleListing(NamedTuple):
+    """A task's samples as listed in the sandbox: Inspect task name, ids (as text, positional
+    ids for samples without one) and each id's input digest (same order; empty when unknown)."""
+
+    task: str
+    ids: list[str]
+    input_digests: list[str]
 
 
 # --- sample order ---------------------------------------------------------------------------
@@ -230,7 +249,7 @@ def batch_key(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, w
     )
 
 
-def _parse_ids(result: SandboxResult) -> tuple[str, list[str]]:
+def _parse_ids(result: SandboxResult) -> SampleListing:
     if not result.ran:
         raise InspectRunError(f"listing sample ids failed in the sandbox ({result.status.value}): {result.detail}")
     raw = result.outputs.get(IDS_FILE)
@@ -241,18 +260,26 @@ def _parse_ids(result: SandboxResult) -> tuple[str, list[str]]:
     try:
         data = json.loads(raw)
         name, ids = str(data["task"]), [str(i) for i in data["ids"]]
-    except (ValueError, KeyError, TypeError) as exc:
+        digests = [str(d) for d in data.get("input_digests") or []]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InspectRunError(f"{IDS_FILE} from the sandbox is malformed: {exc}") from None
     if any(i in ("", "None") for i in ids):
-        raise InspectRunError("the task has samples without ids; give every Sample an id")
+        raise InspectRunError(f"{IDS_FILE} from the sandbox lists an empty or None sample id")
+    # A worker that predates input digests lists none (unknown: pairing then relies on the
+    # digests the landed rows carry); a listing that has them has one per id.
+    if digests and (len(digests) != len(ids) or not all(_DIGEST.fullmatch(d) for d in digests)):
+        raise InspectRunError(f"{IDS_FILE} from the sandbox is malformed: expected one hex input digest per id "
+                              f"({len(ids)} ids, {len(digests)} digests)")
     sample_order(ids, 0)  # raises on duplicates
-    return name, ids
+    return SampleListing(name, ids, digests)
 
 
 def _classify(result: SandboxResult, expected: list[str], epochs: int) -> tuple[
         str | None, str | None, bytes | None, str | None, str | None, int, float | None]:
     """(failure_kind, cause, log bytes, log name, log status, sample rows, in-Inspect seconds)."""
     from inspect_ai.log import read_eval_log, read_eval_log_sample_summaries
+
+    from lake.ingest import log_error_is_sample_error
 
     # The sandbox's own end comes first: a timeout also means "no log", but the timeout is the cause.
     if result.status in (SandboxStatus.TIMEOUT, SandboxStatus.CANCELLED, SandboxStatus.KILLED,
@@ -291,7 +318,11 @@ def _classify(result: SandboxResult, expected: list[str], epochs: int) -> tuple[
     except (ValueError, TypeError, AttributeError):
         pass
     status = header.status
-    if status != "success":
+    if status == "error" and log_error_is_sample_error(header.error, [s.error for s in summaries]):
+        # A sample raised in the task's own code and the task stopped on it: the agent's
+        # failure, landed as errored rows (the window's samples are still checked below).
+        pass
+    elif status != "success":
         msg = header.error.message if header.error is not None else ""
         return LOG_STATUS, f"log {name!r} has status {status!r}{': ' + msg[:400] if msg else ''}", data, name, status, len(summaries), run_s
     got = sorted({str(s.id) for s in summaries})
@@ -338,8 +369,8 @@ def _request(export: RepoExport, cfg: TaskRunConfig, argv: tuple[str, ...], wall
 
 
 def list_sample_ids(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig,
-                    cancel: threading.Event | None = None) -> tuple[str, list[str]]:
-    """(Inspect task name, sample ids as text), listed in a fresh sandbox."""
+                    cancel: threading.Event | None = None) -> SampleListing:
+    """The task's samples (:class:`SampleListing`), listed in a fresh sandbox."""
     argv = ("python", "-m", WORKER, "ids", cfg.spec, json.dumps(cfg.task_args))
     result = backend.run(_request(export, cfg, argv, labels={"step": "ids"}), cancel=cancel)
     return _parse_ids(result)
@@ -347,13 +378,13 @@ def list_sample_ids(backend: SandboxBackend, export: RepoExport, cfg: TaskRunCon
 
 def list_sample_ids_many(backend: SandboxBackend, export: RepoExport, cfgs: list[TaskRunConfig],
                          cancel: threading.Event | None = None
-                         ) -> dict[str, tuple[str, list[str]] | InspectRunError]:
+                         ) -> dict[str, SampleListing | InspectRunError]:
     """Sample ids of several tasks of one commit, listed in one warm sandbox per workdir (one
-    interpreter and one Inspect import instead of one per task). Per task: (Inspect task name,
-    ids), or the error that listing it raised. Backends without warm sessions list cold."""
+    interpreter and one Inspect import instead of one per task). Per task: its
+    :class:`SampleListing`, or the error that listing it raised. Backends without warm sessions list cold."""
     from evalrunner_assets.execution.sandbox import SandboxBackend as _Base
 
-    out: dict[str, tuple[str, list[str]] | InspectRunError] = {}
+    out: dict[str, SampleListing | InspectRunError] = {}
     if type(backend).open_session is _Base.open_session:
         for cfg in cfgs:
             try:
@@ -395,7 +426,7 @@ def cold_argv(cfg: TaskRunConfig, task_name: str, ids: list[str]) -> tuple[str, 
     argv = ["python", "-m", "inspect_ai", "eval", cfg.spec, "--model", cfg.model, "--sample-id", selectors,
             "--log-dir", SANDBOX_OUT_DIR, "--log-format", "eval", "--seed", str(cfg.seed),
             "--epochs", str(cfg.epochs), "--display", "none", "--log-level", "warning",
-            "--no-log-realtime"]
+            "--no-log-realtime", "--no-fail-on-error"]
     for k, v in sorted(cfg.model_args.items()):
         argv += ["-M", f"{k}={json.dumps(v)}"]
     for k, v in sorted(cfg.task_args.items()):
@@ -408,7 +439,7 @@ def run_window_cold(backend: SandboxBackend, export: RepoExport, cfg: TaskRunCon
                     cancel: threading.Event | None = None) -> WindowRun:
     """One ``inspect eval`` process in a fresh sandbox for ``window``."""
     if sample_ids is None or task_name is None:
-        task_name, sample_ids = list_sample_ids(backend, export, cfg, cancel)
+        task_name, sample_ids, _ = list_sample_ids(backend, export, cfg, cancel)
     ids = window_ids(sample_ids, cfg.seed, window)
     if not ids:
         raise InspectRunError(f"window {window.name} is past the end of {len(sample_ids)} samples")
@@ -433,8 +464,7 @@ class WarmTaskRunner:
         self.session: WarmSession = backend.open_session(
             _request(export, cfg, ("python", "-m", WORKER, "serve"), labels={"step": "warm"}))
         self.timings: dict[str, float] = {}
-        self.task_name: str | None = None
-        self.sample_ids: list[str] | None = None
+        self.listing: SampleListing | None = None
         self._ready(session_timeout)
         self.timings["sandbox_start_s"] = time.monotonic() - started
 
@@ -445,20 +475,19 @@ class WarmTaskRunner:
             raise InspectRunError(f"warm worker did not start: {result.status.value}: {result.detail}; "
                                   f"stderr ends: {result.stderr_tail.strip()[-600:]}")
 
-    def list_ids(self, timeout: float = 120.0, cancel: threading.Event | None = None) -> tuple[str, list[str]]:
-        if self.sample_ids is None:
+    def list_ids(self, timeout: float = 120.0, cancel: threading.Event | None = None) -> SampleListing:
+        if self.listing is None:
             result = self._call({"op": "ids", "spec": self.cfg.spec, "task_args": self.cfg.task_args},
                                 timeout, cancel)
-            self.task_name, self.sample_ids = _parse_ids(result)
-        assert self.task_name is not None and self.sample_ids is not None
-        return self.task_name, self.sample_ids
+            self.listing = _parse_ids(result)
+        return self.listing
 
     def _call(self, payload: dict[str, Any], timeout: float, cancel: threading.Event | None) -> SandboxResult:
         return self.session.call(payload, timeout=timeout, cancel=cancel)
 
     def run_window(self, window: Window, *, timeout: float | None = None,
                    cancel: threading.Event | None = None) -> WindowRun:
-        _, sample_ids = self.list_ids(cancel=cancel)
+        sample_ids = self.list_ids(cancel=cancel).ids
         ids = window_ids(sample_ids, self.cfg.seed, window)
         if not ids:
             raise InspectRunError(f"window {window.name} is past the end of {len(sample_ids)} samples")

@@ -332,6 +332,7 @@ def assess(
             decision, doc, cost_per_pair = _assess_task(
                 task, p, head_facts.tasks[task], base_facts.tasks[task], rows, request, params, n_tasks,
                 budget_exhausted=budget_exhausted, touched=touched[task], prices=prices, detail=detail,
+                budget_samples=budget,
             )
             if cache is not None:
                 cache.tasks[memo] = (decision, doc, cost_per_pair)
@@ -409,7 +410,7 @@ def _batch_key(cache: AssessCache | None, repo: str, commit: str, facts: TaskFac
 def _assess_task(
     task: str, p: TaskProgress, hf: TaskFacts, bf: TaskFacts, rows: list[dict[str, Any]],
     request: ComparisonRequest, params: stats.StatsParams, n_tasks: int, *, budget_exhausted: bool,
-    touched: bool, prices: PriceTable, detail: bool,
+    touched: bool, prices: PriceTable, detail: bool, budget_samples: int | None = None,
 ) -> tuple[stats.TaskDecision, dict[str, Any], float | None]:
     """One task's decision, its document and the mean cost of a pair, from its committed
     batches alone."""
@@ -424,6 +425,8 @@ def _assess_task(
         head_failed="head" in p.failures,
         base_failed="base" in p.failures,
         forecast=detail,
+        dataset_size=p.n_samples,
+        budget_samples=budget_samples,
     )
     head_acc = _arm_accounting(head_rows, prices)
     base_acc = _arm_accounting(base_rows, prices)
@@ -438,6 +441,9 @@ def _assess_task(
         "positions_landed": p.landed,
         "windows": p.windows,
         "failures": dict(p.failures),
+        # Ids both commits list whose input digests differ (known before running; pairing
+        # counts the same from the rows that ran: decision.pairing.changed_inputs).
+        "changed_inputs_listed": len(hf.changed_inputs(bf)),
         "head": head_acc,
         "base": base_acc,
         "cost_per_sample_delta_usd": _delta(head_acc["cost_per_sample_usd"], base_acc["cost_per_sample_usd"]),

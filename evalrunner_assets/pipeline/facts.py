@@ -1,8 +1,11 @@
 """What one commit declares, learnt in the sandbox once and kept in the lake.
 
 For a commit: the validated manifest (``raw/<repo>/<sha>/manifest.json``) and, per task, the
-Inspect task name, its sample ids (listed in the sandbox: task code is untrusted) and the digest
-of the agent configuration the task sees (``raw/<repo>/<sha>/tasks.json``). Both files are
+Inspect task name, its sample ids (listed in the sandbox: task code is untrusted; Inspect's
+positional ids for samples without one) with each sample's input digest, and the digest of the
+agent configuration the task sees (``raw/<repo>/<sha>/tasks.json``). The input digests listed
+here say before anything runs which ids changed input between two commits; pairing itself uses
+the digest each landed row carries (what actually ran). Both files are
 written once; a second materialization of the same commit reads them back.
 """
 
@@ -32,15 +35,16 @@ from evalrunner_assets.execution.inspect_runner import (
     InspectRunError,
     TaskRunConfig,
     config_digest,
+    SampleListing,
     list_sample_ids_many,
 )
 from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from lake import LAYOUT, Lake
 
-# Lists the given tasks' sample ids: per task, (Inspect task name, ids) or the listing's error.
+# Lists the given tasks' samples: per task, its SampleListing or the listing's error.
 IdLister = Callable[[list[TaskRunConfig], "threading.Event | None"],
-                    dict[str, "tuple[str, list[str]] | InspectRunError"]]
+                    dict[str, "SampleListing | InspectRunError"]]
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,16 @@ class TaskFacts:
     failure: str | None = None  # why the sample ids could not be listed
     env_digest: str = ""  # the commit's repository environment ('' when it declares no dependencies)
     env_source: str = ""  # the file its dependencies come from (to rebuild it on another machine)
+    input_digests: tuple[str, ...] = ()  # one per sample id, same order (empty: not known)
+
+    def changed_inputs(self, other: "TaskFacts") -> list[str]:
+        """Ids listed on both commits whose input digests differ (none when either listing has
+        no digests: facts learnt before digests were listed)."""
+        if not self.input_digests or not other.input_digests:
+            return []
+        mine = dict(zip(self.sample_ids, self.input_digests))
+        theirs = dict(zip(other.sample_ids, other.input_digests))
+        return sorted(i for i in set(self.sample_ids) & set(other.sample_ids) if mine.get(i) != theirs.get(i))
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,8 @@ class CommitFacts:
     def from_json(cls, data: bytes) -> "CommitFacts":
         rec = json.loads(data)
         tasks = {
-            k: TaskFacts(**{**v, "paths": tuple(v["paths"]), "sample_ids": tuple(v["sample_ids"])})
+            k: TaskFacts(**{**v, "paths": tuple(v["paths"]), "sample_ids": tuple(v["sample_ids"]),
+                            "input_digests": tuple(v.get("input_digests") or ())})
             for k, v in rec.pop("tasks").items()
         }
         return cls(tasks=tasks, **rec)
@@ -164,13 +179,14 @@ def learn_commit(
     for entry in result.manifest.tasks:
         got = listed[entry.id]
         if isinstance(got, InspectRunError):
-            name, ids, failure = None, [], str(got)
+            name, ids, digests, failure = None, [], [], str(got)
         else:
-            (name, ids), failure = got, None
+            (name, ids, digests), failure = got, None
         tasks[entry.id] = TaskFacts(
             task=entry.id, spec=entry.spec, workdir=entry.workdir, cohort=entry.cohort,
             paths=tuple(entry.paths), inspect_task=name, sample_ids=tuple(ids),
             config_digest=config_digest(export.path, entry.workdir, entry.spec), failure=failure,
+            input_digests=tuple(digests),
             **env_fields,
         )
     facts = CommitFacts(

@@ -19,8 +19,9 @@ order, whatever order they complete in. A fresh infrastructure failure (sandbox 
 log status error, invalid log, a sandbox that would not start, the lake unreachable or refusing
 a write — each failed attempt, retries included) adds one to the streak; a landed window resets
 it; reused windows (a window another process landed first included) and cancelled windows leave
-it alone; agent failures (wrong answers, errored samples inside a good log) are
-scores, not failures, and never reach it. At ``threshold`` the comparison stops: everything in
+it alone; agent failures (wrong answers, samples that raised in the repository's code — landed
+as errored rows, see ``execution.inspect_runner``) are scores, not failures, and never reach
+it. At ``threshold`` the comparison stops: everything in
 flight is cancelled and nothing more is submitted.
 
 Overshoot bound. Folding waits for the oldest step, so a trip can be *detected* late. Whenever

@@ -139,6 +139,17 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
                         ("removed_tasks", "Removed on this PR")):
         if result.get(kind):
             lines.append(f"**{title}:** " + ", ".join(_code(t) for t in result[kind]))
+    raised = agent_errors(result)
+    if raised:
+        lines.append("")
+        lines.append("**Errors raised by this repository's code** (scored as failures of that arm):")
+        lines += [f"- {_code(t)} {arm}: {cause}" for t, arm, cause in raised]
+    changed = {t: doc["decision"].get("pairing", {}).get("changed_inputs") for t, doc in tasks.items()}
+    changed = {t: n for t, n in changed.items() if n}
+    if changed:
+        lines.append("")
+        lines.append("**Changed inputs** (the same sample id ran a different input on head and base; not paired):")
+        lines += [f"- {_code(t)}: {n} sample id(s)" for t, n in changed.items()]
     failures = {t: doc["failures"] for t, doc in tasks.items() if doc.get("failures")}
     if failures:
         lines.append("")
@@ -158,6 +169,18 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
     if tasks:
         lines += ["", "<details><summary>Per-eval details</summary>", "", _details(result), "", "</details>"]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def agent_errors(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(task, arm, cause) for every arm whose samples raised in the repository's code."""
+    tasks = result.get("tasks") or {}
+    out = []
+    for task in result.get("task_order") or sorted(tasks):
+        pairing = (tasks[task].get("decision") or {}).get("pairing") or {}
+        for arm in ("head", "base"):
+            if pairing.get(f"error_{arm}"):
+                out.append((task, arm, pairing[f"error_{arm}"]))
+    return out
 
 
 def not_landed_note(result: dict[str, Any]) -> str:
@@ -242,4 +265,8 @@ def render_summary(result: dict[str, Any]) -> str:
     extra = not_landed_note(result)
     if extra:
         out.append(f"  not landed: {extra}")
+    if result["verdict"] != "RUNNING":
+        # Why, in the same words as the PR comment: limits, failures and errors the agent raised.
+        reasons = [r for r in (result.get("final_verdict") or {}).get("reasons", []) if r]
+        out += [f"  why: {r}" for r in reasons]
     return "\n".join(out)

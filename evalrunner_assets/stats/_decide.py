@@ -139,6 +139,29 @@ def _settle(crossings: dict[str, int], min_pairs: int, n: int) -> tuple[int, int
     return int(code), int(at)
 
 
+def _over_error_cap(pairing: Pairing, arm: str, params: StatsParams, at_limit: bool) -> bool:
+    """Whether ``arm`` raised on more than ``error_cap`` of its inputs, once enough inputs ran to
+    say so (``min_pairs``, or all there will be)."""
+    inputs = pairing.inputs_head if arm == "head" else pairing.inputs_base
+    if not inputs or (inputs < params.min_pairs and not at_limit):
+        return False
+    return pairing.error_share(arm) > params.error_cap
+
+
+def _limit_reason(params: StatsParams, *, at_cap: bool, dataset_size: int | None, budget_samples: int | None) -> str:
+    """Why an undecided task stops: the real limit, in words."""
+    if at_cap and dataset_size is not None and dataset_size < params.min_pairs:
+        noun = "sample" if dataset_size == 1 else "samples"
+        return f"cannot be decided ({dataset_size} {noun}): a label needs at least {params.min_pairs} pairs"
+    if at_cap and dataset_size is not None and dataset_size <= params.cap:
+        return f"dataset exhausted ({dataset_size} samples) before the interval settled"
+    if at_cap:
+        return f"reached the per-task cap of {params.cap} pairs before the interval settled"
+    if budget_samples is not None:
+        return f"run budget of {budget_samples} samples exhausted before the interval settled"
+    return "run budget exhausted before the interval settled"
+
+
 def _forecast_more_pairs(sides: Sides, scans: dict[str, _sequence.ScanResult], params: StatsParams,
                          log_thr: float) -> int | None:
     """Median extra pairs until some label settles, over posterior draws of the pair distribution.
@@ -227,16 +250,23 @@ def decide_task(
     head_failed: bool = False,
     base_failed: bool = False,
     forecast: bool = True,
+    dataset_size: int | None = None,
+    budget_samples: int | None = None,
 ) -> TaskDecision:
     """Decide one task from its pairs, consumed in their pre-committed order.
 
     The label is the first one settled at any look (every prefix of at least ``min_pairs``
-    pairs), so adding pairs never changes a settled label. ``at_cap`` / ``budget_exhausted``
-    turn an undecided task into "inconclusive"; a failed arm makes the task "inconclusive"
-    with the reason. ``forecast=False`` skips the more-pairs estimate. ``p_improvement`` is
-    given only beside "improved" / "regressed"; otherwise it is None and
-    ``p_improvement_note`` says why (a posterior beside an undecided label reads as a decision
-    the anytime-valid rule did not make).
+    pairs), so adding pairs never changes a settled label. ``at_cap`` (no position left to run)
+    / ``budget_exhausted`` turn an undecided task into "inconclusive", with a reason naming the
+    real limit: ``dataset_size`` (the samples both commits have) tells a dataset that ran out
+    ("dataset exhausted (20 samples)") and a task too small to ever carry a label ("cannot be
+    decided (1 sample)") from the per-task cap; ``budget_samples`` names the run budget. A
+    failed arm makes the task "inconclusive" with the reason. An arm whose errored share exceeds
+    ``params.error_cap`` (after ``min_pairs`` inputs, or at the limit) ends the task with that
+    cause: "regressed" if the scores settled it, else "inconclusive" (see the README).
+    ``forecast=False`` skips the more-pairs estimate. ``p_improvement`` is given only beside
+    "improved" / "regressed"; otherwise it is None and ``p_improvement_note`` says why (a
+    posterior beside an undecided label reads as a decision the anytime-valid rule did not make).
     """
     if not isinstance(pairing, Pairing):
         raise TypeError(f"pairing must be a Pairing (from pair_task), got {type(pairing).__name__}")
@@ -269,9 +299,19 @@ def decide_task(
             reason = "failed on head while base succeeded"
         else:
             reason = "failed on base while head succeeded: no baseline to compare with"
-    elif label == "continue" and (at_cap or budget_exhausted):
-        label = "inconclusive"
-        reason = (f"reached the per-task cap of {params.cap} pairs" if at_cap else "run budget exhausted") + " before the interval settled"
+    else:
+        over = [arm for arm in ("head", "base") if _over_error_cap(pairing, arm, params, at_cap or budget_exhausted)]
+        if over:
+            causes = "; ".join(f"{arm}: {pairing.error_cause(arm)}" for arm in over)
+            if label != "regressed":  # errors as failures settled a regression: a valid claim
+                label = "inconclusive"
+                settled_at = 0
+                reason = f"{causes} (more than {params.error_cap:.0%} of an arm raised: no quality verdict)"
+            else:
+                reason = causes
+        elif label == "continue" and (at_cap or budget_exhausted):
+            label = "inconclusive"
+            reason = _limit_reason(params, at_cap=at_cap, dataset_size=dataset_size, budget_samples=budget_samples)
 
     sup_log_e = max(scans["above_zero"].sup, scans["below_zero"].sup) if n else 0.0
     p_value = min(1.0, 2.0 * math.exp(-sup_log_e))

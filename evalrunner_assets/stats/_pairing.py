@@ -1,11 +1,19 @@
-"""Pair head and base sample rows of one task by sample id (DESIGN §6)."""
+"""Pair head and base sample rows of one task by sample id and input digest (DESIGN §6).
+
+The one pairing rule (``sql/paired_samples.sql`` states the same in SQL): an input pairs when
+both arms ran its sample id and, where either arm knows the sample's input digest, both digests
+are equal. Samples without ids carry Inspect's positional ids, so an id alone does not say the
+inputs are the same; a mismatch is counted as unpaired (``changed_inputs``), never paired.
+Errored epochs (the sample raised in the repository's code) score 0; see the stats README.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,14 +36,24 @@ def seeded_order(sample_ids: Iterable[str | int], seed: int | str) -> list[str]:
 @dataclass(frozen=True)
 class _ArmSummary:
     means: dict[str, float]
-    errored: frozenset[str]
+    errored: frozenset[str]  # inputs with an errored epoch (scored 0)
+    unscored: frozenset[str]  # inputs with an epoch neither scored nor errored (excluded)
     errored_epochs: int
     epochs: int
+    digests: dict[str, str | None]  # per input; "" when its epochs disagree
+    causes: tuple[tuple[str, str | None, int], ...]  # (error, where, inputs), most frequent first
+
+    @property
+    def inputs(self) -> int:
+        return len(self.digests)
 
 
 def _summarize(rows: Iterable[Mapping[str, Any]], side: str) -> _ArmSummary:
     scores: dict[str, list[float]] = {}
     errored: set[str] = set()
+    unscored: set[str] = set()
+    digests: dict[str, str | None] = {}
+    first_error: dict[str, tuple[str, str | None]] = {}
     seen: set[tuple[str, int]] = set()
     errored_epochs = 0
     epochs = 0
@@ -54,12 +72,24 @@ def _summarize(rows: Iterable[Mapping[str, Any]], side: str) -> _ArmSummary:
             raise PairingError(f"{side} sample {sid!r} epoch {epoch} appears twice; each (sample_id, epoch) must be unique per side")
         seen.add(key)
         epochs += 1
+        digest = row.get("input_digest")
+        if digest is not None and not isinstance(digest, str):
+            raise PairingError(f"{side} sample {sid!r} epoch {epoch}: input_digest must be a string or None, got {digest!r}")
+        if sid in digests and digests[sid] != digest:
+            digest = ""  # epochs of one id with different inputs: matches nothing
+        digests[sid] = digest
         if error is not None and not isinstance(error, str):
             raise PairingError(f"{side} sample {sid!r} epoch {epoch}: error must be a string or None, got {error!r}")
-        if error or score is None:
-            # An epoch without a score cannot be paired; an error is a finding, not a 0.
+        if error:
+            # The sample raised in the repository's code: the agent failed it (score 0).
             errored.add(sid)
             errored_epochs += 1
+            first_error.setdefault(sid, (error, row.get("error_where")))
+            scores.setdefault(sid, []).append(0.0)
+            continue
+        if score is None:
+            # Neither scored nor errored (e.g. a scorer value outside [0, 1]): not comparable.
+            unscored.add(sid)
             continue
         if isinstance(score, bool) or not isinstance(score, (int, float, np.integer, np.floating)):
             raise PairingError(f"{side} sample {sid!r} epoch {epoch}: score must be a number in [0, 1], got {score!r}")
@@ -67,10 +97,12 @@ def _summarize(rows: Iterable[Mapping[str, Any]], side: str) -> _ArmSummary:
         if not (0.0 <= value <= 1.0) or math.isnan(value):
             raise PairingError(f"{side} sample {sid!r} epoch {epoch}: score {value!r} is outside [0, 1]; map scores with value_to_float first")
         scores.setdefault(sid, []).append(value)
-    # A sample with any errored epoch is excluded whole: averaging only its clean epochs would
-    # weight inputs unequally and hide errors that correlate with difficulty.
-    means = {sid: float(np.mean(v)) for sid, v in scores.items() if sid not in errored}
-    return _ArmSummary(means, frozenset(errored), errored_epochs, epochs)
+    # An input with an unscored epoch is excluded whole: averaging only its other epochs would
+    # weight inputs unequally.
+    means = {sid: float(np.mean(v)) for sid, v in scores.items() if sid not in unscored}
+    causes = Counter(first_error.values())
+    ranked = tuple((err, where, n) for (err, where), n in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1] or "")))
+    return _ArmSummary(means, frozenset(errored), frozenset(unscored), errored_epochs, epochs, digests, ranked)
 
 
 @dataclass(frozen=True)
@@ -86,6 +118,15 @@ class Pairing:
     unpaired_base: tuple[str, ...] = ()
     errored_epochs_head: int = 0
     errored_epochs_base: int = 0
+    # Ids both arms ran whose input digests differ: not the same input, so never paired.
+    changed_inputs: tuple[str, ...] = ()
+    unscored_head: int = 0
+    unscored_base: int = 0
+    inputs_head: int = 0  # distinct inputs each arm ran (rows seen), the denominator of errors
+    inputs_base: int = 0
+    # (error, where, inputs) per arm, most frequent first: what the errored inputs raised.
+    error_causes_head: tuple[tuple[str, str | None, int], ...] = ()
+    error_causes_base: tuple[tuple[str, str | None, int], ...] = ()
     _deltas: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -118,13 +159,42 @@ class Pairing:
 
     def prefix(self, n: int) -> "Pairing":
         """The first ``n`` pairs (what the sequence had seen at that look)."""
-        return Pairing(self.sample_ids[:n], self.head[:n], self.base[:n], self.errored_head, self.errored_base,
-                       self.unpaired_head, self.unpaired_base, self.errored_epochs_head, self.errored_epochs_base)
+        return replace(self, sample_ids=self.sample_ids[:n], head=self.head[:n], base=self.base[:n])
 
     def swapped(self) -> "Pairing":
         """The same pairs with head and base exchanged."""
-        return Pairing(self.sample_ids, self.base, self.head, self.errored_base, self.errored_head,
-                       self.unpaired_base, self.unpaired_head, self.errored_epochs_base, self.errored_epochs_head)
+        return replace(
+            self, head=self.base, base=self.head, errored_head=self.errored_base, errored_base=self.errored_head,
+            unpaired_head=self.unpaired_base, unpaired_base=self.unpaired_head,
+            errored_epochs_head=self.errored_epochs_base, errored_epochs_base=self.errored_epochs_head,
+            unscored_head=self.unscored_base, unscored_base=self.unscored_head,
+            inputs_head=self.inputs_base, inputs_base=self.inputs_head,
+            error_causes_head=self.error_causes_base, error_causes_base=self.error_causes_head,
+        )
+
+    def error_share(self, arm: str) -> float:
+        """Share of the inputs ``arm`` ran that raised (0 when it ran none)."""
+        errored, inputs = (self.errored_head, self.inputs_head) if arm == "head" else (self.errored_base, self.inputs_base)
+        return errored / inputs if inputs else 0.0
+
+    def error_cause(self, arm: str) -> str | None:
+        """"16/16 samples raised RuntimeError('boom') in solver 'agent'" for ``arm``; None
+        when none of its samples raised."""
+        errored, inputs = (self.errored_head, self.inputs_head) if arm == "head" else (self.errored_base, self.inputs_base)
+        causes = self.error_causes_head if arm == "head" else self.error_causes_base
+        if not errored or not causes:
+            return None
+        error, where, count = causes[0]
+        text = " ".join(error.split())
+        text = text if len(text) <= 160 else text[:157] + "..."
+        place = ""
+        if where:
+            kind, _, name = where.partition(":")
+            place = f" in {kind} {name!r}" if name else f" in {kind}"
+        noun = "sample" if inputs == 1 else "samples"
+        if count == errored:
+            return f"{errored}/{inputs} {noun} raised {text}{place}"
+        return f"{errored}/{inputs} {noun} raised errors ({count} {text}{place}; {len(causes) - 1} other cause(s))"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,6 +207,14 @@ class Pairing:
             "unpaired_base": len(self.unpaired_base),
             "unpaired_head_ids": list(self.unpaired_head),
             "unpaired_base_ids": list(self.unpaired_base),
+            "changed_inputs": len(self.changed_inputs),
+            "changed_input_ids": list(self.changed_inputs),
+            "unscored_head": self.unscored_head,
+            "unscored_base": self.unscored_base,
+            "inputs_head": self.inputs_head,
+            "inputs_base": self.inputs_base,
+            "error_head": self.error_cause("head"),
+            "error_base": self.error_cause("base"),
         }
 
 
@@ -145,20 +223,25 @@ def pair_task(
     base_rows: Iterable[Mapping[str, Any]],
     order: Sequence[str | int] | None = None,
 ) -> Pairing:
-    """Pair one task's head and base rows by sample id.
+    """Pair one task's head and base rows by sample id and input digest.
 
-    Each arm's epochs are averaged per sample id first (the input is the unit). Samples with an
-    errored or unscored epoch are excluded on that side and counted; ids scored on one side
-    only are counted as unpaired. Pairs follow ``order`` (the task's seeded sample order, the
+    Each arm's epochs are averaged per sample id first (the input is the unit); an errored epoch
+    scores 0. Inputs with an epoch neither scored nor errored are excluded on that side and
+    counted (``unscored_*``); ids run on one side only are counted as unpaired; ids run on both
+    whose ``input_digest`` differs (one side without a digest while the other has one counts
+    as different; rows without digests on both sides pair by id) are counted as
+    ``changed_inputs``, never paired. Pairs follow ``order`` (the task's seeded sample order, the
     same for both arms); without it, :func:`seeded_order` with seed 0 is used. Every paired id
     must appear in ``order``, since the confidence sequence is only valid in a pre-committed order.
     """
     head = _summarize(head_rows, "head")
     base = _summarize(base_rows, "base")
-    paired = set(head.means) & set(base.means)
-    # Unpaired: scored on one side and absent from the other (not merely errored there).
-    unpaired_head = sorted(set(head.means) - set(base.means) - base.errored)
-    unpaired_base = sorted(set(base.means) - set(head.means) - head.errored)
+    both = set(head.means) & set(base.means)
+    changed = sorted(s for s in both if head.digests[s] != base.digests[s] or head.digests[s] == "")
+    paired = both - set(changed)
+    # Unpaired: scored on one side and never run on the other (not merely unscored there).
+    unpaired_head = sorted(set(head.means) - set(base.digests))
+    unpaired_base = sorted(set(base.means) - set(head.digests))
     if order is None:
         ordered = seeded_order(paired, 0)
     else:
@@ -180,6 +263,13 @@ def pair_task(
         unpaired_base=tuple(unpaired_base),
         errored_epochs_head=head.errored_epochs,
         errored_epochs_base=base.errored_epochs,
+        changed_inputs=tuple(changed),
+        unscored_head=len(head.unscored),
+        unscored_base=len(base.unscored),
+        inputs_head=head.inputs,
+        inputs_base=base.inputs,
+        error_causes_head=head.causes,
+        error_causes_base=base.causes,
     )
 
 

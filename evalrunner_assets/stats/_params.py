@@ -24,6 +24,10 @@ class StatsParams:
         in the run (measured in ``bench/stats.py``, see the README), in 23 windows.
     batch_size: pairs per sampling window (both arms run the same window).
     budget_samples / budget_dollars: optional run budget across tasks and both arms.
+    error_cap: candidate-failure cap. Errored samples (raised in the repository's code) score 0;
+        when more than this share of an arm's inputs raised, the task stops sampling and is
+        labelled by that cause ("regressed" only if the scores already settled it; otherwise
+        "inconclusive" with the cause as reason), never improved or unchanged (see the README).
     """
 
     alpha: float = 0.05
@@ -33,8 +37,11 @@ class StatsParams:
     batch_size: int = 8
     budget_samples: int | None = None
     budget_dollars: float | None = None
+    error_cap: float = 0.5
 
     def __post_init__(self) -> None:
+        if isinstance(self.error_cap, bool) or not isinstance(self.error_cap, (int, float)) or not 0.0 <= self.error_cap < 1.0:
+            raise ParamsError(f"error_cap must be a share in [0, 1), got {self.error_cap!r}")
         if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 1.0):
             raise ParamsError(f"alpha must be in (0, 1), got {self.alpha!r}")
         if not (isinstance(self.margin, (int, float)) and 0.0 < self.margin < 1.0):

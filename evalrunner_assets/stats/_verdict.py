@@ -125,6 +125,19 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
     else:
         verdict = "UNCHANGED"
         reasons.insert(0, f"unchanged within the margin: {', '.join(unchanged)}")
+    # What the agent's own code raised, per task and arm, whatever the label, so a reader sees the
+    # cause beside the verdict ("head: 16/16 samples raised RuntimeError('boom') in solver 'x'"),
+    # and ids whose inputs differ between the arms (counted, never paired). A cause already in an
+    # "inconclusive: task (reason)" line is not repeated.
+    for task, d in sorted(decisions.items()):
+        for arm in ("head", "base"):
+            cause = d.pairing.get(f"error_{arm}")
+            shown = verdict == "INCONCLUSIVE" and task in inconclusive and f"{arm}: {cause}" in (d.reason or "")
+            if cause and not shown:
+                reasons.append(f"{task}: {arm}: {cause}")
+        changed = d.pairing.get("changed_inputs") or 0
+        if changed:
+            reasons.append(f"{task}: {changed} sample id(s) ran different inputs on head and base (not paired)")
     # A posterior probability beside an undecided verdict reads as a decision the anytime-valid
     # rule did not make (a near-deterministic task capped at "inconclusive" can show 0.99):
     # it is shown only with a directional verdict, otherwise the note says why not.

@@ -1,0 +1,238 @@
+"""Inspect tasks as people write them, end to end through `evalrunner compare` (real git, real
+bubblewrap sandboxes, real Inspect with the offline simulated model, the real lake):
+
+- small equivalents of inspect_ai's `examples/`: `hello_world` (one sample, no id), a
+  `theory_of_mind`-style `json_dataset` without ids, a `security_guide`-style `csv_dataset`
+  without ids and a `MemoryDataset` of multiple-choice samples without ids. On identical evals
+  they end UNCHANGED or INCONCLUSIVE, never IMPROVED/REGRESSED, with reasons that name the real
+  limit ("cannot be decided (1 sample)", "dataset exhausted (20 samples)");
+- a head that inserts a sample at the top of a dataset without ids: every later positional id
+  now names another input, and those ids are reported as changed inputs, never paired;
+- a head whose solver raises on every sample: the agent's failure, not the infrastructure's —
+  REGRESSED with the cause in the terminal, the PR comment and the check run, no failure
+  record, the outage breaker untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evalrunner_assets.example_repo import EXAMPLE_REPO_SOURCE
+from tests.conftest import commit_files, git
+from test_resume import comparison_doc, lake, run_compare
+
+pytestmark = pytest.mark.slow
+
+HELLO_WORLD = '''
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import exact
+from inspect_ai.solver import generate
+
+
+@task
+def hello_world():
+    return Task(
+        dataset=[Sample(input="Just reply with Hello World", target="Hello World")],
+        solver=[generate()],
+        scorer=exact(),
+    )
+'''
+
+# A theory_of_mind-style task: a JSON-lines dataset without ids, a prompt chain, a text scorer.
+THEORY_OF_MIND = '''
+from inspect_ai import Task, task
+from inspect_ai.dataset import json_dataset
+from inspect_ai.scorer import includes
+from inspect_ai.solver import chain_of_thought, generate, system_message
+
+
+@task
+def theory_of_mind():
+    return Task(
+        dataset=json_dataset("theory_of_mind.jsonl"),
+        solver=[system_message("Answer the question."), chain_of_thought(), generate()],
+        scorer=includes(),
+    )
+'''
+
+SECURITY_GUIDE = '''
+from inspect_ai import Task, task
+from inspect_ai.dataset import FieldSpec, csv_dataset
+from inspect_ai.scorer import includes
+from inspect_ai.solver import generate, system_message
+
+
+@task
+def security_guide():
+    return Task(
+        dataset=csv_dataset("security_guide.csv", FieldSpec(input="question", target="answer")),
+        solver=[system_message("You are a security expert."), generate()],
+        scorer=includes(),
+    )
+'''
+
+POPULARITY = '''
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.scorer import choice
+from inspect_ai.solver import multiple_choice
+
+QUESTIONS = [
+    ("Which tool do you use for incident triage?", ["runbook", "spreadsheet", "fax"], "A"),
+    ("Which page do you check first?", ["status", "weather", "sports"], "A"),
+    ("Who do you page for a severity 1?", ["on-call", "nobody", "the intern"], "A"),
+    ("What do you write after the incident?", ["summary", "poem", "nothing"], "A"),
+    ("Which channel carries updates?", ["status page", "radio", "billboard"], "A"),
+    ("How often do you post updates?", ["regularly", "never", "yearly"], "A"),
+]
+
+
+@task
+def popularity():
+    return Task(
+        dataset=MemoryDataset([Sample(input=q, choices=c, target=t) for q, c, t in QUESTIONS]),
+        solver=[multiple_choice()],
+        scorer=choice(),
+    )
+'''
+
+
+def theory_rows(n: int) -> list[dict[str, str]]:
+    # Some targets are words the offline model's fixed reply contains, so scores vary by sample.
+    return [{"input": f"Story {i}: Sally puts the ball in the basket and leaves. Where will she look?",
+             "target": "triage" if i % 3 == 0 else "basket"} for i in range(n)]
+
+
+def jsonl(rows: list[dict[str, str]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+SECURITY_CSV = "question,answer\n" + "".join(
+    f"How should secret number {i} be stored?,{'runbooks' if i % 2 else 'vault'}\n" for i in range(12))
+
+
+@pytest.fixture(scope="module")
+def examples_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("inspect-examples") / "repo"
+    commit_files(repo, {
+        "hello_world.py": HELLO_WORLD,
+        "theory_of_mind.py": THEORY_OF_MIND,
+        "theory_of_mind.jsonl": jsonl(theory_rows(20)),
+        "security_guide.py": SECURITY_GUIDE,
+        "security_guide.csv": SECURITY_CSV,
+        "popularity.py": POPULARITY,
+        "README.md": "Inspect examples\n",
+    }, "base")
+    # Identical evals on a head that changes only prose.
+    git(repo, "checkout", "-q", "-b", "docs-only")
+    commit_files(repo, {"README.md": "Inspect examples, reworded\n"}, "docs")
+    # A head that inserts one story at the top of the dataset: positional ids shift by one.
+    git(repo, "checkout", "-q", "main")
+    git(repo, "checkout", "-q", "-b", "insert-story")
+    commit_files(repo, {"theory_of_mind.jsonl": jsonl([{"input": "A new first story. Where is the ball?",
+                                                          "target": "basket"}] + theory_rows(20))}, "insert")
+    git(repo, "checkout", "-q", "main")
+    return repo
+
+
+def tasks_by_name(doc: dict) -> dict[str, dict]:
+    """The comparison's task documents keyed by the Inspect task's name."""
+    return {tid.rsplit("@", 1)[-1].rsplit("/", 1)[-1]: d for tid, d in doc["tasks"].items()}
+
+
+def test_inspect_example_tasks_without_ids_run_end_to_end_and_never_claim_a_change(
+        tmp_path: Path, examples_repo: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, examples_repo, "--head", "docs-only", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    assert doc["verdict"] in ("UNCHANGED", "INCONCLUSIVE"), doc["final_verdict"]
+    tasks = tasks_by_name(doc)
+    assert set(tasks) == {"hello_world", "theory_of_mind", "security_guide", "popularity"}
+    for name, t in tasks.items():
+        d = t["decision"]
+        assert d["label"] in ("unchanged", "inconclusive"), (name, d["label"], d["reason"])
+        # Every sample ran on both arms under Inspect's positional ids and paired by its input.
+        assert d["pairs"] == t["pairs_possible"] == t["head"]["samples"] == t["base"]["samples"], name
+        assert d["pairing"]["changed_inputs"] == 0 and t["changed_inputs_listed"] == 0, name
+        assert not t["failures"], (name, t["failures"])
+    assert tasks["hello_world"]["decision"]["reason"].startswith("cannot be decided (1 sample)")
+    assert tasks["theory_of_mind"]["decision"]["reason"] == "dataset exhausted (20 samples) before the interval settled"
+    assert tasks["security_guide"]["decision"]["reason"] == "dataset exhausted (12 samples) before the interval settled"
+    assert not any("cap" in (t["decision"]["reason"] or "") for t in tasks.values())
+    # The scores differ by sample (the task is not trivially all-equal) but tie between the arms.
+    assert 0 < tasks["theory_of_mind"]["decision"]["head_mean"] < 1
+    # The terminal says why, in the same words as the comment.
+    assert "cannot be decided (1 sample)" in done.stdout and "dataset exhausted (20 samples)" in done.stdout
+    # The sandbox listed the positional ids with their input digests (commit facts).
+    facts = json.loads(next(lake(home).glob("raw/*/*/*/tasks.json")).read_text())
+    tom = next(v for k, v in facts["tasks"].items() if k.endswith("theory_of_mind"))
+    assert tom["sample_ids"] == [str(i) for i in range(1, 21)]
+    assert len(set(tom["input_digests"])) == 20
+
+
+def test_a_sample_inserted_before_positional_ids_is_reported_as_changed_inputs_never_paired(
+        tmp_path: Path, examples_repo: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, examples_repo, "--head", "insert-story", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    assert doc["verdict"] in ("UNCHANGED", "INCONCLUSIVE"), doc["final_verdict"]
+    tom = tasks_by_name(doc)["theory_of_mind"]
+    pairing = tom["decision"]["pairing"]
+    # Base ids 1..20 and head ids 1..21: every shared id now names a different story.
+    assert tom["changed_inputs_listed"] == 20
+    assert pairing["changed_inputs"] > 0 and tom["decision"]["pairs"] == 0
+    assert pairing["changed_inputs"] + pairing["unpaired_head"] == tom["head"]["samples"]
+    assert (f"theory_of_mind/theory_of_mind: {pairing['changed_inputs']} sample id(s) ran different inputs "
+            "on head and base (not paired)") in doc["final_verdict"]["reasons"]
+    comment = next((lake(home) / "comparisons").rglob("*.comment.md")).read_text()
+    assert "**Changed inputs**" in comment and f"`theory_of_mind/theory_of_mind`: {pairing['changed_inputs']}" in comment
+    # The other tasks did not change and pair as before.
+    assert tasks_by_name(doc)["security_guide"]["decision"]["pairing"]["changed_inputs"] == 0
+
+
+SOLVE = "        state.messages.insert(0, ChatMessageSystem(content=prompt))\n        return state\n"
+RAISES = "        raise RuntimeError('boom')\n"
+
+
+def test_a_head_whose_solver_raises_is_the_agents_regression_with_its_cause_shown(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLE_REPO_SOURCE, repo)
+    commit_files(repo, {}, "base")
+    git(repo, "checkout", "-q", "-b", "raise-in-solver")
+    triage = repo / "evals" / "triage.py"
+    assert SOLVE in triage.read_text()
+    commit_files(repo, {"evals/triage.py": triage.read_text().replace(SOLVE, RAISES)}, "head raises")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "raise-in-solver", "--cap", "16", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    assert doc["verdict"] == "REGRESSED", doc["final_verdict"]
+    cause = "head: 16/16 samples raised RuntimeError('boom') in solver 'agent_instructions'"
+    for task, t in doc["tasks"].items():
+        assert t["decision"]["pairing"]["error_head"] == cause.removeprefix("head: "), task
+        assert t["head"]["errors"] == 16 and t["base"]["errors"] == 0
+        assert not t["failures"]
+        assert t["decision"]["label"] in ("regressed", "inconclusive")
+    # Not infrastructure: no failure record, the breaker never counted it.
+    assert not (lake(home) / "failures").exists()
+    assert "breaker" not in doc and doc["execution"]["failed_attempts"] == 0
+    # The cause is in the terminal, the PR comment and the check run.
+    assert cause in done.stdout
+    artifacts = lake(home) / "comparisons"
+    comment = next(artifacts.rglob("*.comment.md")).read_text()
+    assert cause in comment and "Errors raised by this repository's code" in comment
+    # Every task's cause is among the verdict's reasons, the inconclusive one's too.
+    assert all(f"{task}: {cause}" in doc["final_verdict"]["reasons"] for task in doc["tasks"])
+    check_run = json.loads(next(artifacts.rglob("*.check_run.json")).read_text())
+    assert check_run["conclusion"] == "failure"
+    assert cause in json.dumps(check_run)
