@@ -274,7 +274,7 @@ def pair_task(
 
 
 def arm_input_means(rows: Iterable[Mapping[str, Any]]) -> tuple[dict[str, float], int]:
-    """One arm on its own, by the pairing rule: each input's mean over its epochs (inputs with
-    an errored or unscored epoch excluded), and how many inputs were excluded that way."""
+    """One arm on its own, by the pairing rule: each input's mean over its epochs (an errored
+    epoch scores 0, an input with an unscored epoch is left out), and how many inputs raised."""
     summary = _summarize(rows, "arm")
     return dict(summary.means), len(summary.errored)
