@@ -186,3 +186,18 @@ def test_a_push_to_main_through_the_receiver_adds_its_point(backfilled, tmp_path
     point = series.load_point(lake, REPO, new_sha)
     assert point is not None and point["previous"] == backfilled["history"][-1].sha
     assert not point["flagged"] and point["position"] == len(backfilled["history"])
+
+
+@pytest.mark.parametrize("cohort, problem", [("Hard Tasks!", "is not a cohort name"), ("-hard", "is not a cohort name"),
+                                             ("x" * 64, "is too long")])
+def test_a_bad_cohort_is_refused_naming_the_task(cohort, problem):
+    from evalrunner_assets.discovery import ManifestSchemaError
+    from evalrunner_assets.discovery._manifest import validate_manifest
+
+    manifest = {"version": 1, "tasks": [{"id": "triage/a", "spec": "evals/t.py@a"},
+                                         {"id": "triage/b", "spec": "evals/t.py@b", "cohort": cohort}]}
+    with pytest.raises(ManifestSchemaError) as err:
+        validate_manifest(manifest)
+    assert "$.tasks[1].cohort" in str(err.value) and problem in str(err.value) and "'triage/b'" in str(err.value)
+    manifest["tasks"][1]["cohort"] = "hard.v2"
+    assert [t.cohort for t in validate_manifest(manifest).tasks] == ["default", "hard.v2"]

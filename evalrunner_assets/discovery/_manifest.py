@@ -82,8 +82,21 @@ _PATTERN_HELP = {
     "id": "is not a path-safe task id: use segments of [a-z0-9_.-] separated by '/', "
           "no '.' or '..' segment, no leading or trailing '/'",
     "spec": "is not a task spec: no whitespace, and it must not start with '-'",
-    "cohort": "is not a cohort name: use [a-z0-9_.-]",
+    "cohort": "is not a cohort name: use lower-case letters, digits and '-', '_', '.', "
+              "starting and ending with a letter or digit (at most 63 characters)",
 }
+
+
+def _task_named(data: Any, path: Any) -> str:
+    """`` (task 'triage/x')`` when the error sits inside a task that has an id, else ''."""
+    parts = list(path)
+    if len(parts) >= 2 and parts[0] == "tasks" and isinstance(parts[1], int) and isinstance(data, dict):
+        tasks = data.get("tasks")
+        if isinstance(tasks, list) and parts[1] < len(tasks) and isinstance(tasks[parts[1]], dict):
+            task_id = tasks[parts[1]].get("id")
+            if isinstance(task_id, str) and task_id:
+                return f" (task {task_id!r})"
+    return ""
 
 
 def _message(error: jsonschema.ValidationError) -> str:
@@ -161,7 +174,8 @@ def parse_manifest_bytes(raw: bytes, *, source: str = ".evals/list") -> Manifest
 def validate_manifest(data: Any, *, source: str = "manifest") -> Manifest:
     """Validate a parsed manifest against the schema and the semantic rules."""
     errors = sorted(_validator().iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    violations = [SchemaViolation(_json_path(e.absolute_path), _message(e)) for e in errors]
+    violations = [SchemaViolation(_json_path(e.absolute_path), _message(e) + _task_named(data, e.absolute_path))
+                  for e in errors]
     if not violations:
         violations = _semantic_violations(data)
     if violations:
