@@ -78,12 +78,19 @@ def test_quiz_agent_compares_with_its_own_dependencies_and_provider_and_reuses_t
     with OpenAIStandIn() as grader:
         first = _compare(home, repo, index, "main", "precise", "1", grader=grader)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "IMPROVED" in first.stdout
     doc = json.loads((home / "lake" / "comparisons" / "acme" / "quiz" / "1" / f"{head}.json").read_text())
-    assert doc["verdict"] == "IMPROVED"
+    labels = {t.rsplit("/", 1)[-1]: d["decision"]["label"] for t, d in doc["tasks"].items()}
+    assert labels["capitals"] == "improved"
+    # The grader (a stand-in that always answers GRADE: C) ties every pair: 40 samples are too
+    # few to establish "unchanged" within ±0.05, so that task may end inconclusive, and with it
+    # the run verdict; never a change.
+    assert labels["capitals_graded"] in ("unchanged", "inconclusive")
+    assert doc["verdict"] in ("IMPROVED", "INCONCLUSIVE")
+    assert "capitals" in first.stdout and "improved" in first.stdout
     # The graded task ran on both arms with the grader model answering through the gateway.
     graded = next(t for t in doc["tasks"] if t.endswith("capitals_graded"))
-    assert doc["tasks"][graded]["decision"]["pairs"] > 0
+    assert doc["tasks"][graded]["decision"]["pairs"] == 40
+    assert doc["tasks"][graded]["decision"]["head_mean"] == 1.0
     assert "openai/gpt-4o-mini" in doc["execution"]["gateway"]["models"]
     for path in (home / "lake").rglob("*"):
         assert not path.is_file() or KEY.encode() not in path.read_bytes(), path

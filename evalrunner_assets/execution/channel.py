@@ -160,18 +160,20 @@ def relay_main(argv: Sequence[str]) -> int:
     return 0  # not reached
 
 
-class UnixForwarder:
-    """Controller side: listens on a fresh unix socket and forwards each connection to one
-    fixed TCP address (e.g. a package index on this host). Use as a context manager."""
+class UnixService:
+    """Controller side of a channel: a fresh unix socket (in a private directory named with the
+    owner's pid, so a crashed controller's sockets are recognisable) whose connections are
+    each handled on their own thread by :meth:`handle`. Use as a context manager."""
 
-    def __init__(self, host: str, port: int, *, socket_dir: str | None = None) -> None:
-        self.host, self.port = host, port
-        # Owner pid in the name: a crashed controller's sockets are recognisable.
+    socket_name = "service.sock"
+    backlog = 128
+
+    def __init__(self, *, socket_dir: str | None = None) -> None:
         self._dir = tempfile.mkdtemp(prefix=f"evalrunner-chan-{os.getpid()}-", dir=socket_dir)
-        self.socket_path = os.path.join(self._dir, "forward.sock")
+        self.socket_path = os.path.join(self._dir, self.socket_name)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.socket_path)
-        self._listener.listen(128)
+        self._listener.listen(self.backlog)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
@@ -181,14 +183,10 @@ class UnixForwarder:
                 conn, _ = self._listener.accept()
             except OSError:
                 return
-            try:
-                upstream = socket.create_connection((self.host, self.port), timeout=30)
-                upstream.settimeout(None)
-                _nodelay(upstream)
-            except OSError:
-                conn.close()
-                continue
-            threading.Thread(target=_splice, args=(conn, upstream), daemon=True).start()
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def handle(self, conn: socket.socket) -> None:
+        raise NotImplementedError
 
     def channel(self, port: int) -> Channel:
         return Channel(socket_path=self.socket_path, port=port)
@@ -203,11 +201,31 @@ class UnixForwarder:
 
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def __enter__(self) -> "UnixForwarder":
+    def __enter__(self):  # noqa: ANN204 - returns the subclass
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class UnixForwarder(UnixService):
+    """Forwards each connection to one fixed TCP address (e.g. a package index on this host)."""
+
+    socket_name = "forward.sock"
+
+    def __init__(self, host: str, port: int, *, socket_dir: str | None = None) -> None:
+        self.host, self.port = host, port
+        super().__init__(socket_dir=socket_dir)
+
+    def handle(self, conn: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection((self.host, self.port), timeout=30)
+            upstream.settimeout(None)
+            _nodelay(upstream)
+        except OSError:
+            conn.close()
+            return
+        _splice(conn, upstream)
 
 
 if __name__ == "__main__":

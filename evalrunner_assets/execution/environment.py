@@ -67,7 +67,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalrunner_assets.discovery._errors import DiscoveryError
-from evalrunner_assets.execution.channel import UnixForwarder, _splice
+from evalrunner_assets.execution.channel import UnixForwarder, UnixService, _splice
 from evalrunner_assets.execution.sandbox import (
     Channel,
     Limits,
@@ -290,33 +290,21 @@ def runtime_with_env(runtime_digest: str, env_digest: str | None) -> str:
     return hashlib.sha256(f"{runtime_digest}\0env\0{env_digest}".encode()).hexdigest()[:16]
 
 
-class IndexProxy:
+class IndexProxy(UnixService):
     """An HTTP proxy on a unix socket that connects only to allowed hosts (CONNECT host:443 for
     HTTPS, absolute-form GET for HTTP). The build sandbox's only network."""
 
+    socket_name = "proxy.sock"
+    backlog = 64
+
     def __init__(self, hosts: set[str], *, ports: set[int] = frozenset({80, 443}),  # type: ignore[assignment]
                  socket_dir: str | None = None) -> None:
-        import tempfile
-
         self.hosts = {h.lower() for h in hosts}
         self.ports = set(ports)
         self.refused: list[str] = []
-        self._dir = tempfile.mkdtemp(prefix=f"evalrunner-chan-{os.getpid()}-", dir=socket_dir)
-        self.socket_path = os.path.join(self._dir, "proxy.sock")
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.socket_path)
-        self._listener.listen(64)
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(socket_dir=socket_dir)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
+    def handle(self, conn: socket.socket) -> None:
         try:
             head = b""
             while b"\r\n\r\n" not in head and len(head) < 65536:
@@ -355,23 +343,6 @@ class IndexProxy:
                 conn.close()
             except OSError:
                 pass
-
-    def channel(self, port: int) -> Channel:
-        return Channel(socket_path=self.socket_path, port=port)
-
-    def close(self) -> None:
-        try:
-            self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._listener.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> "IndexProxy":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _index_access(url: str) -> tuple[Any, tuple[Channel, ...], dict[str, str]]:
