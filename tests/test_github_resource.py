@@ -15,9 +15,9 @@ from resources._github_client import (
     GitHubClient,
     GitHubCredentials,
     GitHubError,
-    check_run_state,
 )
 from resources.github import GitHubResource
+from evalrunner_assets.report import check_run_state
 
 REPO = "acme/support-agent"
 TOKEN = "ghp_standin_token_value"
