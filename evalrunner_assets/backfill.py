@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+from evalrunner_assets.partitions import add_partitions
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.keys import commit_key
 
@@ -68,10 +69,7 @@ def run_backfill(
         series.load_point(the_lake, repo, c.sha), settings, *_runtime(resources))}
     instance = instance or local_instance()
     keys = [commit_key(repo, c.sha) for c in chosen]
-    known = set(instance.get_dynamic_partitions(PARTITIONS))
-    new = [k for k in keys if k not in known]
-    if new:
-        instance.add_dynamic_partitions(PARTITIONS, new)
+    add_partitions(instance, PARTITIONS, keys)
     job = defs.resolve_job_def("cohort_series_job")
     runs = 0
     for start, end in _ranges(instance.get_dynamic_partitions(PARTITIONS), keys):

@@ -32,6 +32,7 @@ from typing import Any
 import dagster as dg
 
 from evalrunner_assets import home
+from evalrunner_assets.partitions import add_partitions
 from evalrunner_assets.errors import debug_enabled
 from evalrunner_assets.assets.evals import ASSETS, comparison, eval_manifest, pr_report, task_samples
 from evalrunner_assets.pipeline import assess as assess_mod
@@ -348,10 +349,9 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
 
     def open_instance() -> dg.DagsterInstance:
         inst = given_instance or local_instance()
-        inst.add_dynamic_partitions(  # base and head may be the same commit: each key once
-            "commits", list(dict.fromkeys(commit_key(request.repo, sha) for sha in (request.base_sha, request.head_sha)))
-        )
-        inst.add_dynamic_partitions("comparisons", [request.key])
+        # Another process may add the same keys at the same moment (two PRs on one base).
+        add_partitions(inst, "commits", [commit_key(request.repo, sha) for sha in (request.base_sha, request.head_sha)])
+        add_partitions(inst, "comparisons", [request.key])
         return inst
 
     instance_ready = recorder.submit(open_instance)

@@ -24,3 +24,23 @@ commit_task_partitions = dg.MultiPartitionsDefinition(
 
 def commit_task_key(repo: str, sha: str, task: str) -> dg.MultiPartitionKey:
     return dg.MultiPartitionKey({"commit": commit_key(repo, sha), "task": task})
+
+
+def add_partitions(instance: dg.DagsterInstance, name: str, keys: list[str]) -> None:
+    """Add the keys ``instance`` does not have yet to the dynamic partition set ``name``, in
+    order. Two processes adding the same key at once is normal (two comparisons on one base):
+    the loser of that race finds the key there on its second look."""
+    from sqlalchemy.exc import IntegrityError
+
+    keys = list(dict.fromkeys(keys))
+    for attempt in range(3):
+        have = set(instance.get_dynamic_partitions(name))
+        missing = [k for k in keys if k not in have]
+        if not missing:
+            return
+        try:
+            instance.add_dynamic_partitions(name, missing)
+            return
+        except IntegrityError:
+            if attempt == 2:
+                raise

@@ -13,6 +13,7 @@ import dagster as dg
 
 from evalrunner_assets.gateway import start_gateway, with_gateway
 from evalrunner_assets.partitions import (
+    add_partitions,
     commit_task_partitions,
     commits_partitions,
     comparisons_partitions,
@@ -50,7 +51,7 @@ def eval_manifest(
     the_lake = lake.open()
     export = repos.export(the_lake, repo, sha)
     facts = learn_commit(the_lake, sandbox.backend(context), export, model=DEFAULT_MODEL)
-    context.instance.add_dynamic_partitions("tasks", sorted(facts.tasks))
+    add_partitions(context.instance, "tasks", sorted(facts.tasks))
     summary = facts_summary(facts)
     return dg.MaterializeResult(
         metadata={

@@ -141,9 +141,9 @@ def _settle(crossings: dict[str, int], min_pairs: int, n: int) -> tuple[int, int
 
 def _over_error_cap(pairing: Pairing, arm: str, params: StatsParams, at_limit: bool) -> bool:
     """Whether ``arm`` raised on more than ``error_cap`` of its inputs, once enough inputs ran to
-    say so (``min_pairs``, or all there will be)."""
+    say so (``error_cap_inputs``, or all there will be)."""
     inputs = pairing.inputs_head if arm == "head" else pairing.inputs_base
-    if not inputs or (inputs < params.min_pairs and not at_limit):
+    if not inputs or (inputs < max(params.min_pairs, params.error_cap_inputs) and not at_limit):
         return False
     return pairing.error_share(arm) > params.error_cap
 
@@ -262,7 +262,7 @@ def decide_task(
     ("dataset exhausted (20 samples)") and a task too small to ever carry a label ("cannot be
     decided (1 sample)") from the per-task cap; ``budget_samples`` names the run budget. A
     failed arm makes the task "inconclusive" with the reason. An arm whose errored share exceeds
-    ``params.error_cap`` (after ``min_pairs`` inputs, or at the limit) ends the task with that
+    ``params.error_cap`` (after ``error_cap_inputs`` inputs, or at the limit) ends the task with that
     cause: "regressed" if the scores settled it, else "inconclusive" (see the README).
     ``forecast=False`` skips the more-pairs estimate. ``p_improvement`` is given only beside
     "improved" / "regressed"; otherwise it is None and ``p_improvement_note`` says why (a

@@ -28,6 +28,9 @@ class StatsParams:
         when more than this share of an arm's inputs raised, the task stops sampling and is
         labelled by that cause ("regressed" only if the scores already settled it; otherwise
         "inconclusive" with the cause as reason), never improved or unchanged (see the README).
+    error_cap_inputs: inputs an arm must have run before its errored share can end the task
+        (or fewer at its limit). 16 lets a head that raises on every sample settle "regressed"
+        first (8 all-failing pairs are too few at T >= 2 for the e-process to cross).
     """
 
     alpha: float = 0.05
@@ -38,6 +41,7 @@ class StatsParams:
     budget_samples: int | None = None
     budget_dollars: float | None = None
     error_cap: float = 0.5
+    error_cap_inputs: int = 16
 
     def __post_init__(self) -> None:
         if isinstance(self.error_cap, bool) or not isinstance(self.error_cap, (int, float)) or not 0.0 <= self.error_cap < 1.0:
@@ -46,7 +50,7 @@ class StatsParams:
             raise ParamsError(f"alpha must be in (0, 1), got {self.alpha!r}")
         if not (isinstance(self.margin, (int, float)) and 0.0 < self.margin < 1.0):
             raise ParamsError(f"margin must be in (0, 1) on the [-1, 1] difference scale, got {self.margin!r}")
-        for name in ("min_pairs", "cap", "batch_size"):
+        for name in ("min_pairs", "cap", "batch_size", "error_cap_inputs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ParamsError(f"{name} must be a positive integer, got {value!r}")
