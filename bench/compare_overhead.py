@@ -60,9 +60,13 @@ def _compare(tmp: Path, name: str, repo: Path, cap: int, workers: int, packed: b
     out = tmp / f"{name}.json"
     env = {**os.environ, "EVALRUNNER_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", _DRIVER, str(repo), str(cap), str(workers),
-                           "1" if packed else "0", HEAD, str(out)], env=env, cwd=tmp,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRIVER, str(repo), str(cap), str(workers), "1" if packed else "0", HEAD, str(out)],
+        env=env,
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+    )
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"compare failed:\n{proc.stderr[-3000:]}")
@@ -99,7 +103,9 @@ def _bare(tmp: Path, repo: Path, home: Path, work: dict[tuple[str, str], list[st
         export = tmp / "bare" / commit[:12]
         if not export.exists():
             export.mkdir(parents=True)
-            archive = subprocess.run(["git", "-C", str(repo), "archive", commit], check=True, capture_output=True).stdout
+            archive = subprocess.run(
+                ["git", "-C", str(repo), "archive", commit], check=True, capture_output=True
+            ).stdout
             subprocess.run(["tar", "-x", "-C", str(export)], input=archive, check=True)
         cfg = TaskRunConfig(repo="local/repo", task=task, spec=tf.spec, model=DEFAULT_MODEL, workdir=tf.workdir)
         argv = list(cold_argv(cfg, tf.inspect_task, ids))
@@ -158,8 +164,13 @@ def _ingest_and_stats(home: Path, records: list[dict]) -> tuple[float, float]:
     request = load_request(the_lake, "local/repo", "bench", head)
     t0 = time.monotonic()
     # Planning is what runs after every step; it skips the report-only parts (detail=False).
-    assess_mod.assess(the_lake, request, backend_name=records[0]["key"]["backend"],
-                      runtime_digest=records[0]["key"]["runtime_digest"], detail=False)
+    assess_mod.assess(
+        the_lake,
+        request,
+        backend_name=records[0]["key"]["backend"],
+        runtime_digest=records[0]["key"]["runtime_digest"],
+        detail=False,
+    )
     return ingest, time.monotonic() - t0
 
 
@@ -182,9 +193,11 @@ def main(argv: list[str]) -> None:
         work, records = _lake_work(home)
         bare = _bare(tmp, repo, home, work, args.workers)
         samples = sum(len(v) for v in work.values())
-        print(f"workload: {len(work)} (commit, task) pairs, {samples} samples "
-              f"({min(len(v) for v in work.values())}–{max(len(v) for v in work.values())} per pair), "
-              f"workers={args.workers}, verdict {res['verdict']}")
+        print(
+            f"workload: {len(work)} (commit, task) pairs, {samples} samples "
+            f"({min(len(v) for v in work.values())}–{max(len(v) for v in work.values())} per pair), "
+            f"workers={args.workers}, verdict {res['verdict']}"
+        )
         print(f"bare inspect eval (no sandbox, no Dagster): {bare:7.1f} s")
         print(f"evalrunner compare (end to end)          : {wall:7.1f} s")
         print(f"ratio compare / bare                     : {wall / bare:7.2f}x  (target ≤ 1.25x)")
@@ -201,18 +214,24 @@ def main(argv: list[str]) -> None:
         print("where the time goes (sums over windows/runs; worker and recorder threads overlap the wall):")
         print(f"  warm sandbox + worker start (6 sessions) : {timing['sandbox_start_s']:7.1f} s")
         print(f"  windows, controller's view ({len(records)} windows)  : {timing['total_s']:7.1f} s")
-        print(f"    inside Inspect's eval(), sandbox-reported: {timing['eval_s']:7.1f} s  (bare runs the same samples in {len(work)} eval() calls)")
+        print(
+            f"    inside Inspect's eval(), sandbox-reported: {timing['eval_s']:7.1f} s  (bare runs the same samples in {len(work)} eval() calls)"
+        )
         print(f"    protocol + log transfer (the rest)      : {timing['total_s'] - timing['eval_s']:7.1f} s")
         for kind in sorted(k for k in runs if not k.endswith("(runs)")):
             print(f"  Dagster runs [{kind}]".ljust(43) + f": {runs[kind]:7.1f} s in {int(runs[kind + ' (runs)'])} runs")
         print(f"  ingest (every log landed again)          : {ingest:7.1f} s")
-        print(f"  planning in the run (statistics, cached) : {planning.get('seconds', float('nan')):7.1f} s in {planning.get('calls', 0)} calls")
+        print(
+            f"  planning in the run (statistics, cached) : {planning.get('seconds', float('nan')):7.1f} s in {planning.get('calls', 0)} calls"
+        )
         print(f"    (one uncached assessment of the final state: {stats_s:.2f} s)")
 
         if not args.skip_barrier:
             w_packed, r_packed, _ = _compare(tmp, "packed2", repo, 64, args.workers, packed=True)
             w_barrier, r_barrier, _ = _compare(tmp, "barrier", repo, 64, args.workers, packed=False)
-            print("packed vs round barrier (cap 64, uneven windows: 16/16/32 samples, tasks decide at different times):")
+            print(
+                "packed vs round barrier (cap 64, uneven windows: 16/16/32 samples, tasks decide at different times):"
+            )
             print(f"  round barrier : {w_barrier:7.1f} s  ({r_barrier['samples_run']} samples, {r_barrier['verdict']})")
             print(f"  packed        : {w_packed:7.1f} s  ({r_packed['samples_run']} samples, {r_packed['verdict']})")
             print(f"  ratio packed / barrier: {w_packed / w_barrier:.2f}x")

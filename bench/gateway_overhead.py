@@ -57,8 +57,12 @@ def main(argv: list[str]) -> None:
     from evalrunner_assets.gateway import GatewaySettings, ModelGateway
 
     key = "sk-bench-not-a-real-key"
-    with OpenAIStandIn() as up, ModelGateway(GatewaySettings(
-            keys={"openai": key}, bases={"openai": up.openai_base, "anthropic": up.anthropic_base})) as gw:
+    with (
+        OpenAIStandIn() as up,
+        ModelGateway(
+            GatewaySettings(keys={"openai": key}, bases={"openai": up.openai_base, "anthropic": up.anthropic_base})
+        ) as gw,
+    ):
         scope = gw.open_scope({"bench": "gateway_overhead"})
         scope.begin()
         relay = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -92,9 +92,17 @@ def main(argv: list[str]) -> None:
     )
 
     key = BatchKey(
-        repo="bench/ingest", commit="c" * 40, task="trivial", spec="trivial.py",
-        model="lakeprobe/probe-1", window=Window(0, n), seed=0, epochs=1,
-        config_digest="x", backend="none", runtime_digest="x",
+        repo="bench/ingest",
+        commit="c" * 40,
+        task="trivial",
+        spec="trivial.py",
+        model="lakeprobe/probe-1",
+        window=Window(0, n),
+        seed=0,
+        epochs=1,
+        config_digest="x",
+        backend="none",
+        runtime_digest="x",
     )
     with tempfile.TemporaryDirectory() as tmp:
         record, t_land = _timed(lambda: land_batch(open_lake(tmp), key, data))
@@ -119,6 +127,7 @@ def main(argv: list[str]) -> None:
         ("Parquet encoding (zstd)", t_pq),
     ):
         print(f"  {label:68s} {t:6.2f} s  {100 * t / total:5.1f}%")
-    print(f"target ≥ 20000 samples/s: samples-only path {'meets' if samples.num_rows / t_fast >= 20000 else 'misses'} it "
-          f"({samples.num_rows / t_fast:.0f}); full landing {record.sample_rows / t_land:.0f}")
-
+    print(
+        f"target ≥ 20000 samples/s: samples-only path {'meets' if samples.num_rows / t_fast >= 20000 else 'misses'} it "
+        f"({samples.num_rows / t_fast:.0f}); full landing {record.sample_rows / t_land:.0f}"
+    )

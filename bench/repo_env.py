@@ -37,10 +37,46 @@ def _host_install(index_url: str, src: Path, work: Path) -> float:
     venv = work / "venv"
     subprocess.run([uv, "venv", "-q", "--no-config", "--python", sys.executable, str(venv)], check=True, env=env)
     req = work / "req.txt"
-    subprocess.run([uv, "export", "-q", "--no-config", "--frozen", "--no-dev", "--no-hashes", "--no-emit-project",
-                    "--no-emit-package", "inspect-ai", "--directory", str(copy), "-o", str(req)], check=True, env=env)
-    subprocess.run([uv, "pip", "install", "-q", "--no-config", "--python", str(venv / "bin" / "python"),
-                    "--index-url", index_url, "--no-deps", "-r", str(req), "-e", str(copy)], check=True, env=env)
+    subprocess.run(
+        [
+            uv,
+            "export",
+            "-q",
+            "--no-config",
+            "--frozen",
+            "--no-dev",
+            "--no-hashes",
+            "--no-emit-project",
+            "--no-emit-package",
+            "inspect-ai",
+            "--directory",
+            str(copy),
+            "-o",
+            str(req),
+        ],
+        check=True,
+        env=env,
+    )
+    subprocess.run(
+        [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--no-config",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--index-url",
+            index_url,
+            "--no-deps",
+            "-r",
+            str(req),
+            "-e",
+            str(copy),
+        ],
+        check=True,
+        env=env,
+    )
     return time.monotonic() - started
 
 
@@ -73,7 +109,7 @@ def main(flags: list[str]) -> None:
             started = time.monotonic()
             again = store.ensure(backend, export, spec)
             reuse_s = time.monotonic() - started
-            print(f"environment build (uv.lock, 1 dependency + the project, editable)")
+            print("environment build (uv.lock, 1 dependency + the project, editable)")
             print(f"  baseline  uv on the host, no sandbox : {host_s:7.2f} s")
             print(f"  candidate sandboxed build            : {build_s:7.2f} s   ratio {build_s / host_s:5.2f}x")
             print(f"  same digest again (reused={again.reused})  : {reuse_s * 1000:7.1f} ms")
@@ -81,35 +117,68 @@ def main(flags: list[str]) -> None:
             # Two comparisons of different PRs on the same lock.
             repo = tmp / "repo"
             rows = [json.loads(x) for x in (example / "evals/data/capitals.jsonl").read_text().splitlines() if x]
-            files = {str(p.relative_to(example)): p.read_text() for p in example.rglob("*") if p.is_file()
-                     and "__pycache__" not in p.parts}
+            files = {
+                str(p.relative_to(example)): p.read_text()
+                for p in example.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts
+            }
             # Until datasets without ids pair by Inspect's positional ids, ids are given here.
-            files["evals/data/capitals.jsonl"] = "".join(json.dumps({"id": f"q{i}", **r}) + "\n"
-                                                         for i, r in enumerate(rows))
+            files["evals/data/capitals.jsonl"] = "".join(
+                json.dumps({"id": f"q{i}", **r}) + "\n" for i, r in enumerate(rows)
+            )
             commit_files(repo, files, "quiz")
-            for branch, prompt in (("precise", "Answer with only the name of the capital city.\n"),
-                                   ("wording", "You are a helpful assistant. Answer the question!\n")):
+            for branch, prompt in (
+                ("precise", "Answer with only the name of the capital city.\n"),
+                ("wording", "You are a helpful assistant. Answer the question!\n"),
+            ):
                 git(repo, "checkout", "-q", "main")
                 git(repo, "checkout", "-q", "-b", branch)
                 commit_files(repo, {"evals/prompts/system.md": prompt}, branch)
-            env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "EVALRUNNER_LAKE", "EVALRUNNER_ENVS")}
+            env = {
+                k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "EVALRUNNER_LAKE", "EVALRUNNER_ENVS")
+            }
             env.update(EVALRUNNER_HOME=str(tmp / "home"), EVALRUNNER_PACKAGE_INDEX=index.url)
             print("two comparisons on the same lock digest")
             for pr, branch in (("1", "precise"), ("2", "wording")):
                 index.requests.clear()
                 started = time.monotonic()
-                run = subprocess.run([sys.executable, "-m", "evalrunner_assets.cli", "compare", "--repo", str(repo),
-                                      "--repo-id", "bench/quiz", "--base", "main", "--head", branch, "--pr", pr,
-                                      "--model", "quizbot/v1", "--cap", "40"], env=env, capture_output=True,
-                                     text=True, timeout=900)
+                run = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "evalrunner_assets.cli",
+                        "compare",
+                        "--repo",
+                        str(repo),
+                        "--repo-id",
+                        "bench/quiz",
+                        "--base",
+                        "main",
+                        "--head",
+                        branch,
+                        "--pr",
+                        pr,
+                        "--model",
+                        "quizbot/v1",
+                        "--cap",
+                        "40",
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 wall = time.monotonic() - started
                 if run.returncode != 0:
                     print(run.stdout[-2000:], run.stderr[-2000:])
                     raise SystemExit(f"compare failed (exit {run.returncode})")
                 lake = tmp / "home" / "lake" / "raw" / "bench" / "quiz"
-                built = sum(1 for f in lake.glob("*/tasks.json")
-                            if json.loads(f.read_text())["environment"]["reused"] is False)
-                print(f"  PR {pr} ({branch:8s}): {wall:6.1f} s wall, {len(index.requests):3d} index requests, "
-                      f"environments built so far {built}")
+                built = sum(
+                    1 for f in lake.glob("*/tasks.json") if json.loads(f.read_text())["environment"]["reused"] is False
+                )
+                print(
+                    f"  PR {pr} ({branch:8s}): {wall:6.1f} s wall, {len(index.requests):3d} index requests, "
+                    f"environments built so far {built}"
+                )
         finally:
             index.close()

@@ -58,8 +58,18 @@ def main(flags: list[str]) -> None:
 
     def backfill() -> tuple[float, series.SeriesRun]:
         started = time.monotonic()
-        run = series.run_series(lake, backend, "example/support-agent", export_for, history, history,
-                                settings, branch="main", pool=pool, workers=workers)
+        run = series.run_series(
+            lake,
+            backend,
+            "example/support-agent",
+            export_for,
+            history,
+            history,
+            settings,
+            branch="main",
+            pool=pool,
+            workers=workers,
+        )
         return time.monotonic() - started, run
 
     wall, run = backfill()
@@ -73,10 +83,16 @@ def main(flags: list[str]) -> None:
     flagged = [p["commit"][:7] for p in run.points if p["flagged"]]
     kinds = {c.sha[:7]: c.kind for c in history_rows}
     print(f"commits {len(history)} · evals per point {len(tasks) / len(run.points):.1f} · workers {workers}")
-    print(f"sequential points : wall {wall:7.1f} s · samples run {samples:6d} · "
-          f"median half-width {statistics.median(half_seq):.3f} (anytime-valid)")
-    print(f"fixed n = 200     : samples {fixed:6d} ({fixed / max(samples, 1):.2f}× the sequential) · "
-          f"median half-width {statistics.median(half_fixed):.3f} (fixed-n normal interval, not valid under peeking)")
-    print(f"second backfill   : wall {wall2:7.1f} s · points measured {len(run2.measured)} · "
-          f"windows run {run2.windows_run}")
+    print(
+        f"sequential points : wall {wall:7.1f} s · samples run {samples:6d} · "
+        f"median half-width {statistics.median(half_seq):.3f} (anytime-valid)"
+    )
+    print(
+        f"fixed n = 200     : samples {fixed:6d} ({fixed / max(samples, 1):.2f}× the sequential) · "
+        f"median half-width {statistics.median(half_fixed):.3f} (fixed-n normal interval, not valid under peeking)"
+    )
+    print(
+        f"second backfill   : wall {wall2:7.1f} s · points measured {len(run2.measured)} · "
+        f"windows run {run2.windows_run}"
+    )
     print(f"flagged commits   : {', '.join(f'{c} ({kinds.get(c)})' for c in flagged) or 'none'}")

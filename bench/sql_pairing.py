@@ -49,12 +49,24 @@ def _build_lake(root: str, samples: pa.Table, inputs: int, epochs: int, seed: in
             ids = np.repeat(np.arange(lo, hi), epochs)
             ep = np.tile(np.arange(1, epochs + 1), hi - lo)
             r = raw[lo * epochs : hi * epochs]
-            key = BatchKey(repo=REPO, commit=commit, task=TASK, spec="trivial.py", model="m",
-                           window=Window(lo, hi), seed=seed, epochs=epochs,
-                           config_digest="x", backend="none", runtime_digest="x")
+            key = BatchKey(
+                repo=REPO,
+                commit=commit,
+                task=TASK,
+                spec="trivial.py",
+                model="m",
+                window=Window(lo, hi),
+                seed=seed,
+                epochs=epochs,
+                config_digest="x",
+                backend="none",
+                runtime_digest="x",
+            )
             cols = {
-                "commit": pa.array([commit] * n), "repo": pa.array([REPO] * n),
-                "task": pa.array([TASK] * n), "batch": pa.array([key.digest] * n),
+                "commit": pa.array([commit] * n),
+                "repo": pa.array([REPO] * n),
+                "task": pa.array([TASK] * n),
+                "batch": pa.array([key.digest] * n),
                 "sample_id": pa.array([f"q{i:07d}" for i in ids]),
                 "epoch": pa.array(ep, pa.int64()),
                 "score": pa.array([None if v is None else (1.0 if v == "C" else 0.0) for v in r], pa.float64()),
@@ -67,11 +79,22 @@ def _build_lake(root: str, samples: pa.Table, inputs: int, epochs: int, seed: in
             sp = layout.table_file("samples", REPO, commit, TASK, key.window, key.digest)
             lake.write_bytes(sp, parquet_bytes(t))
             rec = BatchRecord(
-                batch=key.digest, key=key.as_record(), repo=REPO, commit=commit, task=TASK,
-                window=key.window.name, publishable=True, missing_fields=[], status="ok",
-                log_status="success", log_format="eval", log_sha256="0" * 64, log_bytes=0,
+                batch=key.digest,
+                key=key.as_record(),
+                repo=REPO,
+                commit=commit,
+                task=TASK,
+                window=key.window.name,
+                publishable=True,
+                missing_fields=[],
+                status="ok",
+                log_status="success",
+                log_format="eval",
+                log_sha256="0" * 64,
+                log_bytes=0,
                 raw_path=layout.raw_log(REPO, commit, TASK, key.window, key.digest),
-                samples_path=sp, sample_rows=n,
+                samples_path=sp,
+                sample_rows=n,
             )
             lake.write_bytes(layout.batch_record(REPO, commit, TASK, key.window, key.digest), rec.to_json_bytes())
     return lake, arms
@@ -130,8 +153,10 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         lake, arms = _build_lake(tmp, samples, args.inputs, args.epochs, args.seed, files_per_arm=10)
-        print(f"wrote {rows:,} sample rows (2 arms × {args.inputs:,} inputs × {args.epochs} epochs) "
-              f"in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"wrote {rows:,} sample rows (2 arms × {args.inputs:,} inputs × {args.epochs} epochs) "
+            f"in {time.perf_counter() - t0:.1f} s"
+        )
 
         t0 = time.perf_counter()
         pairs_py, total_py = _python_pairs(log.samples, arms, args.inputs, args.epochs)
@@ -152,9 +177,13 @@ def main(argv: list[str]) -> None:
 
     assert pairs_sql == pairs_py and abs(total_sql - total_py) < 1e-6, (pairs_sql, pairs_py, total_sql, total_py)
     print(f"results agree: {pairs_sql:,} pairs, sum of deltas {total_sql:.4f}")
-    print(f"baseline  Python loop over read_eval_log samples: {t_py:7.3f} s "
-          f"(+ reading 1M samples with read_eval_log would add ~{t_read / len(log.samples) * rows:,.0f} s "
-          f"at this run's {len(log.samples) / t_read:,.0f} samples/s; not charged)")
+    print(
+        f"baseline  Python loop over read_eval_log samples: {t_py:7.3f} s "
+        f"(+ reading 1M samples with read_eval_log would add ~{t_read / len(log.samples) * rows:,.0f} s "
+        f"at this run's {len(log.samples) / t_read:,.0f} samples/s; not charged)"
+    )
     print(f"candidate DuckDB paired_samples.sql (best of 3):   {best:7.3f} s  (connect + views {t_connect:.3f} s)")
-    print(f"ratio {t_py / best:.1f}x  (targets: < 1 s and ≥ 50x: "
-          f"{'met' if best < 1 and t_py / best >= 50 else 'not met'})")
+    print(
+        f"ratio {t_py / best:.1f}x  (targets: < 1 s and ≥ 50x: "
+        f"{'met' if best < 1 and t_py / best >= 50 else 'not met'})"
+    )

@@ -38,8 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from evalrunner_assets.stats import Pairing, StatsParams, decide_task, window_schedule
-from evalrunner_assets.stats import _posterior
+from evalrunner_assets.stats import Pairing, StatsParams, _posterior, decide_task, window_schedule
 from evalrunner_assets.stats import _sequence as seq
 
 CAP = 256
@@ -60,7 +59,9 @@ def pairs_run(settled_at: np.ndarray, ends: np.ndarray) -> np.ndarray:
 # --- generators: (rng, delta, paths, pairs) -> D (paths, pairs) ------------------------------
 
 
-def _binary_rates(rng: np.random.Generator, a: float, b: float, delta: float, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def _binary_rates(
+    rng: np.random.Generator, a: float, b: float, delta: float, shape: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
     p = rng.beta(a, b, size=shape)
     mu = a / (a + b)
     if delta >= 0:
@@ -78,6 +79,7 @@ def binary(a: float, b: float, epochs: int = 1) -> Callable[..., np.ndarray]:
     def gen(rng: np.random.Generator, delta: float, paths: int, pairs: int) -> np.ndarray:
         p, q = _binary_rates(rng, a, b, delta, (paths, pairs))
         return (rng.binomial(epochs, q) - rng.binomial(epochs, p)) / epochs
+
     return gen
 
 
@@ -112,8 +114,9 @@ DELTAS = (0.0, 0.1, 0.2, -0.2)
 # --- methods ----------------------------------------------------------------------------------
 
 
-def crossings(d: np.ndarray, params: StatsParams, log_thrs: dict[str, float],
-              prior: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, dict[str, np.ndarray]]:
+def crossings(
+    d: np.ndarray, params: StatsParams, log_thrs: dict[str, float], prior: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[str, dict[str, np.ndarray]]:
     """First crossing of each test for each threshold, per path, with the library's e-processes
     and its rounding toward each null (float32 running sums: a simulation shortcut).
     ``prior``: (bet fractions, log weights) instead of the library's, to compare priors."""
@@ -131,7 +134,9 @@ def crossings(d: np.ndarray, params: StatsParams, log_thrs: dict[str, float],
 
 
 def sequential_labels(c: dict[str, np.ndarray], params: StatsParams) -> tuple[np.ndarray, np.ndarray]:
-    code, at = seq.labels_from_crossings(c["above_zero"], c["below_zero"], c["above_minus_margin"], c["below_plus_margin"], params.min_pairs)
+    code, at = seq.labels_from_crossings(
+        c["above_zero"], c["below_zero"], c["above_minus_margin"], c["below_plus_margin"], params.min_pairs
+    )
     code = np.where((at > 0) & (at <= CAP), code, seq.CONTINUE)
     code = np.where(code == seq.CONTRADICTED, seq.CONTINUE, code)
     return code, np.where(code != seq.CONTINUE, at, 0)
@@ -204,16 +209,27 @@ class Row:
         return self.regressed + self.unchanged if self.delta > 0 else self.improved + self.unchanged
 
 
-def summarize(generator: str, delta: float, method: str, code: np.ndarray, run: np.ndarray, settled: np.ndarray | None) -> Row:
+def summarize(
+    generator: str, delta: float, method: str, code: np.ndarray, run: np.ndarray, settled: np.ndarray | None
+) -> Row:
     right_code = seq.IMPROVED if delta > 0 else seq.REGRESSED if delta < 0 else seq.UNCHANGED
     right = code == right_code
     decided = code != seq.CONTINUE
     over = float("nan")
     if settled is not None and decided.any():
         over = float(np.mean(run[decided] / settled[decided]))
-    return Row(generator, delta, method, code.size, int(np.sum(code == seq.IMPROVED)), int(np.sum(code == seq.REGRESSED)),
-               int(np.sum(code == seq.UNCHANGED)), float(np.median(run[right])) if right.any() else float("nan"),
-               float(np.mean(run)), over)
+    return Row(
+        generator,
+        delta,
+        method,
+        code.size,
+        int(np.sum(code == seq.IMPROVED)),
+        int(np.sum(code == seq.REGRESSED)),
+        int(np.sum(code == seq.UNCHANGED)),
+        float(np.median(run[right])) if right.any() else float("nan"),
+        float(np.mean(run)),
+        over,
+    )
 
 
 def _pct(x: float) -> str:
@@ -221,23 +237,29 @@ def _pct(x: float) -> str:
 
 
 def print_rows(rows: list[Row]) -> None:
-    head = (f"{'generator':<22}{'delta':>6}  {'method':<26}{'improved':>9}{'regressed':>10}{'unchanged':>10}"
-            f"{'false':>8}{'(95% ub)':>9}{'power':>8}{'median':>7}{'mean':>7}{'oversh.':>8}{'n':>7}")
+    head = (
+        f"{'generator':<22}{'delta':>6}  {'method':<26}{'improved':>9}{'regressed':>10}{'unchanged':>10}"
+        f"{'false':>8}{'(95% ub)':>9}{'power':>8}{'median':>7}{'mean':>7}{'oversh.':>8}{'n':>7}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         med = "     -" if math.isnan(r.median_run) else f"{r.median_run:6.0f}"
         over = "      -" if math.isnan(r.overshoot) else f"{r.overshoot:7.3f}"
         power = float("nan") if r.delta == 0 else r.rate(r.right)
-        print(f"{r.generator:<22}{r.delta:>+6.2f}  {r.method:<26}{_pct(r.rate(r.improved)):>9}{_pct(r.rate(r.regressed)):>10}"
-              f"{_pct(r.rate(r.unchanged)):>10}{_pct(r.rate(r.false)):>8}{_pct(upper95(r.false, r.n)):>9}{_pct(power):>8}"
-              f"{med:>7}{r.mean_run:7.1f}{over:>8}{r.n:>7}")
+        print(
+            f"{r.generator:<22}{r.delta:>+6.2f}  {r.method:<26}{_pct(r.rate(r.improved)):>9}{_pct(r.rate(r.regressed)):>10}"
+            f"{_pct(r.rate(r.unchanged)):>10}{_pct(r.rate(r.false)):>8}{_pct(upper95(r.false, r.n)):>9}{_pct(power):>8}"
+            f"{med:>7}{r.mean_run:7.1f}{over:>8}{r.n:>7}"
+        )
 
 
 # --- P(improvement) at null stops ------------------------------------------------------------
 
 
-def p_improvement_at_stops(d: np.ndarray, code: np.ndarray, run: np.ndarray, params: StatsParams, limit: int) -> tuple[int, int, int, int]:
+def p_improvement_at_stops(
+    d: np.ndarray, code: np.ndarray, run: np.ndarray, params: StatsParams, limit: int
+) -> tuple[int, int, int, int]:
     """(reported > 0.95, posterior > 0.95 regardless of label, stops looked at, inconclusive
     stops with posterior > 0.95). Reported: the library's rule (only beside a directional
     label); the posterior column is what showing it everywhere would print."""
@@ -263,9 +285,17 @@ def decision_cost(n: int = 4096, repeats: int = 30) -> list[tuple[str, float, fl
     shared machine's other load does not count)."""
     rng = np.random.default_rng(7)
     cases = {
-        "binary, undecided (cap 8192, forecast)": (rng.binomial(1, 0.5, n).astype(float), rng.binomial(1, 0.5, n).astype(float), 8192),
+        "binary, undecided (cap 8192, forecast)": (
+            rng.binomial(1, 0.5, n).astype(float),
+            rng.binomial(1, 0.5, n).astype(float),
+            8192,
+        ),
         "binary, improved": (rng.binomial(1, 0.6, n).astype(float), rng.binomial(1, 0.5, n).astype(float), 8192),
-        "continuous, undecided (cap 8192, forecast)": (rng.random(n), np.clip(rng.random(n) + rng.normal(0, 0.001, n), 0, 1), 8192),
+        "continuous, undecided (cap 8192, forecast)": (
+            rng.random(n),
+            np.clip(rng.random(n) + rng.normal(0, 0.001, n), 0, 1),
+            8192,
+        ),
         "continuous, improved": (np.clip(rng.random(n) + 0.1, 0, 1), rng.random(n), 8192),
         "3 epochs, at cap (4096)": (rng.binomial(3, 0.5, n) / 3, rng.binomial(3, 0.5, n) / 3, 4096),
     }
@@ -292,7 +322,8 @@ def all_tie_pairs_to_unchanged(margin: float, n_tasks: int, params: StatsParams,
     zeros = np.zeros(horizon)
     thr = seq.log_threshold(params.alpha, n_tasks)
     code, at = seq.labels_from_crossings(
-        np.array(0), np.array(0),
+        np.array(0),
+        np.array(0),
         seq.first_crossings(seq.log_wealth_path(zeros, -margin, +1), thr),
         seq.first_crossings(seq.log_wealth_path(zeros, margin, -1), thr),
         params.min_pairs,
@@ -323,7 +354,9 @@ def compare_priors(reps: int, seed: int) -> None:
         "log-spaced 0.01-0.99": _prior(np.geomspace(0.01, 0.99, 32)),
     }
     thr = {"T=1": seq.log_threshold(params.alpha, 1)}
-    print(f"\n## Bet priors under the same rule (T = 1, cap {CAP}, {reps} reps per cell): power at +0.1 / median pairs at +0.2, -0.2")
+    print(
+        f"\n## Bet priors under the same rule (T = 1, cap {CAP}, {reps} reps per cell): power at +0.1 / median pairs at +0.2, -0.2"
+    )
     for name, prior in priors.items():
         cells = []
         for gname in ("binary Beta(.5,.5)", "binary Beta(2,2)", "heterogeneous"):
@@ -334,12 +367,18 @@ def compare_priors(reps: int, seed: int) -> None:
                 code, at = sequential_labels(crossings(d, params, thr, prior)["T=1"], params)
                 right = code == (seq.IMPROVED if delta > 0 else seq.REGRESSED)
                 run = pairs_run(at, ends)
-                out.append(f"{100 * right.mean():.0f}%" if delta == 0.1 else f"{np.median(run[right]) if right.any() else float('nan'):.0f}")
+                out.append(
+                    f"{100 * right.mean():.0f}%"
+                    if delta == 0.1
+                    else f"{np.median(run[right]) if right.any() else float('nan'):.0f}"
+                )
             cells.append(f"{gname}: {out[0]} / {out[1]}, {out[2]}")
         fractions, log_weights = prior
         ties = []
         for t in (1, 3, 20):
-            path = seq.mixture_log_wealth(np.cumsum(seq.bet_log_factors(np.zeros(600), -params.margin, +1, fractions), axis=0), log_weights)
+            path = seq.mixture_log_wealth(
+                np.cumsum(seq.bet_log_factors(np.zeros(600), -params.margin, +1, fractions), axis=0), log_weights
+            )
             ties.append(int(seq.first_crossings(path, seq.log_threshold(params.alpha, t))))
         print(f"{name:<28} " + " | ".join(cells) + f" | all ties 'unchanged' at T=1/3/20: {'/'.join(map(str, ties))}")
 
@@ -360,8 +399,10 @@ def main(argv: list[str]) -> None:
     ends = window_ends()
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
-    print(f"alpha={params.alpha} margin={params.margin} min_pairs={params.min_pairs} cap={CAP}; windows end at "
-          f"{', '.join(map(str, ends))}; {reps} reps per effect row, {null_paths} null tasks per generator; seed {args.seed}")
+    print(
+        f"alpha={params.alpha} margin={params.margin} min_pairs={params.min_pairs} cap={CAP}; windows end at "
+        f"{', '.join(map(str, ends))}; {reps} reps per effect row, {null_paths} null tasks per generator; seed {args.seed}"
+    )
     thrs = {"T=1": seq.log_threshold(params.alpha, 1), "per side a/T": seq.log_threshold(2 * params.alpha, 1)}
     thrs.update({f"T={t}": seq.log_threshold(params.alpha, t) for t in T_RUN})
     rows: list[Row] = []
@@ -371,7 +412,9 @@ def main(argv: list[str]) -> None:
     for gname, gen in GENERATORS.items():
         for delta in DELTAS:
             n_paths = null_paths if delta == 0 else reps
-            parts: dict[str, list] = {k: [] for k in ("seq", "seq_at", "side", "side_at", "fixed", "peek", "peek_at", "d")}
+            parts: dict[str, list] = {
+                k: [] for k in ("seq", "seq_at", "side", "side_at", "fixed", "peek", "peek_at", "d")
+            }
             runs: dict[int, list[np.ndarray]] = {t: [] for t in T_RUN}
             for start in range(0, n_paths, chunk):
                 d = gen(rng, delta, min(chunk, n_paths - start), CAP)
@@ -393,10 +436,30 @@ def main(argv: list[str]) -> None:
                         parts["d"].append(d[: min(2000, d.shape[0])])
             cat = {k: np.concatenate(v) for k, v in parts.items() if v}
             seq_run = np.where(cat["seq"] != seq.CONTINUE, pairs_run(cat["seq_at"], ends), CAP)
-            rows.append(summarize(gname, delta, "sequential (alpha/T 2-sided)", cat["seq"], seq_run, np.where(cat["seq_at"] > 0, cat["seq_at"], 1)))
+            rows.append(
+                summarize(
+                    gname,
+                    delta,
+                    "sequential (alpha/T 2-sided)",
+                    cat["seq"],
+                    seq_run,
+                    np.where(cat["seq_at"] > 0, cat["seq_at"], 1),
+                )
+            )
             side_run = np.where(cat["side"] != seq.CONTINUE, pairs_run(cat["side_at"], ends), CAP)
-            rows.append(summarize(gname, delta, "  ref: alpha/T per side", cat["side"], side_run, np.where(cat["side_at"] > 0, cat["side_at"], 1)))
-            rows.append(summarize(gname, delta, f"fixed-n {FIXED_N}", cat["fixed"], np.full(cat["fixed"].size, FIXED_N), None))
+            rows.append(
+                summarize(
+                    gname,
+                    delta,
+                    "  ref: alpha/T per side",
+                    cat["side"],
+                    side_run,
+                    np.where(cat["side_at"] > 0, cat["side_at"], 1),
+                )
+            )
+            rows.append(
+                summarize(gname, delta, f"fixed-n {FIXED_N}", cat["fixed"], np.full(cat["fixed"].size, FIXED_N), None)
+            )
             peek_run = np.where(cat["peek"] != seq.CONTINUE, cat["peek_at"], CAP)
             rows.append(summarize(gname, delta, "peeking (t 95% per window)", cat["peek"], peek_run, None))
             if delta == 0:
@@ -407,28 +470,54 @@ def main(argv: list[str]) -> None:
                     bad = int(np.sum(((lab == seq.IMPROVED) | (lab == seq.REGRESSED)).any(axis=1)))
                     run_level.append((gname, t, "sequential", bad, n_runs))
                 d0 = cat["d"]
-                p_imp.append((gname, p_improvement_at_stops(d0, cat["seq"][: d0.shape[0]], seq_run[: d0.shape[0]], params, d0.shape[0])))
+                p_imp.append(
+                    (
+                        gname,
+                        p_improvement_at_stops(
+                            d0, cat["seq"][: d0.shape[0]], seq_run[: d0.shape[0]], params, d0.shape[0]
+                        ),
+                    )
+                )
         print(f"  {gname}: done at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
-    print("\n## Per task, T = 1 (alpha = 0.05, two-sided: each direction at alpha/2). Under delta = 0, false = improved +")
-    print("## regressed and power = 'unchanged'; otherwise false = wrong direction or 'unchanged'. median / mean = pairs run")
-    print("## (whole windows) to the correct verdict / per task; overshoot = mean(pairs run / pair at which the label settled).")
-    print("## 'ref: alpha/T per side' is the same rule at the looser split (each direction at alpha/T) -- shown for reference, not used.\n")
+    print(
+        "\n## Per task, T = 1 (alpha = 0.05, two-sided: each direction at alpha/2). Under delta = 0, false = improved +"
+    )
+    print(
+        "## regressed and power = 'unchanged'; otherwise false = wrong direction or 'unchanged'. median / mean = pairs run"
+    )
+    print(
+        "## (whole windows) to the correct verdict / per task; overshoot = mean(pairs run / pair at which the label settled)."
+    )
+    print(
+        "## 'ref: alpha/T per side' is the same rule at the looser split (each direction at alpha/T) -- shown for reference, not used.\n"
+    )
     print_rows(rows)
 
-    print("\n## Run level under no change: runs of T null tasks with any false IMPROVED/REGRESSED label (target <= alpha)")
+    print(
+        "\n## Run level under no change: runs of T null tasks with any false IMPROVED/REGRESSED label (target <= alpha)"
+    )
     for gname, t, method, bad, n_runs in run_level:
-        print(f"{gname:<22} T={t:<3} {method:<12} {_pct(bad / n_runs)} (95% ub {_pct(upper95(bad, n_runs))}) of {n_runs} runs")
+        print(
+            f"{gname:<22} T={t:<3} {method:<12} {_pct(bad / n_runs)} (95% ub {_pct(upper95(bad, n_runs))}) of {n_runs} runs"
+        )
 
-    print("\n## P(improvement) > 0.95 at null stops (settled or capped at 256): as reported (only beside a directional label)")
+    print(
+        "\n## P(improvement) > 0.95 at null stops (settled or capped at 256): as reported (only beside a directional label)"
+    )
     print("## vs the posterior shown regardless of label (the earlier behaviour); target <= alpha")
     for gname, (reported, anyway, count, inconcl) in p_imp:
-        print(f"{gname:<22} reported {_pct(reported / count)} (95% ub {_pct(upper95(reported, count))})   "
-              f"shown regardless {_pct(anyway / count)} ({inconcl} of them beside an undecided task)   of {count} stops")
+        print(
+            f"{gname:<22} reported {_pct(reported / count)} (95% ub {_pct(upper95(reported, count))})   "
+            f"shown regardless {_pct(anyway / count)} ({inconcl} of them beside an undecided task)   of {count} stops"
+        )
 
     print("\n## A task whose pairs all tie: pairs until 'unchanged' is settled")
     for margin in (0.05, 0.1):
-        print(f"margin {margin:.2f}: " + ", ".join(f"T={t}: {all_tie_pairs_to_unchanged(margin, t, params)}" for t in (1, 3, 20)))
+        print(
+            f"margin {margin:.2f}: "
+            + ", ".join(f"T={t}: {all_tie_pairs_to_unchanged(margin, t, params)}" for t in (1, 3, 20))
+        )
 
     print("\n## One decide_task call on 4,096 pairs (CPU time; targets <= 5 ms, <= 10 MB)")
     for name, best, median, mb in decision_cost():
@@ -439,10 +528,12 @@ def main(argv: list[str]) -> None:
     med = [r.median_run for r in seq_rows if abs(r.delta) >= 0.2]
     power = [r.rate(r.right) for r in seq_rows if r.delta == 0.1]
     over = [r.overshoot for r in seq_rows if r.delta != 0 and not math.isnan(r.overshoot)]
-    print(f"\nsequential: worst per-direction false rate {100 * worst_dir:.2f}% (target <= {100 * params.alpha:.0f}%); "
-          f"median pairs at |delta| = 0.2: {min(med):.0f}-{max(med):.0f} (target <= {0.35 * FIXED_N:.0f}); "
-          f"power at delta = 0.1: {100 * min(power):.0f}-{100 * max(power):.0f}% (target >= 70%); "
-          f"overshoot {min(over):.3f}-{max(over):.3f} (target <= 1.15)")
+    print(
+        f"\nsequential: worst per-direction false rate {100 * worst_dir:.2f}% (target <= {100 * params.alpha:.0f}%); "
+        f"median pairs at |delta| = 0.2: {min(med):.0f}-{max(med):.0f} (target <= {0.35 * FIXED_N:.0f}); "
+        f"power at delta = 0.1: {100 * min(power):.0f}-{100 * max(power):.0f}% (target >= 70%); "
+        f"overshoot {min(over):.3f}-{max(over):.3f} (target <= 1.15)"
+    )
     print(f"elapsed {time.perf_counter() - started:.0f} s")
 
 

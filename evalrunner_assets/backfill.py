@@ -65,8 +65,11 @@ def run_backfill(
     chosen = series.select_commits(history, since=since, last=last, every=every)
     if not chosen:
         raise BackfillError(f"no commit of {repo} {branch} matches the selection")
-    before = {c.sha for c in chosen if series.point_matches(
-        series.load_point(the_lake, repo, c.sha), settings, *_runtime(resources))}
+    before = {
+        c.sha
+        for c in chosen
+        if series.point_matches(series.load_point(the_lake, repo, c.sha), settings, *_runtime(resources))
+    }
     instance = instance or local_instance()
     keys = [commit_key(repo, c.sha) for c in chosen]
     add_partitions(instance, PARTITIONS, keys)
@@ -77,13 +80,21 @@ def run_backfill(
         # raise_on_error: the asset's own exception comes back (the run is still recorded as
         # failed in the instance), so the command line can name the real cause.
         job.execute_in_process(
-            instance=instance, resources=resources, raise_on_error=True,
+            instance=instance,
+            resources=resources,
+            raise_on_error=True,
             tags={RANGE_START_TAG: start, RANGE_END_TAG: end, "evalrunner/backfill": repo},
             run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         )
     points = [p for c in chosen if (p := series.load_point(the_lake, repo, c.sha)) is not None]
-    return BackfillResult(repo=repo, branch=branch, commits=chosen, points=points, runs=runs,
-                          measured=len([c for c in chosen if c.sha not in before]))
+    return BackfillResult(
+        repo=repo,
+        branch=branch,
+        commits=chosen,
+        points=points,
+        runs=runs,
+        measured=len([c for c in chosen if c.sha not in before]),
+    )
 
 
 def _runtime(resources: dict[str, Any]) -> tuple[str, str]:

@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +48,19 @@ def _progress_printer() -> Any:
         if step.kind == "manifest":
             print(f"[{elapsed:6.1f}s] learnt evals of {step.commit}", flush=True)
         elif step.kind == "samples":
-            print(f"[{elapsed:6.1f}s] ran {step.task} @ {step.commit.split('@')[1][:7]} windows {', '.join(step.windows)}",
-                  flush=True)
+            print(
+                f"[{elapsed:6.1f}s] ran {step.task} @ {step.commit.split('@')[1][:7]} windows {', '.join(step.windows)}",
+                flush=True,
+            )
         elif result is not None:
             spend = result.get("spend_usd")
             money = f"${spend:,.2f}" if result.get("spend_known") and spend is not None else "unknown"
             labels = ", ".join(f"{t.split('/')[-1]}={d['decision']['label']}" for t, d in result["tasks"].items())
-            print(f"[{elapsed:6.1f}s] {result['verdict']}: samples {result['samples_run']} of "
-                  f"{result['samples_possible']} planned at most · spend {money} · {labels}", flush=True)
+            print(
+                f"[{elapsed:6.1f}s] {result['verdict']}: samples {result['samples_run']} of "
+                f"{result['samples_possible']} planned at most · spend {money} · {labels}",
+                flush=True,
+            )
 
     return on_step
 
@@ -109,10 +114,14 @@ def _resolve(source: Any, flag: str, ref: str) -> str:
     try:
         return source.resolve_ref(ref)
     except RepoError as exc:
-        lister = f"git ls-remote {source.source}" if "://" in source.source or "@" in source.source \
+        lister = (
+            f"git ls-remote {source.source}"
+            if "://" in source.source or "@" in source.source
             else f"git -C {source.source} branch -a"
-        raise UserError(f"{flag}: {exc}", hint=f"give {flag} a branch, tag or commit SHA of that repository "
-                                               f"(`{lister}` lists them)") from exc
+        )
+        raise UserError(
+            f"{flag}: {exc}", hint=f"give {flag} a branch, tag or commit SHA of that repository (`{lister}` lists them)"
+        ) from exc
 
 
 def _repo_source(repo_id: str, repo: str) -> Any:
@@ -136,24 +145,38 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base, head = _resolve(source, "--base", args.base), _resolve(source, "--head", args.head)
     changed = tuple(source.changed_files(base, head))
     request = ComparisonRequest(
-        repo=repo_id, source=args.repo, pr=args.pr, base_sha=base, head_sha=head,
-        base_ref=args.base, head_ref=args.head, model=args.model, seed=args.seed, epochs=args.epochs,
-        affinity=args.affinity, changed_files=changed, cap=args.cap, budget_samples=args.budget,
+        repo=repo_id,
+        source=args.repo,
+        pr=args.pr,
+        base_sha=base,
+        head_sha=head,
+        base_ref=args.base,
+        head_ref=args.head,
+        model=args.model,
+        seed=args.seed,
+        epochs=args.epochs,
+        affinity=args.affinity,
+        changed_files=changed,
+        cap=args.cap,
+        budget_samples=args.budget,
         budget_usd=args.budget_usd,
-        requested_at=datetime.now(timezone.utc).isoformat(),
+        requested_at=datetime.now(UTC).isoformat(),
     )
-    print(f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
-          f"with {args.model} in a {args.backend} sandbox; {len(changed)} changed file(s)", flush=True)
+    print(
+        f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
+        f"with {args.model} in a {args.backend} sandbox; {len(changed)} changed file(s)",
+        flush=True,
+    )
     resources = None
     if args.backend != "bubblewrap" or args.workers:
         from evalrunner_assets.driver import default_resources
 
-        resources = default_resources(sandbox=SandboxResource(backend_name=args.backend,
-                                                              max_workers=args.workers or 0))
+        resources = default_resources(sandbox=SandboxResource(backend_name=args.backend, max_workers=args.workers or 0))
     # The outage breaker (ComparisonStopped, exit 3), a gateway that cannot start (exit 2) and
     # Ctrl-C (exit 130) end up in main's handler like every other error.
-    result = run_comparison(request, resources=resources, on_step=_progress_printer(),
-                            model_gateway=True if args.model_gateway else None)
+    result = run_comparison(
+        request, resources=resources, on_step=_progress_printer(), model_gateway=True if args.model_gateway else None
+    )
     _print_outcome(result)
     if result.get("status") == "budget_spent":
         print(f"evalrunner compare: {result.get('stopped_reason')}", file=sys.stderr, flush=True)
@@ -168,20 +191,33 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     from resources import SandboxResource
 
     repo_id = _repo_id(args.repo, args.repo_id)
-    settings = series.SeriesSettings(model=args.model, seed=args.seed, epochs=args.epochs,
-                                     half_width=args.half_width, cap=args.cap)
+    settings = series.SeriesSettings(
+        model=args.model, seed=args.seed, epochs=args.epochs, half_width=args.half_width, cap=args.cap
+    )
     resources = None
     if args.backend != "bubblewrap" or args.workers:
         from evalrunner_assets.driver import default_resources
 
-        resources = default_resources(sandbox=SandboxResource(backend_name=args.backend,
-                                                              max_workers=args.workers or 0))
-    print(f"backfilling the cohort series of {repo_id} {args.branch} (±{args.half_width:g} or "
-          f"{args.cap} inputs per eval and point)", flush=True)
-    result = run_backfill(repo_id, args.repo, branch=args.branch, settings=settings, since=args.since,
-                          last=args.last, every=args.every, resources=resources)
-    print(f"{len(result.commits)} commit(s), {result.measured} measured now, "
-          f"{len(result.commits) - result.measured} already measured; {result.runs} Dagster run(s)")
+        resources = default_resources(sandbox=SandboxResource(backend_name=args.backend, max_workers=args.workers or 0))
+    print(
+        f"backfilling the cohort series of {repo_id} {args.branch} (±{args.half_width:g} or "
+        f"{args.cap} inputs per eval and point)",
+        flush=True,
+    )
+    result = run_backfill(
+        repo_id,
+        args.repo,
+        branch=args.branch,
+        settings=settings,
+        since=args.since,
+        last=args.last,
+        every=args.every,
+        resources=resources,
+    )
+    print(
+        f"{len(result.commits)} commit(s), {result.measured} measured now, "
+        f"{len(result.commits) - result.measured} already measured; {result.runs} Dagster run(s)"
+    )
     print()
     print(render_point_table(result.points))
     if result.points:
@@ -211,8 +247,10 @@ def _existing_lake() -> Any:
     the_lake = open_lake(home.lake_root())
     if not the_lake.fs.exists(the_lake.root):
         where = "EVALRUNNER_LAKE" if os.environ.get("EVALRUNNER_LAKE") else "EVALRUNNER_HOME"
-        raise LakeNotFound(f"no lake at {the_lake.root} (from {where}); run `evalrunner compare` or "
-                           "`evalrunner demo` first, or point EVALRUNNER_LAKE at an existing lake")
+        raise LakeNotFound(
+            f"no lake at {the_lake.root} (from {where}); run `evalrunner compare` or "
+            "`evalrunner demo` first, or point EVALRUNNER_LAKE at an existing lake"
+        )
     return the_lake
 
 
@@ -244,8 +282,10 @@ def cmd_lake_verify(args: argparse.Namespace) -> int:
         print(f"{problem} [{done}]")
     for record in report.unverifiable:
         print(f"{record}: version-1 record without Parquet digests (checked by row count only)")
-    print(f"{report.records} batch records: {report.ok} ok, {len(report.problems)} failed verification, "
-          f"{len(report.quarantined)} quarantined ({the_lake.url(the_lake.layout.batches_root())})")
+    print(
+        f"{report.records} batch records: {report.ok} ok, {len(report.problems)} failed verification, "
+        f"{len(report.quarantined)} quarantined ({the_lake.url(the_lake.layout.batches_root())})"
+    )
     return 0 if report.clean else 1
 
 
@@ -279,20 +319,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # Before anything starts: a receiver that cannot start should not leave `dagster dev` behind.
     if not args.insecure and load_webhook_secret() is None:
-        raise UserError(f"no webhook secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}) to the secret of the "
-                        "GitHub webhook", hint="or pass --insecure to accept unsigned deliveries on loopback "
-                                               "(local testing only)")
+        raise UserError(
+            f"no webhook secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}) to the secret of the GitHub webhook",
+            hint="or pass --insecure to accept unsigned deliveries on loopback (local testing only)",
+        )
     dagster = None
     if not args.webhook_only:
         dagster_home = home.ensure_dagster_home()
         _telemetry_off(dagster_home / "dagster.yaml")
-        env = dict(os.environ, DAGSTER_HOME=str(dagster_home),
-                   PYTHONWARNINGS=",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), *_QUIET_DAGSTER_DEV])))
+        env = dict(
+            os.environ,
+            DAGSTER_HOME=str(dagster_home),
+            PYTHONWARNINGS=",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), *_QUIET_DAGSTER_DEV])),
+        )
         # The `dagster` of this very environment, whatever PATH says (`dagster dev` starts the
         # webserver and the daemon with its own interpreter in turn).
         dagster = subprocess.Popen(
-            [sys.executable, "-m", "dagster", "dev", "-m", "evalrunner_assets.definitions",
-             "-p", str(args.dagster_port)], env=env,
+            [
+                sys.executable,
+                "-m",
+                "dagster",
+                "dev",
+                "-m",
+                "evalrunner_assets.definitions",
+                "-p",
+                str(args.dagster_port),
+            ],
+            env=env,
             # It is stopped with SIGINT (below), which a shell leaves ignored in background jobs.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
@@ -329,8 +382,9 @@ def cmd_repos_add(args: argparse.Namespace) -> int:
         return 2
     remote = "://" in args.source or args.source.startswith("git@")
     if not remote and not (Path(args.source) / ".git").exists() and not (Path(args.source) / "HEAD").is_file():
-        print(f"evalrunner repos add: {args.source!r} is neither a clone URL nor a local git repository",
-              file=sys.stderr)
+        print(
+            f"evalrunner repos add: {args.source!r} is neither a clone URL nor a local git repository", file=sys.stderr
+        )
         return 2
     the_lake = open_lake(home.lake_root())
     RepoResource().register(the_lake, args.repo, args.source)
@@ -342,8 +396,11 @@ def cmd_example_repo(args: argparse.Namespace) -> int:
     from evalrunner_assets.example_repo import VARIANTS, build_example_repo
 
     ex = build_example_repo(Path(args.dest), args.variant or VARIANTS)
-    print(json.dumps({"path": str(ex.path), "base": ex.base_sha,
-                      **{name: v.sha for name, v in ex.variants.items()}}, indent=2))
+    print(
+        json.dumps(
+            {"path": str(ex.path), "base": ex.base_sha, **{name: v.sha for name, v in ex.variants.items()}}, indent=2
+        )
+    )
     return 0
 
 
@@ -369,21 +426,44 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="Inspect model, e.g. openai/gpt-4o (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample order and the model")
     p.add_argument("--epochs", type=_count(1), default=1)
-    p.add_argument("--cap", type=_count(min_pairs, " (the pairs a task needs before any decision)"),
-                   default=256, help="most pairs per task (default: %(default)s)")
+    p.add_argument(
+        "--cap",
+        type=_count(min_pairs, " (the pairs a task needs before any decision)"),
+        default=256,
+        help="most pairs per task (default: %(default)s)",
+    )
     p.add_argument("--budget", type=_count(1), default=None, help="most samples in all (both arms)")
-    p.add_argument("--budget-usd", type=float, default=None,
-                   help="most dollars of model calls, enforced by the model gateway (needs the model's "
-                        "price in the price table, $EVALRUNNER_PRICES)")
-    p.add_argument("--model-gateway", action="store_true",
-                   help="run the model gateway even when --model is not openai/… or anthropic/… (e.g. "
-                        "for a model-graded scorer); keys are read from OPENAI_API_KEY / ANTHROPIC_API_KEY")
-    p.add_argument("--affinity", choices=("off", "order", "prune"), default="order",
-                   help="changed-file affinity: run matched tasks first, or skip unmatched ones")
-    p.add_argument("--workers", type=_count(0), default=0,
-                   help="sandboxes running at once (default: cores locally, the pod cap on Kubernetes)")
-    p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap",
-                   help="sandbox backend (unsafe-local has no isolation and is refused under CI)")
+    p.add_argument(
+        "--budget-usd",
+        type=float,
+        default=None,
+        help="most dollars of model calls, enforced by the model gateway (needs the model's "
+        "price in the price table, $EVALRUNNER_PRICES)",
+    )
+    p.add_argument(
+        "--model-gateway",
+        action="store_true",
+        help="run the model gateway even when --model is not openai/… or anthropic/… (e.g. "
+        "for a model-graded scorer); keys are read from OPENAI_API_KEY / ANTHROPIC_API_KEY",
+    )
+    p.add_argument(
+        "--affinity",
+        choices=("off", "order", "prune"),
+        default="order",
+        help="changed-file affinity: run matched tasks first, or skip unmatched ones",
+    )
+    p.add_argument(
+        "--workers",
+        type=_count(0),
+        default=0,
+        help="sandboxes running at once (default: cores locally, the pod cap on Kubernetes)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("bubblewrap", "unsafe-local", "kubernetes"),
+        default="bubblewrap",
+        help="sandbox backend (unsafe-local has no isolation and is refused under CI)",
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -398,9 +478,12 @@ DEBUG_HELP = f"print tracebacks and Dagster's own log lines (also {DEBUG_ENV}=1)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="evalrunner", description=__doc__,
-                     epilog="exit codes: 0 done, 2 a user error (the message says what to fix), "
-                            "3 an outage (infrastructure), 130 cancelled, 1 a bug")
+    parser = _Parser(
+        prog="evalrunner",
+        description=__doc__,
+        epilog="exit codes: 0 done, 2 a user error (the message says what to fix), "
+        "3 an outage (infrastructure), 130 cancelled, 1 a bug",
+    )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     # `--debug` also after the command (`evalrunner compare … --debug`); SUPPRESS keeps it from
     # resetting a --debug given before the command.
@@ -412,8 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
 
     p = add("demo", help="judge the bundled example agent's PR variant against its base")
-    p.add_argument("--variant", default="improve-runbook",
-                   choices=("improve-runbook", "regress-escalation", "no-op-wording"))
+    p.add_argument(
+        "--variant", default="improve-runbook", choices=("improve-runbook", "regress-escalation", "no-op-wording")
+    )
     _add_run_options(p)
     p.set_defaults(func=cmd_demo)
 
@@ -437,8 +521,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="simagent/support-agent", help="Inspect model to evaluate with")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--half-width", type=float, default=0.05,
-                   help="stop sampling an eval once its interval is within ± this (default: %(default)s)")
+    p.add_argument(
+        "--half-width",
+        type=float,
+        default=0.05,
+        help="stop sampling an eval once its interval is within ± this (default: %(default)s)",
+    )
     p.add_argument("--cap", type=int, default=256, help="most inputs per eval and point (default: %(default)s)")
     p.add_argument("--workers", type=int, default=0, help="sandboxes running at once (default: cores)")
     p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
@@ -453,8 +541,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("lake", help="lake maintenance: verify every batch against its record")
     lake_sub = p.add_subparsers(dest="lake_command", required=True)
     v = lake_sub.add_parser("verify", help="check every file each batch record vouches for (size, sha256)")
-    v.add_argument("--repair", action="store_true",
-                   help="quarantine every batch that fails (its window runs again on the next request)")
+    v.add_argument(
+        "--repair",
+        action="store_true",
+        help="quarantine every batch that fails (its window runs again on the next request)",
+    )
     v.set_defaults(func=cmd_lake_verify)
 
     p = add("view", help="open Inspect's log viewer on the lake's raw logs")
@@ -462,10 +553,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None)
     p.set_defaults(func=cmd_view)
 
-    p = add("serve", help="run the GitHub webhook receiver beside `dagster dev`",
-                       description="Run the GitHub webhook receiver (POST /webhooks/github) and, unless "
-                                   "--webhook-only, the Dagster UI and daemon on the same home and lake.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = add(
+        "serve",
+        help="run the GitHub webhook receiver beside `dagster dev`",
+        description="Run the GitHub webhook receiver (POST /webhooks/github) and, unless "
+        "--webhook-only, the Dagster UI and daemon on the same home and lake.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--host", default="127.0.0.1", help="address the webhook receiver binds")
     p.add_argument("--port", type=int, default=8787, help="port of the webhook receiver")
     p.add_argument("--dagster-port", type=int, default=3000, help="port of the Dagster UI")
@@ -476,9 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("repos", help="where repositories the webhook receiver hears about are fetched from")
     repos_sub = p.add_subparsers(dest="repos_command", required=True)
     repos_add = repos_sub.add_parser(
-        "add", help="record the clone URL or local path of owner/name (repos/<owner>/<name>.json in the lake)",
+        "add",
+        help="record the clone URL or local path of owner/name (repos/<owner>/<name>.json in the lake)",
         description="Record where owner/name is fetched from. Without an entry the PR sensor clones "
-                    "$EVALRUNNER_GIT_BASE_URL/owner/name.git (default https://github.com).")
+        "$EVALRUNNER_GIT_BASE_URL/owner/name.git (default https://github.com).",
+    )
     repos_add.add_argument("repo", help="owner/name, as in the deliveries' repository.full_name")
     repos_add.add_argument("source", help="clone URL (https://…, git@…) or path of a local git repository")
     repos_add.set_defaults(func=cmd_repos_add)

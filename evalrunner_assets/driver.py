@@ -32,16 +32,15 @@ from typing import Any
 import dagster as dg
 
 from evalrunner_assets import home
-from evalrunner_assets.partitions import add_partitions
-from evalrunner_assets.errors import debug_enabled
 from evalrunner_assets.assets.evals import ASSETS, comparison, eval_manifest, pr_report, task_samples
-from evalrunner_assets.pipeline import assess as assess_mod
-from evalrunner_assets.pipeline.keys import commit_key
 from evalrunner_assets.discovery import DiscoveryError
+from evalrunner_assets.errors import debug_enabled
 from evalrunner_assets.execution.inspect_runner import InspectRunError
 from evalrunner_assets.gateway import GatewayError, ModelGateway, start_gateway, with_gateway
+from evalrunner_assets.partitions import add_partitions
+from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
-from evalrunner_assets.pipeline.keys import parse_commit_key
+from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
 from evalrunner_assets.pipeline.scheduler import (
     DEFAULT_BREAKER_THRESHOLD,
@@ -181,11 +180,13 @@ def _materialize(step: Step, comparison_key: str, instance: dg.DagsterInstance, 
         raise KeyboardInterrupt("Dagster run interrupted") from exc
     except Exception as exc:
         cause = _original_error(exc)
-        raise ComparisonFailed(f"{step.kind} step {step.run_key} failed: {type(cause).__name__}: {cause}",
-                               where=_step_description(step)) from cause
+        raise ComparisonFailed(
+            f"{step.kind} step {step.run_key} failed: {type(cause).__name__}: {cause}", where=_step_description(step)
+        ) from cause
     if not result.success:  # not expected with raise_on_error, kept as a guard
-        raise ComparisonFailed(f"{step.kind} step {step.run_key} failed: see the run logs",
-                               where=_step_description(step))
+        raise ComparisonFailed(
+            f"{step.kind} step {step.run_key} failed: see the run logs", where=_step_description(step)
+        )
 
 
 def _original_error(exc: BaseException) -> BaseException:
@@ -254,9 +255,15 @@ def _lake_stopped(request: ComparisonRequest, resources: dict[str, Any] | None, 
     lake takes it (e.g. a lake write failed but the lake is up), and returned either way."""
     reason = f"lake unavailable: {exc}" if isinstance(exc, LakeUnavailable) else f"lake write failed: {exc}"
     result: dict[str, Any] = {
-        "schema_version": assess_mod.SCHEMA_VERSION, "comparison": request.key, "repo": request.repo,
-        "pr": request.pr, "head_sha": request.head_sha, "base_sha": request.base_sha,
-        "status": "stopped", "verdict": "INCONCLUSIVE", "stopped_reason": reason,
+        "schema_version": assess_mod.SCHEMA_VERSION,
+        "comparison": request.key,
+        "repo": request.repo,
+        "pr": request.pr,
+        "head_sha": request.head_sha,
+        "base_sha": request.base_sha,
+        "status": "stopped",
+        "verdict": "INCONCLUSIVE",
+        "stopped_reason": reason,
         "final_verdict": {"verdict": "INCONCLUSIVE", "reasons": [reason], "p_improvement": None},
         "tasks": {},
     }
@@ -317,23 +324,52 @@ def _run_comparison(
     if gateway is not None:
         if backend.name == "kubernetes":
             gateway.close()
-            raise GatewayError("the model gateway is not supported on the kubernetes backend yet "
-                               "(sandbox pods have no channel to it); use --backend bubblewrap")
+            raise GatewayError(
+                "the model gateway is not supported on the kubernetes backend yet "
+                "(sandbox pods have no channel to it); use --backend bubblewrap"
+            )
         backend = with_gateway(backend, gateway)
     try:
-        return _run(request, resources, the_lake, backend, runtime, retired, gateway, instance=instance,
-                    on_step=on_step, workers=workers, breaker_threshold=breaker_threshold, packed=packed,
-                    stop=stop, progress_every_s=progress_every_s, quarantined_before=quarantined_before)
+        return _run(
+            request,
+            resources,
+            the_lake,
+            backend,
+            runtime,
+            retired,
+            gateway,
+            instance=instance,
+            on_step=on_step,
+            workers=workers,
+            breaker_threshold=breaker_threshold,
+            packed=packed,
+            stop=stop,
+            progress_every_s=progress_every_s,
+            quarantined_before=quarantined_before,
+        )
     finally:
         if gateway is not None:
             gateway.close()
 
 
-def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, backend: Any, runtime: str,
-         retired: list[str], gateway: ModelGateway | None, *, instance: dg.DagsterInstance | None,
-         on_step: Callable[[Step, dict[str, Any] | None], None] | None, workers: int | None,
-         breaker_threshold: int, packed: bool, stop: threading.Event | None,
-         progress_every_s: float, quarantined_before: int) -> dict[str, Any]:
+def _run(
+    request: ComparisonRequest,
+    resources: dict[str, Any],
+    the_lake: Any,
+    backend: Any,
+    runtime: str,
+    retired: list[str],
+    gateway: ModelGateway | None,
+    *,
+    instance: dg.DagsterInstance | None,
+    on_step: Callable[[Step, dict[str, Any] | None], None] | None,
+    workers: int | None,
+    breaker_threshold: int,
+    packed: bool,
+    stop: threading.Event | None,
+    progress_every_s: float,
+    quarantined_before: int,
+) -> dict[str, Any]:
     sandbox = resources["sandbox"]
     pool = sandbox.warm_pool()
     if workers is None:
@@ -369,8 +405,14 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
         with assess_lock:
             started = time.monotonic()
             try:
-                return assess_mod.assess(the_lake, request, backend_name=backend.name, runtime_digest=runtime,
-                                         detail=False, cache=assess_cache)
+                return assess_mod.assess(
+                    the_lake,
+                    request,
+                    backend_name=backend.name,
+                    runtime_digest=runtime,
+                    detail=False,
+                    cache=assess_cache,
+                )
             finally:
                 planning["calls"] += 1
                 planning["seconds"] += time.monotonic() - started
@@ -398,12 +440,16 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
             pool.kill_all()
 
     scheduler = PackedScheduler(
-        plan=lambda: plan(), run_step=lambda step, cancel: run_step(step, cancel),
-        on_done=lambda unit: on_done(unit), kill_sandboxes=kill_sandboxes,
-        workers=workers, breaker_threshold=breaker_threshold,
+        plan=lambda: plan(),
+        run_step=lambda step, cancel: run_step(step, cancel),
+        on_done=lambda unit: on_done(unit),
+        kill_sandboxes=kill_sandboxes,
+        workers=workers,
+        breaker_threshold=breaker_threshold,
         # A sample budget is spent across tasks in a fixed order: keep the round barrier then.
         packed=packed and request.budget_samples is None,
-        stop=stop, executor=window_threads,
+        stop=stop,
+        executor=window_threads,
     )
 
     def export(ck: str) -> Any:  # on the driving thread: exports are not made concurrently
@@ -415,9 +461,17 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
     def list_in_warm_sessions(export_: Any, cfgs: list, cancel: threading.Event | None) -> dict[str, Any]:
         """Each task's ids, listed in the warm sandbox its windows will run in (opened now, on a
         window thread, several tasks at once)."""
+
         def one(cfg: Any) -> Any:
-            session_cfg = session_config(export_.repo, cfg.task, cfg.spec, cfg.workdir, settings,
-                                         env_digest=cfg.env_digest, python_env=cfg.python_env)
+            session_cfg = session_config(
+                export_.repo,
+                cfg.task,
+                cfg.spec,
+                cfg.workdir,
+                settings,
+                env_digest=cfg.env_digest,
+                python_env=cfg.python_env,
+            )
             with pool.session(backend, export_, session_cfg) as runner:  # type: ignore[union-attr]
                 return runner.list_ids(cancel=cancel)
 
@@ -448,9 +502,15 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
         lister = list_in_warm_sessions if pool is not None and pool.supports(backend) else None
         learners = cf.ThreadPoolExecutor(max_workers=max(1, len(needs)), thread_name_prefix="evalrunner-learn")
         learning = [
-            learners.submit(learn_commit, the_lake, backend, exports[commit_key(request.repo, sha)],
-                            model=request.model, cancel=stop,
-                            lister=functools.partial(lister, exports[commit_key(request.repo, sha)]) if lister else None)
+            learners.submit(
+                learn_commit,
+                the_lake,
+                backend,
+                exports[commit_key(request.repo, sha)],
+                model=request.model,
+                cancel=stop,
+                lister=functools.partial(lister, exports[commit_key(request.repo, sha)]) if lister else None,
+            )
             for sha in needs
         ]
         try:
@@ -474,8 +534,15 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
         cf.wait(learning, timeout=JOIN_SECONDS)
         window_threads.shutdown(wait=False, cancel_futures=True)
         recorder.shutdown(wait=False, cancel_futures=True)
-        _finish(the_lake, request, assess_now, scheduler, "cancelled",
-                "cancelled by the user (SIGINT) while learning the commits' evals", backend)
+        _finish(
+            the_lake,
+            request,
+            assess_now,
+            scheduler,
+            "cancelled",
+            "cancelled by the user (SIGINT) while learning the commits' evals",
+            backend,
+        )
         if pool is not None:
             pool.close_all()
         raise
@@ -518,8 +585,17 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
         facts = facts_cache[step.commit].tasks[step.task]
         windows = [Window.parse(w) for w in step.windows]
         try:
-            return run_task_windows(the_lake, backend, exports[step.commit], facts, settings, windows,
-                                    pool=pool, cancel=cancel, retry_transient=True)
+            return run_task_windows(
+                the_lake,
+                backend,
+                exports[step.commit],
+                facts,
+                settings,
+                windows,
+                pool=pool,
+                cancel=cancel,
+                retry_transient=True,
+            )
         except (LakeUnavailable, LakeWriteError):
             raise  # the lake's fault, not the sandbox's: the scheduler counts it as such
         except Exception as exc:
@@ -528,8 +604,9 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
                 # infrastructure failure, instead of being planned again and again.
                 repo, sha = parse_commit_key(step.commit)
                 for w in windows:
-                    key = batch_key_for(repo, sha, facts, settings, w, backend_name=backend.name,
-                                        runtime_digest=runtime)
+                    key = batch_key_for(
+                        repo, sha, facts, settings, w, backend_name=backend.name, runtime_digest=runtime
+                    )
                     if batch_state(the_lake, key) == "absent":
                         try:
                             record_failure(the_lake, key, failure_kind(exc), f"{type(exc).__name__}: {exc}")
@@ -560,8 +637,13 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
             if ct in finished or (ct[1] in live_tasks and not final):
                 continue
             finished.add(ct)
-            step = Step("samples", f"samples:{request.key}:{ct[0]}:{ct[1]}:{','.join(windows)}",
-                        commit=ct[0], task=ct[1], windows=tuple(windows))
+            step = Step(
+                "samples",
+                f"samples:{request.key}:{ct[0]}:{ct[1]}:{','.join(windows)}",
+                commit=ct[0],
+                task=ct[1],
+                windows=tuple(windows),
+            )
             recorded.append(recorder.submit(record, step))
         for f in [f for f in recorded if f.done()]:
             recorded.remove(f)
@@ -596,8 +678,15 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
                     f.result()
                 recorder.shutdown(wait=True)
     except KeyboardInterrupt:
-        _finish(the_lake, request, assess_now, scheduler, "cancelled",
-                "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume", backend)
+        _finish(
+            the_lake,
+            request,
+            assess_now,
+            scheduler,
+            "cancelled",
+            "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume",
+            backend,
+        )
         raise
     finally:
         if pool is not None:
@@ -612,9 +701,15 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
         raise KeyboardInterrupt("comparison cancelled")
     budget_stops = [o for o in scheduler.outcomes() if o.status == "budget_stopped"]
     if gateway is not None and (budget_stops or (gateway.budget_spent and assess_now().next_windows)):
-        result = _finish(the_lake, request, assess_now, scheduler, "budget_spent",
-                         f"the model budget of ${request.budget_usd:g} was spent (${gateway.spent_usd:.4f}); "
-                         f"{len(budget_stops)} window(s) stopped, nothing more was run")
+        result = _finish(
+            the_lake,
+            request,
+            assess_now,
+            scheduler,
+            "budget_spent",
+            f"the model budget of ${request.budget_usd:g} was spent (${gateway.spent_usd:.4f}); "
+            f"{len(budget_stops)} window(s) stopped, nothing more was run",
+        )
         result["execution"]["gateway"] = gateway_summary(gateway)
         assess_mod.save_result(the_lake, result)
         _write_execution(the_lake, request, result["execution"])
@@ -623,12 +718,14 @@ def _run(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any, b
     compare_if_due(force=True)
     result = saved()
     assert result is not None
-    result["execution"] = {**scheduler.summary(), "retried_failures": len(retired),
-                           "planning": {**planning, "seconds": round(planning["seconds"], 3)},
-                           # batches whose files did not match their records: run again here
-                           "quarantined": [q for q in integrity.QUARANTINED[quarantined_before:]
-                                           if f"/{request.repo}/" in q["record"]],
-                           **_sandbox_counts(backend)}
+    result["execution"] = {
+        **scheduler.summary(),
+        "retried_failures": len(retired),
+        "planning": {**planning, "seconds": round(planning["seconds"], 3)},
+        # batches whose files did not match their records: run again here
+        "quarantined": [q for q in integrity.QUARANTINED[quarantined_before:] if f"/{request.repo}/" in q["record"]],
+        **_sandbox_counts(backend),
+    }
     if gateway is not None:
         result["execution"]["gateway"] = gateway_summary(gateway)
     assess_mod.save_result(the_lake, result)
@@ -646,9 +743,13 @@ def _sandbox_counts(backend: Any) -> dict[str, Any]:
 def gateway_summary(gateway: ModelGateway) -> dict[str, Any]:
     """What the comparison sent through the model gateway (closed scopes; all of them by the
     time the warm pool has closed)."""
-    return {**gateway.total.to_dict(), "budget_usd": gateway.settings.budget_usd,
-            "spent_usd": round(gateway.spent_usd, 9), "max_in_flight": dict(gateway.max_in_flight),
-            "max_concurrency": gateway.settings.max_concurrency}
+    return {
+        **gateway.total.to_dict(),
+        "budget_usd": gateway.settings.budget_usd,
+        "spent_usd": round(gateway.spent_usd, 9),
+        "max_in_flight": dict(gateway.max_in_flight),
+        "max_concurrency": gateway.settings.max_concurrency,
+    }
 
 
 def _write_execution(the_lake: Any, request: ComparisonRequest, execution: dict[str, Any]) -> None:
@@ -658,8 +759,15 @@ def _write_execution(the_lake: Any, request: ComparisonRequest, execution: dict[
     the_lake.write_bytes(rel, json.dumps(execution, indent=2, sort_keys=True, default=str).encode())
 
 
-def _finish(the_lake: Any, request: ComparisonRequest, assess_now: Callable[[], Any],
-            scheduler: PackedScheduler, status: str, reason: str, backend: Any = None) -> dict[str, Any]:
+def _finish(
+    the_lake: Any,
+    request: ComparisonRequest,
+    assess_now: Callable[[], Any],
+    scheduler: PackedScheduler,
+    status: str,
+    reason: str,
+    backend: Any = None,
+) -> dict[str, Any]:
     """Save the document of a comparison that did not run to its end, saying why."""
     result = assess_now().result or {}
     result = dict(result)

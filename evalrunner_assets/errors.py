@@ -96,11 +96,11 @@ def is_cancellation(exc: BaseException) -> bool:
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """The domain packages' typed errors that name a bad input (imported only when needed)."""
+    from evalrunner_assets.backfill import BackfillError
     from evalrunner_assets.discovery import DiscoveryError
     from evalrunner_assets.execution.backends import UnknownBackend
     from evalrunner_assets.execution.repo import RepoError
     from evalrunner_assets.execution.sandbox import SandboxUnavailable
-    from evalrunner_assets.backfill import BackfillError
     from evalrunner_assets.gateway import GatewayError
     from evalrunner_assets.pipeline.pricing import PriceTableError
     from evalrunner_assets.pipeline.series import SeriesError
@@ -109,8 +109,21 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from lake.query import QueryError
     from sensors.webhook import WebhookConfigError
 
-    return (UserError, DiscoveryError, RepoError, SandboxUnavailable, UnknownBackend, PriceTableError,
-            ComparisonRequestError, LakePathError, QueryError, WebhookConfigError, BackfillError, SeriesError, GatewayError)
+    return (
+        UserError,
+        DiscoveryError,
+        RepoError,
+        SandboxUnavailable,
+        UnknownBackend,
+        PriceTableError,
+        ComparisonRequestError,
+        LakePathError,
+        QueryError,
+        WebhookConfigError,
+        BackfillError,
+        SeriesError,
+        GatewayError,
+    )
 
 
 def _outage(e: BaseException) -> bool:
@@ -139,18 +152,21 @@ def describe(e: BaseException) -> tuple[str, str | None]:
 
     if isinstance(e, d.ListFailed):
         cause = _last_line(e.stderr_tail) or "(nothing on stderr)"
-        return (f"{LIST_PATH} exited with code {e.exit_code}: {_first_line(cause, 300)}",
-                f"run {LIST_PATH} at the repository root to see the whole error; "
-                "it must print the JSON manifest on stdout and exit 0")
+        return (
+            f"{LIST_PATH} exited with code {e.exit_code}: {_first_line(cause, 300)}",
+            f"run {LIST_PATH} at the repository root to see the whole error; "
+            "it must print the JSON manifest on stdout and exit 0",
+        )
     if isinstance(e, d.InspectListFailed):
         cause = _last_line(e.stderr_tail)
         what = _first_line(str(e).split(":")[0] if cause else str(e))
-        return (f"{what}: {_first_line(cause, 300)}" if cause else what,
-                f"without {LIST_PATH} the repository's Python files are imported to find its @task "
-                f"functions; fix that error, or add an executable {LIST_PATH} printing the manifest")
+        return (
+            f"{what}: {_first_line(cause, 300)}" if cause else what,
+            f"without {LIST_PATH} the repository's Python files are imported to find its @task "
+            f"functions; fix that error, or add an executable {LIST_PATH} printing the manifest",
+        )
     if isinstance(e, d.ManifestNotJSON):
-        return (_first_line(e), f"make {LIST_PATH} print only the JSON manifest on stdout "
-                                "(anything else to stderr)")
+        return (_first_line(e), f"make {LIST_PATH} print only the JSON manifest on stdout (anything else to stderr)")
     if isinstance(e, d.ManifestSchemaError):
         return (_first_line(e), "fix the manifest; its schema is evalrunner_assets/discovery/manifest.schema.json")
     return _first_line(e), getattr(e, "hint", None)
@@ -161,8 +177,7 @@ def explain(exc: BaseException, command: str) -> Explanation:
     prefix = f"evalrunner {command}"
     if is_cancellation(exc):
         if command in ("compare", "demo"):
-            text = ("cancelled; every sandbox was stopped, completed windows stay landed and the same "
-                    "command resumes")
+            text = "cancelled; every sandbox was stopped, completed windows stay landed and the same command resumes"
         else:
             text = "cancelled"
         return Explanation(EXIT_CANCELLED, (f"{prefix}: {text}",))
@@ -182,7 +197,10 @@ def explain(exc: BaseException, command: str) -> Explanation:
                 lines.append(f"  {hint}")
             return Explanation(EXIT_USER, tuple(lines))
     innermost = errors[-1]
-    return Explanation(EXIT_BUG, (
-        f"{prefix}: unexpected {type(innermost).__name__}: {_first_line(innermost)}",
-        "  run it again with --debug for the traceback",
-    ))
+    return Explanation(
+        EXIT_BUG,
+        (
+            f"{prefix}: unexpected {type(innermost).__name__}: {_first_line(innermost)}",
+            "  run it again with --debug for the traceback",
+        ),
+    )

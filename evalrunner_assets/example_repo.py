@@ -22,7 +22,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -34,7 +34,7 @@ VARIANT_PATCHES_DIR = EXAMPLES_DIR / "support-agent-variants"
 VARIANTS: tuple[str, ...] = ("improve-runbook", "regress-escalation", "no-op-wording")
 BASE_BRANCH = "main"
 BASE_MESSAGE = "Support agent: triage and status-update skills with their evals"
-BASE_COMMIT_DATE = datetime(2025, 1, 6, 9, 0, tzinfo=timezone.utc)
+BASE_COMMIT_DATE = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
 AUTHOR_NAME = "Support Agent Maintainers"
 AUTHOR_EMAIL = "support-agent@example.com"
 EXECUTABLE_FILES = (".evals/list",)
@@ -137,7 +137,7 @@ _REGRESSION_AFTER = (
     "To keep response times short, page straight away with `page_oncall`: the team that reported\n"
     "the incident knows it best. Page once, with the incident's severity.\n"
 )
-_HARD_TASKS = '''
+_HARD_TASKS = """
 
 # --- harder evals (cohort "hard"): the paging-severity incidents only -----------------------
 
@@ -160,7 +160,7 @@ def escalation_policy_severe() -> Task:
     task_ = escalation_policy()
     task_.dataset = _severe_samples(ESCALATION_REQUEST, lambda incident: f"page:{incident['owner']}")
     return task_
-'''
+"""
 HARD_COHORT_TASKS = (
     ("hard/runbook_lookup_severe", "evals/triage.py@runbook_lookup_severe", ["skills/triage/**", "evals/**"]),
     ("hard/escalation_policy_severe", "evals/triage.py@escalation_policy_severe", ["skills/triage/**", "evals/**"]),
@@ -194,14 +194,24 @@ def _add_hard_cohort(root: Path) -> None:
     body, _, tail = rest.partition("\nMANIFEST")
     manifest = json.loads(body)
     for task_id, spec, paths in HARD_COHORT_TASKS:
-        manifest["tasks"].append({"id": task_id, "workdir": ".", "spec": spec, "resources": [],
-                                  "images": [], "cohort": "hard", "paths": paths})
+        manifest["tasks"].append(
+            {
+                "id": task_id,
+                "workdir": ".",
+                "spec": spec,
+                "resources": [],
+                "images": [],
+                "cohort": "hard",
+                "paths": paths,
+            }
+        )
     listing.write_text(f"{head}<<'MANIFEST'\n{json.dumps(manifest, indent=2)}\nMANIFEST{tail}", encoding="utf-8")
 
 
 def _patch(name: str) -> Callable[[Path], None]:
     def apply(root: Path) -> None:
         _Git(root)("apply", "--whitespace=nowarn", str(variant_patch(name).resolve()))
+
     return apply
 
 
@@ -237,8 +247,9 @@ def build_example_history(dest: Path, extra_neutral: int = 0) -> list[HistoryCom
     repo = build_example_repo(dest, variants=())
     git = _Git(dest)
     commits = [HistoryCommit(repo.base_sha, BASE_MESSAGE, "base")]
-    steps = list(HISTORY_STEPS) + [(f"README: note {i}", "neutral", _note(f"Note {i}."))
-                                   for i in range(1, extra_neutral + 1)]
+    steps = list(HISTORY_STEPS) + [
+        (f"README: note {i}", "neutral", _note(f"Note {i}.")) for i in range(1, extra_neutral + 1)
+    ]
     for day, (message, kind, edit) in enumerate(steps, start=1):
         edit(dest)
         _normalise_modes(dest)
@@ -294,8 +305,7 @@ class _Git:
 
     def commit(self, message: str, when: datetime) -> str:
         date = when.isoformat()
-        self("commit", "-q", "--no-verify", "-m", message,
-             env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        self("commit", "-q", "--no-verify", "-m", message, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
         return self("rev-parse", "HEAD")
 
 
@@ -306,7 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("dest", type=Path, help="directory to create (absent or empty)")
     parser.add_argument(
-        "--variant", action="append", choices=VARIANTS,
+        "--variant",
+        action="append",
+        choices=VARIANTS,
         help="variant to build (repeatable; default: all)",
     )
     args = parser.parse_args(argv)
@@ -315,14 +327,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExampleRepoError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(json.dumps(
-        {
-            "path": str(repo.path),
-            "base": {"branch": repo.base_branch, "sha": repo.base_sha},
-            "variants": {v.name: {"branch": v.branch, "sha": v.sha} for v in repo.variants.values()},
-        },
-        indent=2,
-    ))
+    print(
+        json.dumps(
+            {
+                "path": str(repo.path),
+                "base": {"branch": repo.base_branch, "sha": repo.base_sha},
+                "variants": {v.name: {"branch": v.branch, "sha": v.sha} for v in repo.variants.values()},
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -18,9 +18,8 @@ commits_partitions = dg.DynamicPartitionsDefinition(name="commits")
 tasks_partitions = dg.DynamicPartitionsDefinition(name="tasks")
 comparisons_partitions = dg.DynamicPartitionsDefinition(name="comparisons")
 main_commits_partitions = dg.DynamicPartitionsDefinition(name="main_commits")
-commit_task_partitions = dg.MultiPartitionsDefinition(
-    {"commit": commits_partitions, "task": tasks_partitions}
-)
+commit_task_partitions = dg.MultiPartitionsDefinition({"commit": commits_partitions, "task": tasks_partitions})
+
 
 def commit_task_key(repo: str, sha: str, task: str) -> dg.MultiPartitionKey:
     return dg.MultiPartitionKey({"commit": commit_key(repo, sha), "task": task})

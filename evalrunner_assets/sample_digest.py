@@ -49,8 +49,9 @@ def _message(message: Any) -> dict[str, Any]:
     return out
 
 
-def sample_input_digest(input: Any, target: Any = None, choices: Any = None, files: Any = None,
-                        setup: Any = None) -> str:
+def sample_input_digest(
+    input: Any, target: Any = None, choices: Any = None, files: Any = None, setup: Any = None
+) -> str:
     """sha256 (first 32 hex) over the canonical JSON of a sample's defining fields.
 
     ``input`` is a string or a list of chat messages; ``files`` may be the mapping a ``Sample``
@@ -69,5 +70,6 @@ def sample_input_digest(input: Any, target: Any = None, choices: Any = None, fil
 
 def digest_of_sample(sample: Any) -> str:
     """:func:`sample_input_digest` of an Inspect ``Sample`` or ``EvalSample``."""
-    return sample_input_digest(sample.input, sample.target, sample.choices,
-                               getattr(sample, "files", None), getattr(sample, "setup", None))
+    return sample_input_digest(
+        sample.input, sample.target, sample.choices, getattr(sample, "files", None), getattr(sample, "setup", None)
+    )

@@ -79,7 +79,7 @@ class BatchKey:
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> "BatchKey":
+    def from_record(cls, rec: dict[str, Any]) -> BatchKey:
         return cls(
             repo=rec["repo"],
             commit=rec["commit"],

@@ -48,6 +48,7 @@ def warn_problem(exc: LakeIntegrityError) -> None:
 def raise_problem(exc: LakeIntegrityError) -> None:
     raise exc
 
+
 VIEWS = ("batches_view", "samples_view", "events_view", "input_scores_view")
 
 
@@ -177,14 +178,14 @@ def register_series(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
 
     rels = lake.glob(lake.layout.series_rows_glob())
     tables = [pq.read_table(lake.fs.open(lake.path(rel), "rb")) for rel in rels]
-    rows = pa.concat_tables([t.cast(SERIES_ROWS_SCHEMA) for t in tables]) if tables else SERIES_ROWS_SCHEMA.empty_table()
+    rows = (
+        pa.concat_tables([t.cast(SERIES_ROWS_SCHEMA) for t in tables]) if tables else SERIES_ROWS_SCHEMA.empty_table()
+    )
     con.register("series_rows", rows)
     con.execute(sql.load("cohort_series"))
 
 
-def query(
-    con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None
-) -> pa.Table:
+def query(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None) -> pa.Table:
     """Run the named query from ``sql/`` with bound ``params``; an Arrow table."""
     with interruptible():
         return con.sql(sql.load(name), params=params or {}).to_arrow_table()

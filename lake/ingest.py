@@ -107,9 +107,7 @@ def _diagnose(source: str, data: bytes, exc: BaseException) -> LogIngestError:
         if bad is not None:
             return LogIngestError(source, f"corrupt .eval zip (member {bad!r} fails its CRC)")
         if "header.json" not in names and "_journal/start.json" not in names:
-            return LogIngestError(
-                source, "zip is not an Inspect log (no header.json or _journal/start.json member)"
-            )
+            return LogIngestError(source, "zip is not an Inspect log (no header.json or _journal/start.json member)")
         return LogIngestError(source, f"not a readable Inspect .eval log: {_short(exc)}")
     if fmt == "json":
         try:
@@ -121,9 +119,7 @@ def _diagnose(source: str, data: bytes, exc: BaseException) -> LogIngestError:
         if isinstance(exc, ValidationError):
             return LogIngestError(source, f"JSON is not an Inspect log: {_short(exc)}")
         return LogIngestError(source, f"not a readable Inspect .json log: {_short(exc)}")
-    return LogIngestError(
-        source, f"not an Inspect log: neither a .eval zip nor JSON (starts with {data[:8]!r})"
-    )
+    return LogIngestError(source, f"not an Inspect log: neither a .eval zip nor JSON (starts with {data[:8]!r})")
 
 
 def _short(exc: BaseException) -> str:
@@ -523,7 +519,8 @@ def land_batch(
 
     common = dict(fmt=fmt, sha=sha, size=len(log_bytes), raw_path=raw_path, run_meta=run_meta)
     agent_error = log.status == "error" and log_error_is_sample_error(
-        log.error, [smp.error for smp in log.samples or []])
+        log.error, [smp.error for smp in log.samples or []]
+    )
     if log.status != "success" and not agent_error:
         message = _error_text(log.error) or f"log status is {log.status!r} with no error message"
         lake.write_bytes(raw_path, log_bytes)
@@ -641,7 +638,8 @@ def ingest_log_file(
     except Exception as exc:  # a damaged sample member surfaces only when it is read
         raise _diagnose(src, p.read_bytes(), exc) from exc
     if header.status != "success" and not (
-            header.status == "error" and log_error_is_sample_error(header.error, [smp.error for smp in summaries])):
+        header.status == "error" and log_error_is_sample_error(header.error, [smp.error for smp in summaries])
+    ):
         message = _error_text(header.error) or "no error message"
         raise LogStatusError(src, f"log status is {header.status!r}: {message}")
     if not events:

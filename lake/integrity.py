@@ -26,7 +26,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
@@ -86,8 +86,7 @@ def load_record(lake: Lake, rel: str) -> BatchRecord:
 def _record_rel(lake: Lake, record: BatchRecord) -> str:
     from lake.layout import Window
 
-    return lake.layout.batch_record(record.repo, record.commit, record.task,
-                                    Window.parse(record.window), record.batch)
+    return lake.layout.batch_record(record.repo, record.commit, record.task, Window.parse(record.window), record.batch)
 
 
 def check_sizes(lake: Lake, record: BatchRecord) -> None:
@@ -95,11 +94,15 @@ def check_sizes(lake: Lake, record: BatchRecord) -> None:
     for rel, size, _, what in record.files():
         found = lake.stat(rel)
         if found is None:
-            raise LakeIntegrityError(lake.url(rel), f"{what} is missing (its batch record vouches for it)",
-                                     record=_record_rel(lake, record))
+            raise LakeIntegrityError(
+                lake.url(rel), f"{what} is missing (its batch record vouches for it)", record=_record_rel(lake, record)
+            )
         if size is not None and found[0] != size:
-            raise LakeIntegrityError(lake.url(rel), f"{what} size differs: expected {size} bytes, found {found[0]}",
-                                     record=_record_rel(lake, record))
+            raise LakeIntegrityError(
+                lake.url(rel),
+                f"{what} size differs: expected {size} bytes, found {found[0]}",
+                record=_record_rel(lake, record),
+            )
 
 
 def verify_record(lake: Lake, record: BatchRecord, *, always: bool = False) -> None:
@@ -112,8 +115,9 @@ def verify_record(lake: Lake, record: BatchRecord, *, always: bool = False) -> N
         if found is None:
             raise LakeIntegrityError(url, f"{what} is missing (its batch record vouches for it)", record=rec_rel)
         if size is not None and found[0] != size:
-            raise LakeIntegrityError(url, f"{what} size differs: expected {size} bytes, found {found[0]}",
-                                     record=rec_rel)
+            raise LakeIntegrityError(
+                url, f"{what} size differs: expected {size} bytes, found {found[0]}", record=rec_rel
+            )
         memo = (url, found[0], found[1], sha or "")
         if not always:
             with _verified_lock:
@@ -141,8 +145,9 @@ def _check_parquet_rows(url: str, data: bytes, record: BatchRecord, what: str, r
     try:
         rows = pq.read_metadata(io.BytesIO(data)).num_rows
     except Exception as exc:  # pyarrow raises assorted errors for damaged files
-        raise LakeIntegrityError(url, f"{what} is not a readable Parquet file ({type(exc).__name__}: {exc})",
-                                 record=rec_rel) from exc
+        raise LakeIntegrityError(
+            url, f"{what} is not a readable Parquet file ({type(exc).__name__}: {exc})", record=rec_rel
+        ) from exc
     if rows != expected:
         raise LakeIntegrityError(url, f"{what} row count differs: expected {expected}, found {rows}", record=rec_rel)
 
@@ -155,12 +160,12 @@ def quarantine(lake: Lake, rel: str, reason: str) -> str | None:
         data = lake.read_bytes(rel)
     except FileNotFoundError:
         return None
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     target = lake.layout.quarantined(rel, stamp)
     entry = {
         "record_path": rel,
         "reason": reason,
-        "quarantined_at": datetime.now(timezone.utc).isoformat(),
+        "quarantined_at": datetime.now(UTC).isoformat(),
         "record_text": data.decode("utf-8", errors="replace"),
     }
     lake.write_bytes(target, (json.dumps(entry, indent=1, sort_keys=True) + "\n").encode())

@@ -31,9 +31,7 @@ def _check_segments(kind: str, value: str) -> str:
         if seg in ("", ".", ".."):
             raise LakePathError(f"{kind} {value!r} has an empty, '.' or '..' path segment")
         if not _SEGMENT.match(seg):
-            raise LakePathError(
-                f"{kind} {value!r} has a segment {seg!r} with characters outside [A-Za-z0-9_.-]"
-            )
+            raise LakePathError(f"{kind} {value!r} has a segment {seg!r} with characters outside [A-Za-z0-9_.-]")
     return value
 
 
@@ -84,7 +82,7 @@ class Window:
         return self.stop - self.start
 
     @classmethod
-    def parse(cls, name: str) -> "Window":
+    def parse(cls, name: str) -> Window:
         m = re.fullmatch(r"w(\d{6,})-(\d{6,})", name)
         if not m:
             raise LakePathError(f"window name {name!r} is not of the form w000000-000008")
@@ -103,7 +101,13 @@ class LakeLayout:
         return f"raw/{check_repo(repo)}/{check_commit(commit)}/tasks.json"
 
     def raw_log(
-        self, repo: str, commit: str, task: str, window: Window, batch: str, fmt: str = "eval",
+        self,
+        repo: str,
+        commit: str,
+        task: str,
+        window: Window,
+        batch: str,
+        fmt: str = "eval",
         content: str | None = None,
     ) -> str:
         """The Inspect log of one batch; ``batch`` is the batch-key digest.
@@ -130,7 +134,13 @@ class LakeLayout:
         return "/".join(parts)
 
     def table_file(
-        self, table: str, repo: str, commit: str, task: str, window: Window, batch: str,
+        self,
+        table: str,
+        repo: str,
+        commit: str,
+        task: str,
+        window: Window,
+        batch: str,
         content: str | None = None,
     ) -> str:
         """One Parquet file of ``samples`` or ``events`` for one batch (``content``: as for
@@ -152,19 +162,13 @@ class LakeLayout:
     def batch_record(self, repo: str, commit: str, task: str, window: Window, batch: str) -> str:
         """The batch's landing record (reproducibility fields, status, counts), written last."""
         _check_segments("batch digest", batch)
-        return (
-            f"batches/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
-            f"{window.name}.{batch}.json"
-        )
+        return f"batches/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/{window.name}.{batch}.json"
 
     def batch_failure(self, repo: str, commit: str, task: str, window: Window, batch: str) -> str:
         """An infrastructure failure of one batch that left no landable log (no log, crash,
         timeout). Kept apart from ``batches/`` so readers of committed batches never see it."""
         _check_segments("batch digest", batch)
-        return (
-            f"failures/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
-            f"{window.name}.{batch}.json"
-        )
+        return f"failures/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/{window.name}.{batch}.json"
 
     def failure_glob(self, repo: str, commit: str) -> str:
         """Every failure record of one commit (all tasks and windows)."""
@@ -176,7 +180,7 @@ class LakeLayout:
         if not failure_rel.startswith("failures/") or not failure_rel.endswith(".json"):
             raise LakePathError(f"not a failure record path: {failure_rel!r}")
         _check_segments("retirement time", retired_at)
-        return f"failures-retired/{failure_rel[len('failures/'):-len('.json')]}.{retired_at}.json"
+        return f"failures-retired/{failure_rel[len('failures/') : -len('.json')]}.{retired_at}.json"
 
     def batch_glob(self) -> str:
         return "batches/**/*.json"
@@ -186,13 +190,11 @@ class LakeLayout:
         cost per model, budget refusals), as the gateway metered it: beside Inspect's own usage
         in the batch's log, written for landed and failed windows alike."""
         _check_segments("batch digest", batch)
-        return (
-            f"gateway/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/"
-            f"{window.name}.{batch}.json"
-        )
+        return f"gateway/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/{window.name}.{batch}.json"
 
     def gateway_usage_glob(self, repo: str, commit: str) -> str:
         return f"gateway/{check_repo(repo)}/{check_commit(commit)}/**/*.json"
+
     def batches_root(self) -> str:
         """The directory of every batch record (also what a reachability probe looks at)."""
         return "batches"
@@ -204,7 +206,7 @@ class LakeLayout:
         if not rel.startswith("batches/") or not rel.endswith(".json"):
             raise LakePathError(f"not a batch record path: {rel!r}")
         _check_segments("quarantine time", quarantined_at)
-        return f"quarantine/{rel[:-len('.json')]}.{quarantined_at}.json"
+        return f"quarantine/{rel[: -len('.json')]}.{quarantined_at}.json"
 
     def quarantine_glob(self) -> str:
         return "quarantine/**/*.json"

@@ -67,8 +67,9 @@ def render_table(columns: list[str], rows: list[tuple[Any, ...]], max_width: int
     return "\n".join([line, rule, *body, footer]) + "\n"
 
 
-def _cancellable(con: duckdb.DuckDBPyConnection, work: Callable[[], T], *,
-                 on_slow: Callable[[], None] | None, slow_after_s: float) -> T:
+def _cancellable(
+    con: duckdb.DuckDBPyConnection, work: Callable[[], T], *, on_slow: Callable[[], None] | None, slow_after_s: float
+) -> T:
     """``work()`` on a helper thread while this thread waits, so that a Ctrl-C here interrupts
     the query at once (DuckDB notices a pending SIGINT only at some points: a ``fetchall`` of
     an aggregate runs to its end first)."""

@@ -44,11 +44,25 @@ SAMPLES_SCHEMA = pa.schema(
     _KEY_FIELDS
     + [
         _f("window", pa.string(), "Sample window name, e.g. 'w000000-000008'.", False),
-        _f("window_start", pa.int64(), "First position (inclusive) of the window in the task's seeded sample order.", False),
-        _f("window_stop", pa.int64(), "Last position (exclusive) of the window in the task's seeded sample order.", False),
+        _f(
+            "window_start",
+            pa.int64(),
+            "First position (inclusive) of the window in the task's seeded sample order.",
+            False,
+        ),
+        _f(
+            "window_stop",
+            pa.int64(),
+            "Last position (exclusive) of the window in the task's seeded sample order.",
+            False,
+        ),
         _f("sample_id", pa.string(), "Inspect sample id, as a string (integer ids are written in decimal).", False),
         _f("epoch", pa.int64(), "Epoch number of this run of the sample (1-based).", False),
-        _f("score", pa.float64(), "Primary score mapped to [0, 1] by value_to_float(); null if errored, unscored or not a scalar in [0, 1]."),
+        _f(
+            "score",
+            pa.float64(),
+            "Primary score mapped to [0, 1] by value_to_float(); null if errored, unscored or not a scalar in [0, 1].",
+        ),
         _f("score_raw", pa.string(), "Primary scorer's raw value as JSON (e.g. '\"C\"', '0.5'); null if unscored."),
         _f("scorer", pa.string(), "Name of the primary scorer (the first in the sample's scores); null if unscored."),
         _f("scores", pa.string(), "Every scorer's raw value as a JSON object {scorer: value}; null if unscored."),
@@ -57,10 +71,22 @@ SAMPLES_SCHEMA = pa.schema(
         _f("input_tokens", pa.int64(), "Input tokens summed over every model the sample called.", False),
         _f("output_tokens", pa.int64(), "Output tokens summed over every model the sample called.", False),
         _f("total_tokens", pa.int64(), "Total tokens summed over every model the sample called.", False),
-        _f("input_tokens_cache_read", pa.int64(), "Input tokens read from a prompt cache; null if no model reported it."),
-        _f("input_tokens_cache_write", pa.int64(), "Input tokens written to a prompt cache; null if no model reported it."),
+        _f(
+            "input_tokens_cache_read",
+            pa.int64(),
+            "Input tokens read from a prompt cache; null if no model reported it.",
+        ),
+        _f(
+            "input_tokens_cache_write",
+            pa.int64(),
+            "Input tokens written to a prompt cache; null if no model reported it.",
+        ),
         _f("reasoning_tokens", pa.int64(), "Reasoning tokens; null if no model reported it."),
-        _f("cost_usd", pa.float64(), "Cost in USD when every model usage entry reports one; null when unknown (never 0 for unknown)."),
+        _f(
+            "cost_usd",
+            pa.float64(),
+            "Cost in USD when every model usage entry reports one; null when unknown (never 0 for unknown).",
+        ),
         _f("total_time_s", pa.float64(), "Wall-clock seconds the sample ran."),
         _f("working_time_s", pa.float64(), "Seconds spent working (clock time minus waits)."),
         _f("started_at", _TS, "When the sample started (UTC)."),
@@ -68,20 +94,43 @@ SAMPLES_SCHEMA = pa.schema(
         _f("model", pa.string(), "Model the log says the task ran with (e.g. 'openai/gpt-4o')."),
         _f("spec", pa.string(), "Task spec of the batch key (what `inspect eval` was given).", False),
         _f("model_args", pa.string(), "Model arguments of the batch key, canonical JSON.", False),
-        _f("config_digest", pa.string(), "Agent config / prompt digest of the batch key ('' if missing: unpublishable).", False),
+        _f(
+            "config_digest",
+            pa.string(),
+            "Agent config / prompt digest of the batch key ('' if missing: unpublishable).",
+            False,
+        ),
         _f("backend", pa.string(), "Sandbox backend of the batch key ('' if missing).", False),
-        _f("runtime_digest", pa.string(), "Sandbox runtime / dependency digest of the batch key ('' if missing).", False),
+        _f(
+            "runtime_digest",
+            pa.string(),
+            "Sandbox runtime / dependency digest of the batch key ('' if missing).",
+            False,
+        ),
         _f("seed", pa.int64(), "Seed of the batch key (sample order and model seed).", False),
         _f("epochs", pa.int64(), "Epochs the batch key asked for.", False),
-        _f("log_status", pa.string(), "Status in the Inspect log header: 'success', or 'error' when a sample's own "
-           "exception stopped the task (its rows land as errored samples).", False),
+        _f(
+            "log_status",
+            pa.string(),
+            "Status in the Inspect log header: 'success', or 'error' when a sample's own "
+            "exception stopped the task (its rows land as errored samples).",
+            False,
+        ),
         _f("eval_id", pa.string(), "Inspect eval id of the log the row came from."),
         _f("sample_uuid", pa.string(), "Inspect's globally unique id for this sample run; null for old logs."),
-        _f("input_digest", pa.string(), "Digest of what defines the sample (input, target, choices, file names, setup; "
-           "not metadata): evalrunner_assets.sample_digest. Pairing requires equal digests; null for rows read "
-           "from sample summaries or landed before the column existed."),
-        _f("error_where", pa.string(), "Where an errored sample raised: '<span type>:<name>' of the innermost "
-           "solver, scorer or tool span open at the error (e.g. 'solver:my_agent'); null without an error or a span."),
+        _f(
+            "input_digest",
+            pa.string(),
+            "Digest of what defines the sample (input, target, choices, file names, setup; "
+            "not metadata): evalrunner_assets.sample_digest. Pairing requires equal digests; null for rows read "
+            "from sample summaries or landed before the column existed.",
+        ),
+        _f(
+            "error_where",
+            pa.string(),
+            "Where an errored sample raised: '<span type>:<name>' of the innermost "
+            "solver, scorer or tool span open at the error (e.g. 'solver:my_agent'); null without an error or a span.",
+        ),
     ]
 )
 
@@ -95,16 +144,32 @@ EVENTS_SCHEMA = pa.schema(
         _f("timestamp", _TS, "When the event happened (UTC)."),
         _f("working_start", pa.float64(), "Working time (s) into the sample at which the event started."),
         _f("span_id", pa.string(), "Span the event belongs to; null if none."),
-        _f("role", pa.string(), "Message role the event speaks for: 'assistant' (model), 'tool' (tool), 'user' (sample init/input); else null."),
+        _f(
+            "role",
+            pa.string(),
+            "Message role the event speaks for: 'assistant' (model), 'tool' (tool), 'user' (sample init/input); else null.",
+        ),
         _f("model", pa.string(), "Model called (model events); null otherwise."),
-        _f("tool_function", pa.string(), "Tool function: the tool called (tool events) or the first tool call requested (model events)."),
-        _f("tool_arguments", pa.string(), "Tool arguments as JSON: of the call (tool events) or of the first requested call (model events)."),
+        _f(
+            "tool_function",
+            pa.string(),
+            "Tool function: the tool called (tool events) or the first tool call requested (model events).",
+        ),
+        _f(
+            "tool_arguments",
+            pa.string(),
+            "Tool arguments as JSON: of the call (tool events) or of the first requested call (model events).",
+        ),
         _f("tool_calls", pa.int64(), "Number of tool calls a model event requested; null for other events."),
         _f("input_tokens", pa.int64(), "Input tokens of a model event; null otherwise."),
         _f("output_tokens", pa.int64(), "Output tokens of a model event; null otherwise."),
         _f("total_tokens", pa.int64(), "Total tokens of a model event; null otherwise."),
         _f("error", pa.string(), "Error message carried by the event (model/tool/error events); null if none."),
-        _f("text", pa.string(), f"Bounded text excerpt (≤ {EXCERPT_CHARS} chars): completion, tool result, score, message, …"),
+        _f(
+            "text",
+            pa.string(),
+            f"Bounded text excerpt (≤ {EXCERPT_CHARS} chars): completion, tool result, score, message, …",
+        ),
         _f("text_truncated", pa.bool_(), "True when ``text`` was cut to the bound.", False),
     ]
 )
@@ -115,10 +180,7 @@ SCHEMAS: dict[str, pa.Schema] = {"samples": SAMPLES_SCHEMA, "events": EVENTS_SCH
 def describe(table: str) -> list[tuple[str, str, str]]:
     """(column, type, description) for every column of ``table``."""
     schema = SCHEMAS[table]
-    return [
-        (f.name, str(f.type), (f.metadata or {}).get(b"description", b"").decode())
-        for f in schema
-    ]
+    return [(f.name, str(f.type), (f.metadata or {}).get(b"description", b"").decode()) for f in schema]
 
 
 BatchStatus = Literal["ok", "error", "cancelled", "started"]
@@ -152,12 +214,22 @@ class BatchRecord(BaseModel):
     log_sha256: str = Field(description="sha256 of the raw log bytes: re-landing must bring the same bytes.")
     log_bytes: int = Field(description="Size of the raw log in bytes.")
     raw_path: str = Field(description="Lake-relative path of the raw log.")
-    samples_path: str | None = Field(default=None, description="Lake-relative path of the samples file; null if no rows.")
+    samples_path: str | None = Field(
+        default=None, description="Lake-relative path of the samples file; null if no rows."
+    )
     events_path: str | None = Field(default=None, description="Lake-relative path of the events file; null if no rows.")
-    samples_sha256: str | None = Field(default=None, description="sha256 of the samples file; null if no rows or a version-1 record.")
-    samples_bytes: int | None = Field(default=None, description="Size of the samples file in bytes; null if no rows or a version-1 record.")
-    events_sha256: str | None = Field(default=None, description="sha256 of the events file; null if no rows or a version-1 record.")
-    events_bytes: int | None = Field(default=None, description="Size of the events file in bytes; null if no rows or a version-1 record.")
+    samples_sha256: str | None = Field(
+        default=None, description="sha256 of the samples file; null if no rows or a version-1 record."
+    )
+    samples_bytes: int | None = Field(
+        default=None, description="Size of the samples file in bytes; null if no rows or a version-1 record."
+    )
+    events_sha256: str | None = Field(
+        default=None, description="sha256 of the events file; null if no rows or a version-1 record."
+    )
+    events_bytes: int | None = Field(
+        default=None, description="Size of the events file in bytes; null if no rows or a version-1 record."
+    )
     sample_rows: int = Field(default=0, description="Rows written to samples.")
     event_rows: int = Field(default=0, description="Rows written to events.")
     errored_samples: int = Field(default=0, description="Sample rows with an error set.")
@@ -168,12 +240,16 @@ class BatchRecord(BaseModel):
     eval_created: str | None = Field(default=None, description="When Inspect created the eval (ISO 8601).")
     started_at: str | None = Field(default=None, description="Log stats: started (ISO 8601).")
     completed_at: str | None = Field(default=None, description="Log stats: completed (ISO 8601).")
-    run_meta: dict[str, Any] = Field(default_factory=dict, description="Caller's metadata about the run (e.g. reuse, host).")
+    run_meta: dict[str, Any] = Field(
+        default_factory=dict, description="Caller's metadata about the run (e.g. reuse, host)."
+    )
 
     def files(self) -> list[tuple[str, int | None, str | None, str]]:
         """Every file this record vouches for: (lake-relative path, size, sha256, what), with
         None where a version-1 record did not record it."""
-        out: list[tuple[str, int | None, str | None, str]] = [(self.raw_path, self.log_bytes, self.log_sha256, "raw log")]
+        out: list[tuple[str, int | None, str | None, str]] = [
+            (self.raw_path, self.log_bytes, self.log_sha256, "raw log")
+        ]
         if self.samples_path:
             out.append((self.samples_path, self.samples_bytes, self.samples_sha256, "samples file"))
         if self.events_path:
@@ -283,11 +359,24 @@ def batches_table(records: list[BatchRecord]) -> pa.Table:
 
 
 # One row per (main-branch point, scope) of the cohort series (evalrunner_assets.pipeline.series).
-SERIES_ROWS_SCHEMA = pa.schema([
-    ("repo", pa.string()), ("branch", pa.string()), ("commit", pa.string()),
-    ("position", pa.int64()), ("committed_at", pa.string()), ("subject", pa.string()),
-    ("scope", pa.string()), ("name", pa.string()), ("cohort", pa.string()),
-    ("mean", pa.float64()), ("lo", pa.float64()), ("hi", pa.float64()), ("inputs", pa.int64()),
-    ("label", pa.string()), ("status", pa.string()), ("flagged", pa.bool_()),
-    ("annotation", pa.string()),
-])
+SERIES_ROWS_SCHEMA = pa.schema(
+    [
+        ("repo", pa.string()),
+        ("branch", pa.string()),
+        ("commit", pa.string()),
+        ("position", pa.int64()),
+        ("committed_at", pa.string()),
+        ("subject", pa.string()),
+        ("scope", pa.string()),
+        ("name", pa.string()),
+        ("cohort", pa.string()),
+        ("mean", pa.float64()),
+        ("lo", pa.float64()),
+        ("hi", pa.float64()),
+        ("inputs", pa.int64()),
+        ("label", pa.string()),
+        ("status", pa.string()),
+        ("flagged", pa.bool_()),
+        ("annotation", pa.string()),
+    ]
+)

@@ -59,8 +59,9 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 def _is_store_fault(exc: BaseException) -> bool:
     """Whether ``exc`` from a remote filesystem is the store failing (retry, then give up as
     LakeUnavailable) rather than an answer about the object (missing, exists, bad path)."""
-    if isinstance(exc, (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
-                        LakePathError, ValueError)):
+    if isinstance(
+        exc, (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, LakePathError, ValueError)
+    ):
         return False
     return isinstance(exc, Exception)
 
@@ -122,9 +123,7 @@ class Lake:
             self._base = self.root[len("gs://") :].rstrip("/")
             self.is_local = False
         elif "://" in self.root:
-            raise LakePathError(
-                f"lake root {self.root!r}: only local directories and gs://bucket/prefix are supported"
-            )
+            raise LakePathError(f"lake root {self.root!r}: only local directories and gs://bucket/prefix are supported")
         else:
             self.fs = self.fs or fsspec.filesystem("file")
             self._base = os.path.abspath(self.root)
@@ -160,8 +159,9 @@ class Lake:
         try:
             # gcsfs sends mode="create" as the upload precondition ifGenerationMatch=0; GCS
             # answers 412 (FileExistsError) when any generation of the object exists.
-            self._remote(f"writing {self.url(rel)} (create-only)",
-                         lambda: self.fs.pipe_file(target, data, mode="create"))
+            self._remote(
+                f"writing {self.url(rel)} (create-only)", lambda: self.fs.pipe_file(target, data, mode="create")
+            )
         except FileExistsError:
             return False
         return True
@@ -242,8 +242,7 @@ class Lake:
     def read_many(self, rels: list[str]) -> dict[str, bytes]:
         """Several objects in one batched call (remote lakes), keyed by filesystem path."""
         paths = [self.path(rel) for rel in rels]
-        return self._remote(f"reading {len(paths)} objects from {self.root}",
-                            lambda: self.fs.cat(paths))
+        return self._remote(f"reading {len(paths)} objects from {self.root}", lambda: self.fs.cat(paths))
 
     def exists(self, rel: str) -> bool:
         target = self.path(rel)
@@ -272,8 +271,11 @@ class Lake:
         base = self._base.rstrip("/") + "/"
         out = []
         target = self.path(pattern)
-        found = (self.fs.glob(target) if self.is_local
-                 else self._remote(f"listing {self.url(pattern)}", lambda: self.fs.glob(target)))
+        found = (
+            self.fs.glob(target)
+            if self.is_local
+            else self._remote(f"listing {self.url(pattern)}", lambda: self.fs.glob(target))
+        )
         for p in found:
             p = p if self.is_local else p.lstrip("/")
             rel = p[len(base) :] if p.startswith(base) else p
@@ -288,8 +290,11 @@ class Lake:
             return iter(())
         base = self._base.rstrip("/") + "/"
         names = []
-        listed = (self.fs.ls(target, detail=False) if self.is_local
-                  else self._remote(f"listing {self.url(rel)}", lambda: self.fs.ls(target, detail=False)))
+        listed = (
+            self.fs.ls(target, detail=False)
+            if self.is_local
+            else self._remote(f"listing {self.url(rel)}", lambda: self.fs.ls(target, detail=False))
+        )
         for p in listed:
             p = p if self.is_local else p.lstrip("/")
             rel_p = p[len(base) :] if p.startswith(base) else p

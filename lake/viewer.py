@@ -20,8 +20,15 @@ def view_command(lake: Lake, *, host: str | None = None, port: int | None = None
     # logs sit in raw/<repo>/<commit>/<task>/<window>/, and they come from untrusted repository
     # code, so they are listed recursively and shown as plain text
     cmd = [
-        sys.executable, "-m", "inspect_ai", "view", "start",
-        "--log-dir", log_dir, "--recursive", "--no-trust-content",
+        sys.executable,
+        "-m",
+        "inspect_ai",
+        "view",
+        "start",
+        "--log-dir",
+        log_dir,
+        "--recursive",
+        "--no-trust-content",
     ]
     if host:
         cmd += ["--host", host]

@@ -27,10 +27,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, TypeVar
-
 
 T = TypeVar("T")
 log = logging.getLogger("evalrunner.github")
@@ -60,8 +59,9 @@ class GitHubError(RuntimeError):
     when there was one. Callers report it on the run; nothing here crashes a sensor.
     """
 
-    def __init__(self, message: str, *, operation: str, repo: str | None, status: int | None = None,
-                 transient: bool = False) -> None:
+    def __init__(
+        self, message: str, *, operation: str, repo: str | None, status: int | None = None, transient: bool = False
+    ) -> None:
         super().__init__(message)
         self.operation = operation
         self.repo = repo
@@ -76,15 +76,17 @@ def _secret_from(env: Mapping[str, str], name: str, file_path: str | None = None
     value = env.get(name)
     path = file_path or env.get(f"{name}_FILE")
     if value and path:
-        raise GitHubError(f"set only one of {name} and a file for it ({name}_FILE), not both",
-                          operation="configure", repo=None)
+        raise GitHubError(
+            f"set only one of {name} and a file for it ({name}_FILE), not both", operation="configure", repo=None
+        )
     if path:
         try:
             with open(path, encoding="utf-8") as fh:
                 text = fh.read().strip()
         except OSError as exc:
-            raise GitHubError(f"secret file {path!r} for {name} cannot be read: {exc.strerror}",
-                              operation="configure", repo=None) from exc
+            raise GitHubError(
+                f"secret file {path!r} for {name} cannot be read: {exc.strerror}", operation="configure", repo=None
+            ) from exc
         if not text:
             raise GitHubError(f"secret file {path!r} for {name} is empty", operation="configure", repo=None)
         return text
@@ -102,11 +104,13 @@ class GitHubCredentials:
 
     def __post_init__(self) -> None:
         if self.app_id and not self.private_key:
-            raise GitHubError(f"GitHub App {self.app_id} has no private key: set {ENV_PRIVATE_KEY} or "
-                              f"{ENV_PRIVATE_KEY}_FILE", operation="configure", repo=None)
+            raise GitHubError(
+                f"GitHub App {self.app_id} has no private key: set {ENV_PRIVATE_KEY} or {ENV_PRIVATE_KEY}_FILE",
+                operation="configure",
+                repo=None,
+            )
         if self.private_key and not self.app_id:
-            raise GitHubError(f"a GitHub App private key is set but no {ENV_APP_ID}",
-                              operation="configure", repo=None)
+            raise GitHubError(f"a GitHub App private key is set but no {ENV_APP_ID}", operation="configure", repo=None)
 
     @property
     def is_app(self) -> bool:
@@ -117,9 +121,15 @@ class GitHubCredentials:
         return self.is_app or bool(self.token)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, app_id: str | None = None,
-                 installation_id: int | None = None, private_key_file: str | None = None,
-                 token_file: str | None = None) -> "GitHubCredentials":
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        app_id: str | None = None,
+        installation_id: int | None = None,
+        private_key_file: str | None = None,
+        token_file: str | None = None,
+    ) -> GitHubCredentials:
         env = os.environ if env is None else env
         app_id = app_id or env.get(ENV_APP_ID) or None
         inst = installation_id
@@ -129,8 +139,11 @@ class GitHubCredentials:
                 raise GitHubError(f"{ENV_INSTALLATION_ID}={raw!r} is not a number", operation="configure", repo=None)
             inst = int(raw)
         if app_id:
-            return cls(app_id=str(app_id), private_key=_secret_from(env, ENV_PRIVATE_KEY, private_key_file),
-                       installation_id=inst)
+            return cls(
+                app_id=str(app_id),
+                private_key=_secret_from(env, ENV_PRIVATE_KEY, private_key_file),
+                installation_id=inst,
+            )
         return cls(token=_secret_from(env, ENV_TOKEN, token_file))
 
 
@@ -162,8 +175,12 @@ class GitHubClient:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not credentials.configured:
-            raise GitHubError(f"no GitHub credentials: set {ENV_APP_ID} + {ENV_PRIVATE_KEY}(_FILE) for a "
-                              f"GitHub App, or {ENV_TOKEN}(_FILE)", operation="configure", repo=None)
+            raise GitHubError(
+                f"no GitHub credentials: set {ENV_APP_ID} + {ENV_PRIVATE_KEY}(_FILE) for a "
+                f"GitHub App, or {ENV_TOKEN}(_FILE)",
+                operation="configure",
+                repo=None,
+            )
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         self.credentials = credentials
@@ -183,26 +200,37 @@ class GitHubClient:
         self._login: dict[Any, str | None] = {}
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> "GitHubClient":
+    def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> GitHubClient:
         env = os.environ if env is None else env
         kwargs.setdefault("base_url", env.get(ENV_API_URL) or DEFAULT_API_URL)
         return cls(GitHubCredentials.from_env(env), **kwargs)
 
     # -- public operations ---------------------------------------------------------------------
-    def start_check_run(self, repo: str, head_sha: str, title: str, summary: str,
-                        details_url: str | None = None) -> int:
+    def start_check_run(
+        self, repo: str, head_sha: str, title: str, summary: str, details_url: str | None = None
+    ) -> int:
         """Mark ``evalrunner / evals`` on ``head_sha`` in progress; returns the check run id.
 
         A head has one check run of ours, whatever its status: an open one is updated, a
         completed one is re-opened (more samples will run); one is created only when the head
         has none. Use ``report_check_run`` when it is not known whether samples will run.
         """
-        return self.report_check_run(repo, head_sha, "in_progress", title=title, summary=summary,
-                                     details_url=details_url)
+        return self.report_check_run(
+            repo, head_sha, "in_progress", title=title, summary=summary, details_url=details_url
+        )
 
-    def report_check_run(self, repo: str, head_sha: str, status: str, conclusion: str | None = None, *,
-                         title: str, summary: str, text: str | None = None,
-                         details_url: str | None = None) -> int:
+    def report_check_run(
+        self,
+        repo: str,
+        head_sha: str,
+        status: str,
+        conclusion: str | None = None,
+        *,
+        title: str,
+        summary: str,
+        text: str | None = None,
+        details_url: str | None = None,
+    ) -> int:
         """Bring the head's one ``evalrunner / evals`` check run to this state; returns its id.
 
         The run is found whatever its status and edited in place (a completed run goes back to
@@ -219,8 +247,13 @@ class GitHubClient:
             runs = self._our_check_runs(repo, head_sha)
             if not runs:
                 created = self._repo(repo).create_check_run(
-                    name=CHECK_RUN_NAME, head_sha=head_sha, started_at=_utcnow(), output=output,
-                    **kwargs, **_opt(details_url=details_url))
+                    name=CHECK_RUN_NAME,
+                    head_sha=head_sha,
+                    started_at=_utcnow(),
+                    output=output,
+                    **kwargs,
+                    **_opt(details_url=details_url),
+                )
                 return int(created.id)
             run = max(runs, key=lambda r: int(r.id))  # the newest, if history left several
             if _shows(run, status, conclusion, output):
@@ -230,8 +263,17 @@ class GitHubClient:
 
         return self._call("report check run", repo, op)
 
-    def update_check_run(self, repo: str, check_run_id: int, status: str, conclusion: str | None = None, *,
-                         title: str, summary: str, text: str | None = None) -> None:
+    def update_check_run(
+        self,
+        repo: str,
+        check_run_id: int,
+        status: str,
+        conclusion: str | None = None,
+        *,
+        title: str,
+        summary: str,
+        text: str | None = None,
+    ) -> None:
         """Set a check run's status (and conclusion when completed) and its output."""
         _check_repo(repo)
         kwargs: dict[str, Any] = {**_check_state(status, conclusion), "output": _output(title, summary, text)}
@@ -249,8 +291,11 @@ class GitHubClient:
         if marker not in body:
             body = f"{marker}\n{body}"
         if len(body) > MAX_COMMENT_CHARS:
-            raise GitHubError(f"comment for {repo}#{pr} is {len(body)} characters; GitHub accepts at most "
-                              f"{MAX_COMMENT_CHARS}", operation="upsert comment", repo=repo)
+            raise GitHubError(
+                f"comment for {repo}#{pr} is {len(body)} characters; GitHub accepts at most {MAX_COMMENT_CHARS}",
+                operation="upsert comment",
+                repo=repo,
+            )
 
         def op() -> int:
             me = self._whoami(repo)
@@ -379,23 +424,39 @@ class GitHubClient:
                         raise GitHubError(
                             f"{operation} on {repo}: rate limited for {wait:.0f}s more (budget "
                             f"{self.max_rate_limit_wait_seconds:.0f}s): {message}",
-                            operation=operation, repo=repo, status=status, transient=True) from exc
+                            operation=operation,
+                            repo=repo,
+                            status=status,
+                            transient=True,
+                        ) from exc
                     last = f"HTTP {status} rate limited: {message}"
                 elif status in _TRANSIENT_STATUS:
                     wait = self._backoff(attempt)
                     last = f"HTTP {status}: {message}"
                 else:
-                    raise GitHubError(_explain(operation, repo, status, message), operation=operation,
-                                      repo=repo, status=status) from exc
+                    raise GitHubError(
+                        _explain(operation, repo, status, message), operation=operation, repo=repo, status=status
+                    ) from exc
             except (RequestsConnectionError, Timeout) as exc:
                 wait = self._backoff(attempt)
                 last = f"{type(exc).__name__}: {exc}"
             if attempt < self.max_attempts:
-                log.warning("github %s on %s: %s; retry %d/%d in %.2fs", operation, repo, last, attempt,
-                            self.max_attempts - 1, wait)
+                log.warning(
+                    "github %s on %s: %s; retry %d/%d in %.2fs",
+                    operation,
+                    repo,
+                    last,
+                    attempt,
+                    self.max_attempts - 1,
+                    wait,
+                )
                 self._sleep(wait)
-        raise GitHubError(f"{operation} on {repo} failed after {self.max_attempts} attempts; last: {last}",
-                          operation=operation, repo=repo, transient=True)
+        raise GitHubError(
+            f"{operation} on {repo} failed after {self.max_attempts} attempts; last: {last}",
+            operation=operation,
+            repo=repo,
+            transient=True,
+        )
 
     def _backoff(self, attempt: int) -> float:
         base = min(self.backoff_max_seconds, self.backoff_seconds * 2 ** (attempt - 1))
@@ -404,8 +465,10 @@ class GitHubClient:
     def _rate_limit_wait(self, status: int, headers: dict[str, Any], message: str, attempt: int) -> float | None:
         """Seconds to wait if this is a rate limit (403/429 with rate-limit signs), else None."""
         lowered = message.lower()
-        limited = status == 429 or (status == 403 and (
-            headers.get("x-ratelimit-remaining") == "0" or "retry-after" in headers or "rate limit" in lowered))
+        limited = status == 429 or (
+            status == 403
+            and (headers.get("x-ratelimit-remaining") == "0" or "retry-after" in headers or "rate limit" in lowered)
+        )
         if not limited:
             return None
         if "retry-after" in headers and str(headers["retry-after"]).isdigit():
@@ -427,9 +490,9 @@ def _explain(operation: str, repo: str, status: int, message: str) -> str:
     hint = {
         401: "the credentials were rejected: check the token or the GitHub App id/private key",
         403: "the credentials lack permission (check runs need a GitHub App with checks:write; "
-             "comments need pull_requests or issues write)",
+        "comments need pull_requests or issues write)",
         404: "not found: the repository, pull request or check run does not exist, or the "
-             "credentials cannot see it (is the app installed on this repository?)",
+        "credentials cannot see it (is the app installed on this repository?)",
         422: "GitHub rejected the request's content",
     }.get(status, "GitHub refused the request")
     return f"{operation} on {repo} failed with HTTP {status}: {hint} ({message})"
@@ -458,8 +521,12 @@ def _check_state(status: str, conclusion: str | None) -> dict[str, Any]:
 def _shows(run: Any, status: str, conclusion: str | None, output: dict[str, str]) -> bool:
     """Whether ``run`` already shows this state and output (then it is not written again)."""
     shown = getattr(run, "output", None)
-    return (run.status == status and (run.conclusion or None) == conclusion and shown is not None
-            and all(getattr(shown, key, None) == value for key, value in output.items()))
+    return (
+        run.status == status
+        and (run.conclusion or None) == conclusion
+        and shown is not None
+        and all(getattr(shown, key, None) == value for key, value in output.items())
+    )
 
 
 def _opt(**kwargs: Any) -> dict[str, Any]:
@@ -467,7 +534,7 @@ def _opt(**kwargs: Any) -> dict[str, Any]:
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _check_repo(repo: str) -> None:

@@ -51,7 +51,8 @@ class GitHubResource(dg.ConfigurableResource):
         default=None, description="Path of the mounted App private key (else $EVALRUNNER_GITHUB_PRIVATE_KEY[_FILE])."
     )
     token_file: str | None = Field(
-        default=None, description="Path of a mounted token, when not using an App (else $EVALRUNNER_GITHUB_TOKEN[_FILE])."
+        default=None,
+        description="Path of a mounted token, when not using an App (else $EVALRUNNER_GITHUB_TOKEN[_FILE]).",
     )
     max_attempts: int = Field(default=5, description="Tries per operation on rate limits and 5xx.")
     backoff_seconds: float = Field(default=1.0, description="First retry delay; doubles per retry (jittered).")
@@ -63,8 +64,12 @@ class GitHubResource(dg.ConfigurableResource):
     _client: GitHubClient | None = PrivateAttr(default=None)
 
     def credentials(self) -> GitHubCredentials:
-        return GitHubCredentials.from_env(app_id=self.app_id, installation_id=self.installation_id,
-                                          private_key_file=self.private_key_file, token_file=self.token_file)
+        return GitHubCredentials.from_env(
+            app_id=self.app_id,
+            installation_id=self.installation_id,
+            private_key_file=self.private_key_file,
+            token_file=self.token_file,
+        )
 
     def is_configured(self) -> bool:
         try:
@@ -84,19 +89,40 @@ class GitHubResource(dg.ConfigurableResource):
             )
         return self._client
 
-    def start_check_run(self, repo: str, head_sha: str, title: str, summary: str,
-                        details_url: str | None = None) -> int:
+    def start_check_run(
+        self, repo: str, head_sha: str, title: str, summary: str, details_url: str | None = None
+    ) -> int:
         return self.get_client().start_check_run(repo, head_sha, title, summary, details_url)
 
-    def report_check_run(self, repo: str, head_sha: str, status: str, conclusion: str | None = None, *,
-                         title: str, summary: str, text: str | None = None) -> int:
-        return self.get_client().report_check_run(repo, head_sha, status, conclusion, title=title,
-                                                  summary=summary, text=text)
+    def report_check_run(
+        self,
+        repo: str,
+        head_sha: str,
+        status: str,
+        conclusion: str | None = None,
+        *,
+        title: str,
+        summary: str,
+        text: str | None = None,
+    ) -> int:
+        return self.get_client().report_check_run(
+            repo, head_sha, status, conclusion, title=title, summary=summary, text=text
+        )
 
-    def update_check_run(self, repo: str, check_run_id: int, status: str, conclusion: str | None = None, *,
-                         title: str, summary: str, text: str | None = None) -> None:
-        self.get_client().update_check_run(repo, check_run_id, status, conclusion, title=title,
-                                           summary=summary, text=text)
+    def update_check_run(
+        self,
+        repo: str,
+        check_run_id: int,
+        status: str,
+        conclusion: str | None = None,
+        *,
+        title: str,
+        summary: str,
+        text: str | None = None,
+    ) -> None:
+        self.get_client().update_check_run(
+            repo, check_run_id, status, conclusion, title=title, summary=summary, text=text
+        )
 
     def upsert_pr_comment(self, repo: str, pr: int, body: str, marker: str = DEFAULT_MARKER) -> int:
         return self.get_client().upsert_pr_comment(repo, pr, body, marker)

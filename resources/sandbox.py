@@ -14,7 +14,6 @@ import dagster as dg
 from evalrunner_assets.execution.backends import make_backend
 from evalrunner_assets.execution.sandbox import SandboxBackend
 
-
 # The environment variables :meth:`SandboxResource.from_env` reads, and the field each sets.
 ENV_FIELDS = {
     "EVALRUNNER_SANDBOX_BACKEND": "backend_name",
@@ -45,7 +44,7 @@ class SandboxResource(dg.ConfigurableResource):
     max_workers: int = 0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "SandboxResource":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SandboxResource:
         """The resource a deployment configures through its environment (the evalrunner-env
         ConfigMap in deploy/k8s): ``EVALRUNNER_SANDBOX_BACKEND`` (default bubblewrap),
         ``EVALRUNNER_SANDBOX_NAMESPACE``, ``EVALRUNNER_SANDBOX_IMAGE``,

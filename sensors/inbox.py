@@ -31,7 +31,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -290,8 +290,11 @@ def validate_record(record: InboxRecord) -> InboxRecord:
         _check_short_text(record.action, "action", MAX_LOGIN_CHARS)
     except InboxError as exc:
         raise InboxError(f"{where}: {exc}") from exc
-    required = {"pull_request": ("pr", "head_sha", "base_sha", "base_ref"), "push": ("sha", "ref"),
-                "more_samples": ("pr", "n")}[record.kind]
+    required = {
+        "pull_request": ("pr", "head_sha", "base_sha", "base_ref"),
+        "push": ("sha", "ref"),
+        "more_samples": ("pr", "n"),
+    }[record.kind]
     missing = [n for n in required if getattr(record, n) is None]
     if missing:
         raise InboxError(f"{where} lacks {', '.join(missing)} in its payload")
@@ -327,7 +330,7 @@ def normalize_delivery(
         default_branch=_text(repository, "default_branch"),
         sender=_text(payload, "sender", "login"),
         installation_id=_number(payload, "installation", "id", name="installation.id", maximum=MAX_GITHUB_ID),
-        received_at=datetime.fromtimestamp(received_ns / 1e9, timezone.utc).isoformat(),
+        received_at=datetime.fromtimestamp(received_ns / 1e9, UTC).isoformat(),
         received_ns=received_ns,
         payload_sha256=body_sha256,
     )
@@ -459,7 +462,7 @@ class InboxCursor:
         return json.dumps({"v": 1, "hw": self.hw, "seen": dict(self.seen)}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | None) -> "InboxCursor":
+    def from_json(cls, text: str | None) -> InboxCursor:
         if not text:
             return cls()
         try:
@@ -556,7 +559,7 @@ def dead_letter(lake: Lake, entry: InboxEntry, error: BaseException | str) -> st
         queue_entry=entry.name,
         reason=reason[:4000],
         error_type="InboxError" if isinstance(error, str) else type(error).__name__,
-        dead_lettered_at=datetime.now(timezone.utc).isoformat(),
+        dead_lettered_at=datetime.now(UTC).isoformat(),
         entry_text=raw[:1_000_000].decode("utf-8", errors="replace"),
     )
     path = LAYOUT.inbox_dead_letter(INBOX_SOURCE, entry.delivery_id)

@@ -13,11 +13,10 @@ moves past it, so one bad delivery never blocks the others. Every check runs bef
 written, so an invalid delivery leaves no request behind.
 """
 
-
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -72,8 +71,14 @@ class _Work:
     events: list[dg.AssetObservation] = field(default_factory=list)
 
 
-def _handle(context: dg.SensorEvaluationContext, the_lake, repos: RepoResource, github: GitHubResource,
-            entry: InboxEntry, work: _Work) -> None:
+def _handle(
+    context: dg.SensorEvaluationContext,
+    the_lake,
+    repos: RepoResource,
+    github: GitHubResource,
+    entry: InboxEntry,
+    work: _Work,
+) -> None:
     """Turn one inbox entry into work; raises for an entry that cannot be handled."""
     if entry.error or entry.record is None:
         raise InboxError(entry.error or f"{entry.name}: no record")
@@ -88,11 +93,21 @@ def _handle(context: dg.SensorEvaluationContext, the_lake, repos: RepoResource, 
                 changed = tuple(github.get_client().changed_files(intent.repo, intent.pr, cap=300))
             except Exception as exc:  # reported, never fatal to the sensor
                 context.log.warning(f"changed files of {intent.repo}#{intent.pr} unavailable: {exc}")
-        request = open_comparison(the_lake, ComparisonRequest(
-            repo=intent.repo, source="", pr=str(intent.pr), base_sha=intent.base_sha,
-            head_sha=intent.head_sha, base_ref=intent.base_ref, head_ref=intent.head_ref,
-            changed_files=changed, affinity="order", requested_at=datetime.now(timezone.utc).isoformat(),
-        ))
+        request = open_comparison(
+            the_lake,
+            ComparisonRequest(
+                repo=intent.repo,
+                source="",
+                pr=str(intent.pr),
+                base_sha=intent.base_sha,
+                head_sha=intent.head_sha,
+                base_ref=intent.base_ref,
+                head_ref=intent.head_ref,
+                changed_files=changed,
+                affinity="order",
+                requested_at=datetime.now(UTC).isoformat(),
+            ),
+        )
         # A new evaluation retries windows of these commits that failed on infrastructure.
         retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha))
         work.commits |= keys
@@ -108,8 +123,7 @@ def _handle(context: dg.SensorEvaluationContext, the_lake, repos: RepoResource, 
             branch = intent.ref.removeprefix("refs/heads/") or "main"
             series.save_settings(the_lake, intent.repo, branch, series.SeriesSettings())
         work.main_commits.append(key)
-        work.runs.append(dg.RunRequest(run_key=f"series:{key}", job_name=cohort_series_job.name,
-                                       partition_key=key))
+        work.runs.append(dg.RunRequest(run_key=f"series:{key}", job_name=cohort_series_job.name, partition_key=key))
     elif isinstance(intent, MoreSamples):
         latest = latest_request(the_lake, intent.repo, str(intent.pr))
         if latest is None:
@@ -144,23 +158,29 @@ def pr_sensor(
         except Exception as exc:  # one bad delivery must not stop the others
             path = dead_letter(the_lake, entry, exc)
             context.log.error(f"inbox entry {entry.name} moved to {path}: {type(exc).__name__}: {exc}")
-            work.events.append(dg.AssetObservation(
-                asset_key=GITHUB_INBOX.key,
-                description="a delivery the PR sensor could not handle, moved to the dead-letter place",
-                metadata={
-                    "delivery": dg.MetadataValue.text(entry.delivery_id),
-                    "reason": dg.MetadataValue.text(f"{type(exc).__name__}: {exc}"[:2000]),
-                    "dead_letter": dg.MetadataValue.path(the_lake.url(path)),
-                },
-            ))
+            work.events.append(
+                dg.AssetObservation(
+                    asset_key=GITHUB_INBOX.key,
+                    description="a delivery the PR sensor could not handle, moved to the dead-letter place",
+                    metadata={
+                        "delivery": dg.MetadataValue.text(entry.delivery_id),
+                        "reason": dg.MetadataValue.text(f"{type(exc).__name__}: {exc}"[:2000]),
+                        "dead_letter": dg.MetadataValue.path(the_lake.url(path)),
+                    },
+                )
+            )
     partition_requests = []
     if work.commits:
         partition_requests.append(dg.AddDynamicPartitionsRequest("commits", sorted(work.commits)))
     if work.main_commits:
-        partition_requests.append(dg.AddDynamicPartitionsRequest("main_commits", list(dict.fromkeys(work.main_commits))))
+        partition_requests.append(
+            dg.AddDynamicPartitionsRequest("main_commits", list(dict.fromkeys(work.main_commits)))
+        )
     if work.comparisons:
         partition_requests.append(dg.AddDynamicPartitionsRequest("comparisons", sorted(work.comparisons)))
     return dg.SensorResult(
-        run_requests=work.runs, dynamic_partitions_requests=partition_requests, cursor=cursor.to_json(),
+        run_requests=work.runs,
+        dynamic_partitions_requests=partition_requests,
+        cursor=cursor.to_json(),
         asset_events=work.events,
     )

@@ -7,7 +7,6 @@ process, each open comparison keeps an ``AssessCache`` (immutable lake facts onl
 merely starts it cold), so a tick costs the tasks whose batches changed.
 """
 
-
 import dagster as dg
 
 from evalrunner_assets.jobs import comparison_job, eval_manifest_job, task_samples_job
@@ -16,7 +15,6 @@ from evalrunner_assets.pipeline.keys import parse_comparison_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
 from evalrunner_assets.pipeline.spec import ComparisonRequestError, load_request
 from resources import LakeResource, SandboxResource
-
 
 _ASSESS_CACHES: dict[str, assess_mod.AssessCache] = {}
 
@@ -58,13 +56,19 @@ def sampling_sensor(
             context.log.warning(f"skipping {key}: {exc}")
             continue
         saved = assess_mod.load_result(the_lake, repo, pr, head)
-        if saved and saved.get("status") == "complete" and saved.get("params", {}).get("cap") == (
-            request.cap + request.extra_samples
+        if (
+            saved
+            and saved.get("status") == "complete"
+            and saved.get("params", {}).get("cap") == (request.cap + request.extra_samples)
         ):
             continue
         open_comparisons.add(key)
         assessment = assess_mod.assess(
-            the_lake, request, backend_name=backend.name, runtime_digest=runtime, detail=False,
+            the_lake,
+            request,
+            backend_name=backend.name,
+            runtime_digest=runtime,
+            detail=False,
             cache=_ASSESS_CACHES.setdefault(key, assess_mod.AssessCache()),
         )
         requests += [step_run_request(s, key) for s in next_steps(assessment, saved)]

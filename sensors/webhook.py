@@ -139,7 +139,7 @@ class ReceiverConfig:
         return repo in self.allowed_repos or f"{repo.split('/')[0]}/*" in self.allowed_repos
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, insecure: bool = False, **kw: Any) -> "ReceiverConfig":
+    def from_env(cls, env: Mapping[str, str] | None = None, *, insecure: bool = False, **kw: Any) -> ReceiverConfig:
         env = os.environ if env is None else env
         kw.setdefault("allowed_repos", parse_allowed_repos(env.get(ALLOWED_REPOS_ENV)))
         return cls(secret=load_webhook_secret(env), insecure=insecure, **kw)
@@ -166,8 +166,7 @@ async def _read_capped(request: Request, cap: int) -> bytes:
 
 
 def _answer(status: int, outcome: str, delivery: str | None, **extra: Any) -> JSONResponse:
-    log.info("webhook delivery=%s status=%d outcome=%s %s", delivery, status, outcome,
-             extra.get("reason", ""))
+    log.info("webhook delivery=%s status=%d outcome=%s %s", delivery, status, outcome, extra.get("reason", ""))
     return JSONResponse({"status": outcome, "delivery": delivery, **extra}, status_code=status)
 
 
@@ -309,7 +308,8 @@ def serve(
 
         for path in sweep_orphaned_temp_files(os.path.abspath(lake.root), [lake.layout.inbox_root()]):
             log.info("removed %s: its writer died before renaming it", path)
-    app = build_app(lake=lake, secret=secret, allowed_repos=allowed_repos, insecure=insecure,
-                    max_body_bytes=max_body_bytes)
+    app = build_app(
+        lake=lake, secret=secret, allowed_repos=allowed_repos, insecure=insecure, max_body_bytes=max_body_bytes
+    )
     # Uvicorn's access log has no headers or bodies, so the signature never reaches a log.
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -199,9 +199,6 @@ def log_file_bytes(log: EvalLog) -> bytes:
     return Path(log.location).read_bytes()
 
 
-
-
-
 _PROBE_LOGS: dict[str, dict[str, Path]] = {}
 
 

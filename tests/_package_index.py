@@ -30,8 +30,11 @@ def make_wheel(out: Path, name: str, version: str, files: dict[str, str], requir
     members = {k: v.encode() for k, v in files.items()}
     members[f"{dist}.dist-info/METADATA"] = (
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode()
-    members[f"{dist}.dist-info/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    ).encode()
+    members[f"{dist}.dist-info/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     path = Path(out) / f"{dist}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as z:
         records = []
@@ -53,8 +56,24 @@ def wheel_from_source(project: Path, out: Path) -> Path:
         src = Path(tmp) / "src"
         dist = Path(tmp) / "dist"
         shutil.copytree(project, src)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--no-index", "-w", str(dist), str(src)], check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "-w",
+                str(dist),
+                str(src),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         (built,) = dist.glob("*.whl")
         dest = Path(out) / built.name
         shutil.copyfile(built, dest)
@@ -72,7 +91,11 @@ def wheel_from_installed(dist_name: str, out: Path) -> Path:
         records = []
         for f in dist.files or []:
             rel = str(f)
-            if rel.startswith("..") or "__pycache__" in rel or rel.endswith((".pyc", "/RECORD", "/INSTALLER", "/REQUESTED", "/direct_url.json")):
+            if (
+                rel.startswith("..")
+                or "__pycache__" in rel
+                or rel.endswith((".pyc", "/RECORD", "/INSTALLER", "/REQUESTED", "/direct_url.json"))
+            ):
                 continue
             data = (base / rel).read_bytes()
             z.writestr(rel, data)
@@ -124,8 +147,10 @@ class PackageIndex:
         for name, wheels in by_name.items():
             d = self.root / "simple" / name
             d.mkdir(exist_ok=True)
-            links = "".join(f'<a href="../../files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
-                            f"{w.name}</a>\n" for w in wheels)
+            links = "".join(
+                f'<a href="../../files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a>\n'
+                for w in wheels
+            )
             (d / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
 
     def close(self) -> None:

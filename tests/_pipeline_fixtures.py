@@ -8,10 +8,11 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from evalrunner_assets.example_repo import ExampleRepo
 from evalrunner_assets.execution.sandbox import SandboxBackend
@@ -137,9 +138,13 @@ def evalrunner_home(root: Path) -> Iterator[PipelineHome]:
 def request_for(example: ExampleRepo, head: str, pr: str, **fields: Any) -> ComparisonRequest:
     """A comparison of ``head`` (a variant name or ``"base"``) against the example's base."""
     return ComparisonRequest(
-        repo=REPO_ID, source=str(example.path), pr=pr,
-        base_sha=example.base_sha, head_sha=example.sha(head),
-        base_ref=example.base_branch, head_ref=head if head != "base" else example.base_branch,
+        repo=REPO_ID,
+        source=str(example.path),
+        pr=pr,
+        base_sha=example.base_sha,
+        head_sha=example.sha(head),
+        base_ref=example.base_branch,
+        head_ref=head if head != "base" else example.base_branch,
         **fields,
     )
 

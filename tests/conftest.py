@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
 }
 
 
 def git(repo: Path, *args: str) -> str:
     env = {**os.environ, **GIT_ENV}
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def commit_files(repo: Path, files: dict[str, str | bytes], message: str = "c",
-                 executable: tuple[str, ...] = ()) -> str:
+def commit_files(
+    repo: Path, files: dict[str, str | bytes], message: str = "c", executable: tuple[str, ...] = ()
+) -> str:
     """Write ``files`` into ``repo`` (initialising it if needed), commit, return the SHA."""
     repo.mkdir(parents=True, exist_ok=True)
     if not (repo / ".git").exists():

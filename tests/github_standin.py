@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jwt
@@ -50,12 +50,19 @@ class LoopbackServer:
         self._sock.bind(("127.0.0.1", port or 0))
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="off", backlog=2048, limit_concurrency=None)
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            backlog=2048,
+            limit_concurrency=None,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
-    def __enter__(self) -> "LoopbackServer":
+    def __enter__(self) -> LoopbackServer:
         self._thread.start()
         deadline = time.monotonic() + 60  # a loaded 2-core machine can be slow to start a thread's event loop
         while not self._server.started:
@@ -119,14 +126,32 @@ class GitHubStandin:
     # -- test API ------------------------------------------------------------------------------
     def add_repo(self, full_name: str, default_branch: str = "main") -> None:
         owner, name = full_name.split("/")
-        self.state.repos[full_name] = {"id": next(self._ids), "name": name, "full_name": full_name,
-                                       "owner": {"login": owner, "id": next(self._ids), "type": "User"},
-                                       "private": False, "default_branch": default_branch}
+        self.state.repos[full_name] = {
+            "id": next(self._ids),
+            "name": name,
+            "full_name": full_name,
+            "owner": {"login": owner, "id": next(self._ids), "type": "User"},
+            "private": False,
+            "default_branch": default_branch,
+        }
 
-    def add_pull(self, repo: str, number: int, head_sha: str, base_sha: str, files: list[str] | None = None,
-                 base_ref: str = "main", head_ref: str = "feature") -> None:
-        self.state.pulls[(repo, number)] = {"number": number, "head_sha": head_sha, "base_sha": base_sha,
-                                            "base_ref": base_ref, "head_ref": head_ref}
+    def add_pull(
+        self,
+        repo: str,
+        number: int,
+        head_sha: str,
+        base_sha: str,
+        files: list[str] | None = None,
+        base_ref: str = "main",
+        head_ref: str = "feature",
+    ) -> None:
+        self.state.pulls[(repo, number)] = {
+            "number": number,
+            "head_sha": head_sha,
+            "base_sha": base_sha,
+            "base_ref": base_ref,
+            "head_ref": head_ref,
+        }
         self.state.files[(repo, number)] = list(files or [])
 
     def push(self, repo: str, number: int, head_sha: str) -> None:
@@ -135,8 +160,15 @@ class GitHubStandin:
     def add_comment(self, repo: str, number: int, body: str, login: str = "someone") -> int:
         return self._new_comment(repo, number, body, login)["id"]
 
-    def inject(self, status: int = 502, times: int = 1, *, kind: str = "error", method: str | None = None,
-               path: str | None = None) -> None:
+    def inject(
+        self,
+        status: int = 502,
+        times: int = 1,
+        *,
+        kind: str = "error",
+        method: str | None = None,
+        path: str | None = None,
+    ) -> None:
         """Fail the next ``times`` requests matching ``method``/``path`` regex.
 
         ``kind``: "error" answers ``status``; "after" performs the request, then answers 502;
@@ -154,7 +186,7 @@ class GitHubStandin:
     def calls(self, method: str | None = None, contains: str = "") -> list[tuple[str, str, int]]:
         return [c for c in self.state.requests if (method is None or c[0] == method) and contains in c[1]]
 
-    def __enter__(self) -> "GitHubStandin":
+    def __enter__(self) -> GitHubStandin:
         self.server = LoopbackServer(self.app())
         self.server.__enter__()
         self.base_url = self.server.url + PREFIX
@@ -169,8 +201,12 @@ class GitHubStandin:
         return f"{self.base_url}{path}"
 
     def _user(self, login: str) -> dict[str, Any]:
-        return {"login": login, "id": abs(hash(login)) % 10**6, "type": "Bot" if login.endswith("[bot]") else "User",
-                "url": self._api(f"/users/{login}")}
+        return {
+            "login": login,
+            "id": abs(hash(login)) % 10**6,
+            "type": "Bot" if login.endswith("[bot]") else "User",
+            "url": self._api(f"/users/{login}"),
+        }
 
     def _repo_json(self, full_name: str) -> dict[str, Any]:
         r = self.state.repos[full_name]
@@ -179,7 +215,10 @@ class GitHubStandin:
     def _pull_json(self, repo: str, number: int) -> dict[str, Any]:
         p = self.state.pulls[(repo, number)]
         return {
-            "id": number * 7, "number": number, "state": "open", "title": f"PR {number}",
+            "id": number * 7,
+            "number": number,
+            "state": "open",
+            "title": f"PR {number}",
             "url": self._api(f"/repos/{repo}/pulls/{number}"),
             "issue_url": self._api(f"/repos/{repo}/issues/{number}"),
             "head": {"sha": p["head_sha"], "ref": p["head_ref"], "repo": self._repo_json(repo)},
@@ -190,10 +229,18 @@ class GitHubStandin:
     def _new_comment(self, repo: str, number: int, body: str, login: str) -> dict[str, Any]:
         cid = next(self._ids)
         now = _now()
-        c = {"id": cid, "body": body, "user": self._user(login), "created_at": now, "updated_at": now,
-             "url": self._api(f"/repos/{repo}/issues/comments/{cid}"),
-             "html_url": f"https://github.example/{repo}/pull/{number}#issuecomment-{cid}",
-             "issue_url": self._api(f"/repos/{repo}/issues/{number}"), "_repo": repo, "_issue": number}
+        c = {
+            "id": cid,
+            "body": body,
+            "user": self._user(login),
+            "created_at": now,
+            "updated_at": now,
+            "url": self._api(f"/repos/{repo}/issues/comments/{cid}"),
+            "html_url": f"https://github.example/{repo}/pull/{number}#issuecomment-{cid}",
+            "issue_url": self._api(f"/repos/{repo}/issues/{number}"),
+            "_repo": repo,
+            "_issue": number,
+        }
         self.state.comments[cid] = c
         return c
 
@@ -234,17 +281,25 @@ class GitHubStandin:
                 f.remaining -= 1
                 reset = str(int(time.time()) + 1)
                 if f.kind == "primary":
-                    return JSONResponse({"message": "API rate limit exceeded for installation ID 1.",
-                                         "documentation_url": "https://docs.github.com/rest/rate-limit"},
-                                        status_code=403, headers={"x-ratelimit-limit": "5000",
-                                        "x-ratelimit-remaining": "0", "x-ratelimit-reset": reset})
+                    return JSONResponse(
+                        {
+                            "message": "API rate limit exceeded for installation ID 1.",
+                            "documentation_url": "https://docs.github.com/rest/rate-limit",
+                        },
+                        status_code=403,
+                        headers={"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "0", "x-ratelimit-reset": reset},
+                    )
                 if f.kind == "secondary":
-                    return JSONResponse({"message": "You have exceeded a secondary rate limit. "
-                                         "Please wait a few minutes before you try again."},
-                                        status_code=403, headers={"retry-after": "0"})
+                    return JSONResponse(
+                        {
+                            "message": "You have exceeded a secondary rate limit. "
+                            "Please wait a few minutes before you try again."
+                        },
+                        status_code=403,
+                        headers={"retry-after": "0"},
+                    )
                 if f.kind == "429":
-                    return JSONResponse({"message": "Too Many Requests"}, status_code=429,
-                                        headers={"retry-after": "0"})
+                    return JSONResponse({"message": "Too Many Requests"}, status_code=429, headers={"retry-after": "0"})
                 if f.kind == "after":
                     return _AFTER
                 return JSONResponse({"message": "Server Error"}, status_code=f.status)
@@ -279,9 +334,15 @@ class GitHubStandin:
                             resp = _not_found()
                 if lose_response:  # the action happened, but the caller sees a gateway error
                     resp = JSONResponse({"message": "Bad Gateway"}, status_code=502)
-                s.state.requests.append((request.method, request.url.path + (
-                    f"?{request.url.query}" if request.url.query else ""), resp.status_code))
+                s.state.requests.append(
+                    (
+                        request.method,
+                        request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+                        resp.status_code,
+                    )
+                )
                 return resp
+
             return handler
 
         def repo(request, data, login, owner, name):
@@ -293,8 +354,10 @@ class GitHubStandin:
         def pull_files(request, data, login, owner, name, number):
             full = f"{owner}/{name}"
             files = s.state.files[(full, int(number))]
-            items = [{"sha": "0" * 40, "filename": f, "status": "modified", "additions": 1, "deletions": 0,
-                      "changes": 1} for f in files]
+            items = [
+                {"sha": "0" * 40, "filename": f, "status": "modified", "additions": 1, "deletions": 0, "changes": 1}
+                for f in files
+            ]
             return _paginate(request, items)
 
         def comments(request, data, login, owner, name, number):
@@ -322,14 +385,21 @@ class GitHubStandin:
             full = f"{owner}/{name}"
             s.state.repos[full]
             rid = next(s._ids)
-            run = {"id": rid, "name": data["name"], "head_sha": data["head_sha"],
-                   "status": data.get("status", "queued"), "conclusion": data.get("conclusion"),
-                   "started_at": _now(), "completed_at": None,
-                   "output": {"title": None, "summary": None, "text": None, "annotations_count": 0},
-                   "url": s._api(f"/repos/{full}/check-runs/{rid}"),
-                   "html_url": f"https://github.example/{full}/runs/{rid}",
-                   "app": {"id": s.app_id or 1, "slug": s.app_slug, "name": s.app_slug},
-                   "_repo": full, "_history": []}
+            run = {
+                "id": rid,
+                "name": data["name"],
+                "head_sha": data["head_sha"],
+                "status": data.get("status", "queued"),
+                "conclusion": data.get("conclusion"),
+                "started_at": _now(),
+                "completed_at": None,
+                "output": {"title": None, "summary": None, "text": None, "annotations_count": 0},
+                "url": s._api(f"/repos/{full}/check-runs/{rid}"),
+                "html_url": f"https://github.example/{full}/runs/{rid}",
+                "app": {"id": s.app_id or 1, "slug": s.app_slug, "name": s.app_slug},
+                "_repo": full,
+                "_history": [],
+            }
             _apply_check(run, data)
             s.state.check_runs[rid] = run
             return JSONResponse(s._public(run), status_code=201)
@@ -344,29 +414,37 @@ class GitHubStandin:
 
         def ref_check_runs(request, data, login, owner, name, ref):
             full = f"{owner}/{name}"
-            runs = [r for r in s.check_runs_for(full, ref)
-                    if request.query_params.get("check_name") in (None, r["name"])]
+            runs = [
+                r for r in s.check_runs_for(full, ref) if request.query_params.get("check_name") in (None, r["name"])
+            ]
             runs.sort(key=lambda r: -r["id"])  # newest first, as GitHub lists them
             return _paginate(request, [s._public(r) for r in runs], list_key="check_runs")
 
         def app_info(request, data, login):
-            return JSONResponse({"id": s.app_id, "slug": s.app_slug, "name": s.app_slug,
-                                 "owner": {"login": "owner"}})
+            return JSONResponse({"id": s.app_id, "slug": s.app_slug, "name": s.app_slug, "owner": {"login": "owner"}})
 
         def repo_installation(request, data, login, owner, name):
             s.state.repos[f"{owner}/{name}"]
-            return JSONResponse({"id": s.installation_id, "app_id": s.app_id, "target_type": "Organization",
-                                 "account": {"login": owner},
-                                 "access_tokens_url": s._api(f"/app/installations/{s.installation_id}/access_tokens")})
+            return JSONResponse(
+                {
+                    "id": s.installation_id,
+                    "app_id": s.app_id,
+                    "target_type": "Organization",
+                    "account": {"login": owner},
+                    "access_tokens_url": s._api(f"/app/installations/{s.installation_id}/access_tokens"),
+                }
+            )
 
         def access_token(request, data, login, iid):
             if int(iid) != s.installation_id:
                 return _not_found()
             tok = f"ghs_{next(s._ids)}"
             s.installation_tokens[tok] = f"{s.app_slug}[bot]"
-            exp = (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-            return JSONResponse({"token": tok, "expires_at": exp, "permissions": {"checks": "write"},
-                                 "repository_selection": "all"}, status_code=201)
+            exp = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            return JSONResponse(
+                {"token": tok, "expires_at": exp, "permissions": {"checks": "write"}, "repository_selection": "all"},
+                status_code=201,
+            )
 
         def user(request, data, login):
             return JSONResponse(s._user(login))
@@ -383,8 +461,11 @@ class GitHubStandin:
             Route(f"{R}/commits/{{ref}}/check-runs", endpoint(ref_check_runs), methods=["GET"]),
             Route(f"{R}/installation", endpoint(repo_installation, jwt_auth=True), methods=["GET"]),
             Route(f"{PREFIX}/app", endpoint(app_info, jwt_auth=True), methods=["GET"]),
-            Route(f"{PREFIX}/app/installations/{{iid:int}}/access_tokens", endpoint(access_token, jwt_auth=True),
-                  methods=["POST"]),
+            Route(
+                f"{PREFIX}/app/installations/{{iid:int}}/access_tokens",
+                endpoint(access_token, jwt_auth=True),
+                methods=["POST"],
+            ),
             Route(f"{PREFIX}/user", endpoint(user), methods=["GET"]),
         ]
         return Starlette(routes=routes)
@@ -413,7 +494,7 @@ def _apply_check(run: dict[str, Any], data: dict[str, Any]) -> None:
 def _paginate(request: Request, items: list[Any], list_key: str | None = None) -> JSONResponse:
     per_page = min(int(request.query_params.get("per_page", 30)), 100)
     page = int(request.query_params.get("page", 1))
-    chunk = items[(page - 1) * per_page: page * per_page]
+    chunk = items[(page - 1) * per_page : page * per_page]
     last = max(1, -(-len(items) // per_page))
     links = []
     base = str(request.url.remove_query_params("page"))
@@ -427,9 +508,8 @@ def _paginate(request: Request, items: list[Any], list_key: str | None = None) -
 
 
 def _not_found() -> JSONResponse:
-    return JSONResponse({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"},
-                        status_code=404)
+    return JSONResponse({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, status_code=404)
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -40,11 +40,11 @@ _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _log_ts() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
 
 
 class _Container:
@@ -72,7 +72,7 @@ class _Container:
 
 
 class _Pod:
-    def __init__(self, standin: "KubernetesStandIn", manifest: dict):
+    def __init__(self, standin: KubernetesStandIn, manifest: dict):
         self.standin = standin
         self.manifest = manifest
         self.name = manifest["metadata"]["name"]
@@ -95,7 +95,11 @@ class _Pod:
     def to_json(self) -> dict:
         with self.lock:
             m = json.loads(json.dumps(self.manifest))
-            status: dict = {"phase": self.phase, "conditions": [{"type": "PodScheduled", "status": "True"}], "qosClass": "Guaranteed"}
+            status: dict = {
+                "phase": self.phase,
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "qosClass": "Guaranteed",
+            }
             if self.start_time:
                 status["startTime"] = self.start_time
             if self.reason:
@@ -116,7 +120,13 @@ class _Pod:
 
     def _map(self, container: _Container) -> tuple[list[str], str]:
         mounts = {m["mountPath"]: str(self.volumes[m["name"]]) for m in container.spec.get("volumeMounts", [])}
-        pattern = re.compile("(?<![\\w/.])(" + "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True)) + ")(?=/|\\b|$)") if mounts else None
+        pattern = (
+            re.compile(
+                "(?<![\\w/.])(" + "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True)) + ")(?=/|\\b|$)"
+            )
+            if mounts
+            else None
+        )
 
         def sub(arg: str) -> str:
             return pattern.sub(lambda m: mounts[m.group(1)], arg) if pattern else arg
@@ -131,9 +141,12 @@ class _Pod:
         for item in container.spec.get("env", []):
             env[item["name"]] = item.get("value", "")
         container.proc = subprocess.Popen(
-            argv, cwd=cwd, env=env,
+            argv,
+            cwd=cwd,
+            env=env,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         container.started = True
@@ -159,7 +172,14 @@ class _Pod:
                 # (the pump ends at EOF of the container's output, however loaded the machine).
                 container.pump.join(timeout=30)
                 with self.lock:
-                    container.state = {"terminated": {"exitCode": rc if rc >= 0 else 128 - rc, "reason": "Completed" if rc == 0 else "Error", "startedAt": self.start_time, "finishedAt": _now()}}
+                    container.state = {
+                        "terminated": {
+                            "exitCode": rc if rc >= 0 else 128 - rc,
+                            "reason": "Completed" if rc == 0 else "Error",
+                            "startedAt": self.start_time,
+                            "finishedAt": _now(),
+                        }
+                    }
                     container.ready = False
                 with container.log_cond:
                     container.log_cond.notify_all()
@@ -177,10 +197,20 @@ class _Pod:
         if images & self.standin.bad_images:
             first = (self.inits + self.mains)[0]
             with self.lock:
-                first.state = {"waiting": {"reason": "ErrImagePull", "message": f'rpc error: code = NotFound desc = failed to pull and unpack image "{first.spec["image"]}": not found'}}
+                first.state = {
+                    "waiting": {
+                        "reason": "ErrImagePull",
+                        "message": f'rpc error: code = NotFound desc = failed to pull and unpack image "{first.spec["image"]}": not found',
+                    }
+                }
             time.sleep(0.3)
             with self.lock:
-                first.state = {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{first.spec["image"]}"'}}
+                first.state = {
+                    "waiting": {
+                        "reason": "ImagePullBackOff",
+                        "message": f'Back-off pulling image "{first.spec["image"]}"',
+                    }
+                }
             return
         for c in self.inits:
             self._start(c, stdin=bool(c.spec.get("stdin")))
@@ -272,12 +302,23 @@ class KubernetesStandIn:
         shutil.rmtree(self.bin_dir, ignore_errors=True)
 
     def write_kubeconfig(self, path: Path, namespace: str = "evalrunner-sandbox") -> Path:
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "standin",
-            "clusters": [{"name": "standin", "cluster": {"server": self.url}}],
-            "users": [{"name": "standin", "user": {"token": "stand-in-token"}}],
-            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "standin", "namespace": namespace}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "standin",
+                    "clusters": [{"name": "standin", "cluster": {"server": self.url}}],
+                    "users": [{"name": "standin", "user": {"token": "stand-in-token"}}],
+                    "contexts": [
+                        {
+                            "name": "standin",
+                            "context": {"cluster": "standin", "user": "standin", "namespace": namespace},
+                        }
+                    ],
+                }
+            )
+        )
         return path
 
     # -- scenario knobs
@@ -295,7 +336,15 @@ class KubernetesStandIn:
 
 
 def _status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/(log|exec|attach))?$")
@@ -342,13 +391,22 @@ class _Handler(BaseHTTPRequestHandler):
         with st.lock:
             live = [p for (n, _), p in st.pods.items() if n == ns and p.phase in ("Pending", "Running")]
             if st.pod_quota is not None and len(live) >= st.pod_quota:
-                return self._json(403, _status(403, "Forbidden", f'pods "{body["metadata"].get("name")}" is forbidden: exceeded quota: sandbox-quota, requested: pods=1, used: pods={len(live)}, limited: pods={st.pod_quota}'))
+                return self._json(
+                    403,
+                    _status(
+                        403,
+                        "Forbidden",
+                        f'pods "{body["metadata"].get("name")}" is forbidden: exceeded quota: sandbox-quota, requested: pods=1, used: pods={len(live)}, limited: pods={st.pod_quota}',
+                    ),
+                )
             meta = body.setdefault("metadata", {})
             if not meta.get("name"):
                 meta["name"] = meta.get("generateName", "pod-") + uuid.uuid4().hex[:5]
             if (ns, meta["name"]) in st.pods:
                 return self._json(409, _status(409, "AlreadyExists", f'pods "{meta["name"]}" already exists'))
-            meta.update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"})
+            meta.update(
+                {"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"}
+            )
             st.created.append(json.loads(json.dumps(body)))
             pod = _Pod(st, body)
             st.pods[(ns, meta["name"])] = pod
@@ -375,7 +433,15 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(404, _status(404, "NotFound", self.path))
         ns, name, sub = m.groups()
         if name is None:
-            return self._json(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": [p.to_json() for p in self._select(ns, q)]})
+            return self._json(
+                200,
+                {
+                    "kind": "PodList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": [p.to_json() for p in self._select(ns, q)],
+                },
+            )
         pod = st.pods.get((ns, name))
         if pod is None:
             return self._json(404, _status(404, "NotFound", f'pods "{name}" not found'))
@@ -432,7 +498,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _handshake(self) -> str:
         offered = [p.strip() for p in self.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
         proto = "v5.channel.k8s.io" if "v5.channel.k8s.io" in offered else "v4.channel.k8s.io"
-        accept = base64.b64encode(hashlib.sha1((self.headers["Sec-WebSocket-Key"] + _WS_GUID).encode()).digest()).decode()
+        accept = base64.b64encode(
+            hashlib.sha1((self.headers["Sec-WebSocket-Key"] + _WS_GUID).encode()).digest()
+        ).decode()
         self.send_response(101, "Switching Protocols")
         self.send_header("Upgrade", "websocket")
         self.send_header("Connection", "Upgrade")
@@ -525,8 +593,14 @@ class _Handler(BaseHTTPRequestHandler):
             return self._close()
         argv, cwd = pod._map(_Container({**container.spec, "command": command, "args": []}, False))
         env = {"PATH": f"{self.standin.bin_dir}:{os.environ.get('PATH', '')}"}
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.standin.execs.append((pod.name, container.name, list(command)))
         if want_stdin:
             # Stdin frames are relayed as they arrive (the command may read a framed request
@@ -564,8 +638,13 @@ class _Handler(BaseHTTPRequestHandler):
         if proc.returncode == 0:
             status = {"metadata": {}, "status": "Success"}
         else:
-            status = {"metadata": {}, "status": "Failure", "message": f"command terminated with non-zero exit code: {proc.returncode}", "reason": "NonZeroExitCode",
-                      "details": {"causes": [{"reason": "ExitCode", "message": str(proc.returncode)}]}}
+            status = {
+                "metadata": {},
+                "status": "Failure",
+                "message": f"command terminated with non-zero exit code: {proc.returncode}",
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(proc.returncode)}]},
+            }
         self._send(3, json.dumps(status).encode())
         self._close()
         if want_stdin:

@@ -69,7 +69,7 @@ def words(text: str) -> int:
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as separate writes
-    server: "_Server"
+    server: _Server
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -81,9 +81,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
             fault = state.faults.pop(0) if state.faults else None
-            state.requests.append({"path": self.path, "authorization": self.headers.get("authorization"),
-                                   "x-api-key": self.headers.get("x-api-key"), "model": body.get("model"),
-                                   "status": fault.status if fault else 200})
+            state.requests.append(
+                {
+                    "path": self.path,
+                    "authorization": self.headers.get("authorization"),
+                    "x-api-key": self.headers.get("x-api-key"),
+                    "model": body.get("model"),
+                    "status": fault.status if fault else 200,
+                }
+            )
         try:
             if state.hold is not None:
                 state.arrived.release()
@@ -126,56 +132,119 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("content-type", "text/event-stream")
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
-            base = {"id": "chatcmpl-standin", "object": "chat.completion.chunk", "created": 0, "model": body.get("model")}
-            events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": answer}, "finish_reason": None}]},
-                      {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-                      {**base, "choices": [], "usage": usage}]
+            base = {
+                "id": "chatcmpl-standin",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": body.get("model"),
+            }
+            events = [
+                {
+                    **base,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": answer}, "finish_reason": None}],
+                },
+                {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                {**base, "choices": [], "usage": usage},
+            ]
             for ev in [json.dumps(e) for e in events] + ["[DONE]"]:
                 chunk = f"data: {ev}\n\n".encode()
                 self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
             return
         self.send_response(200)
-        self._json(json.dumps({
-            "id": "chatcmpl-standin", "object": "chat.completion", "created": 0, "model": body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop",
-                         "logprobs": None}],
-            "usage": usage,
-        }).encode())
+        self._json(
+            json.dumps(
+                {
+                    "id": "chatcmpl-standin",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body.get("model"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": answer},
+                            "finish_reason": "stop",
+                            "logprobs": None,
+                        }
+                    ],
+                    "usage": usage,
+                }
+            ).encode()
+        )
 
     def _responses(self, body: dict[str, Any]) -> None:
         inp = body.get("input")
         messages = inp if isinstance(inp, list) else [{"role": "user", "content": str(inp or "")}]
-        answer = answer_for([{"role": m.get("role"), "content": m.get("content")} for m in messages if isinstance(m, dict)])
+        answer = answer_for(
+            [{"role": m.get("role"), "content": m.get("content")} for m in messages if isinstance(m, dict)]
+        )
         prompt = sum(words(_text(m.get("content"))) for m in messages if isinstance(m, dict))
         self.send_response(200)
-        self._json(json.dumps({
-            "id": "resp_standin", "object": "response", "created_at": 0, "model": body.get("model"),
-            "status": "completed", "output": [{"type": "message", "id": "msg_standin", "role": "assistant",
-                                                "status": "completed",
-                                                "content": [{"type": "output_text", "text": answer, "annotations": []}]}],
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-            "usage": {"input_tokens": prompt, "output_tokens": words(answer), "total_tokens": prompt + words(answer),
-                      "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}},
-        }).encode())
+        self._json(
+            json.dumps(
+                {
+                    "id": "resp_standin",
+                    "object": "response",
+                    "created_at": 0,
+                    "model": body.get("model"),
+                    "status": "completed",
+                    "output": [
+                        {
+                            "type": "message",
+                            "id": "msg_standin",
+                            "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": answer, "annotations": []}],
+                        }
+                    ],
+                    "parallel_tool_calls": True,
+                    "tool_choice": "auto",
+                    "tools": [],
+                    "usage": {
+                        "input_tokens": prompt,
+                        "output_tokens": words(answer),
+                        "total_tokens": prompt + words(answer),
+                        "input_tokens_details": {"cached_tokens": 0},
+                        "output_tokens_details": {"reasoning_tokens": 0},
+                    },
+                }
+            ).encode()
+        )
 
     def _messages(self, body: dict[str, Any]) -> None:
         messages = list(body.get("messages") or [])
         answer = answer_for(messages)
         prompt = sum(words(_text(m.get("content"))) for m in messages) + words(_text(body.get("system")))
         if body.get("stream"):
-            msg = {"id": "msg_standin", "type": "message", "role": "assistant", "model": body.get("model"),
-                   "content": [], "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": prompt, "output_tokens": 1}}
+            msg = {
+                "id": "msg_standin",
+                "type": "message",
+                "role": "assistant",
+                "model": body.get("model"),
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": prompt, "output_tokens": 1},
+            }
             events = [
                 ("message_start", {"type": "message_start", "message": msg}),
-                ("content_block_start", {"type": "content_block_start", "index": 0,
-                                         "content_block": {"type": "text", "text": ""}}),
-                ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                         "delta": {"type": "text_delta", "text": answer}}),
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                ),
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": answer}},
+                ),
                 ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                                   "usage": {"output_tokens": words(answer)}}),
+                (
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                        "usage": {"output_tokens": words(answer)},
+                    },
+                ),
                 ("message_stop", {"type": "message_stop"}),
             ]
             self.send_response(200)
@@ -188,11 +257,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
             return
         self.send_response(200)
-        self._json(json.dumps({
-            "id": "msg_standin", "type": "message", "role": "assistant", "model": body.get("model"),
-            "content": [{"type": "text", "text": answer}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": words(answer)},
-        }).encode())
+        self._json(
+            json.dumps(
+                {
+                    "id": "msg_standin",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model"),
+                    "content": [{"type": "text", "text": answer}],
+                    "stop_reason": "end_turn",
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": prompt, "output_tokens": words(answer)},
+                }
+            ).encode()
+        )
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -219,7 +297,7 @@ class OpenAIStandIn:
         with self.state.lock:
             self.state.faults.extend(_Fault(status, retry_after) for _ in range(n))
 
-    def __enter__(self) -> "OpenAIStandIn":
+    def __enter__(self) -> OpenAIStandIn:
         self._thread.start()
         return self
 

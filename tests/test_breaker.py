@@ -10,16 +10,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_resume import lake, run_compare
 
 from evalrunner_assets.example_repo import EXAMPLE_REPO_SOURCE
-from test_resume import lake, run_compare
 
 pytestmark = pytest.mark.slow
 
 WORKERS = 2
 SOLVE = "        state.messages.insert(0, ChatMessageSystem(content=prompt))\n        return state\n"
 # The sandboxed Inspect process kills itself in the middle of a sample: a sandbox crash.
-KILLS_ITS_SANDBOX = ("        import os, signal\n        os.kill(os.getpid(), signal.SIGKILL)\n" + SOLVE)
+KILLS_ITS_SANDBOX = "        import os, signal\n        os.kill(os.getpid(), signal.SIGKILL)\n" + SOLVE
 # The agent answers nothing useful: every sample is scored wrong, the log is healthy.
 ANSWERS_WRONG = (
     "        from inspect_ai.model import ModelOutput\n"
@@ -29,9 +29,15 @@ ANSWERS_WRONG = (
 
 
 def _git(repo: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+    }
     subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
 
 
@@ -53,7 +59,9 @@ def repo_whose_solver(tmp: Path, body: str) -> Path:
 
 
 def doc_of(home: Path) -> dict:
-    return json.loads(next(p for p in (lake(home) / "comparisons").rglob("*.json") if p.name.count(".") == 1).read_text())
+    return json.loads(
+        next(p for p in (lake(home) / "comparisons").rglob("*.json") if p.name.count(".") == 1).read_text()
+    )
 
 
 def test_sandboxes_that_die_trip_the_breaker_after_five_with_bounded_overshoot(tmp_path: Path) -> None:
@@ -84,8 +92,9 @@ def test_sandboxes_that_die_trip_the_breaker_after_five_with_bounded_overshoot(t
     assert failed["cost_usd"] is None
     comment = next((lake(home) / "comparisons").rglob("*.comment.md")).read_text()
     footer = next(line for line in comment.splitlines() if line.startswith("Samples run:"))
-    assert (f"not landed: {failed['windows']} window(s) failed on infrastructure "
-            "(no readable log: their use is unknown)") in footer
+    assert (
+        f"not landed: {failed['windows']} window(s) failed on infrastructure (no readable log: their use is unknown)"
+    ) in footer
 
 
 def test_an_agent_that_fails_every_sample_does_not_trip_the_breaker(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_resume import batch_records, lake, start_compare
 
 from evalrunner_assets.example_repo import build_example_repo
-from test_resume import batch_records, lake, start_compare
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,9 @@ def test_sigint_kills_every_sandbox_within_15s_and_records_the_cancellation(tmp_
         time.sleep(0.05)
     assert bwraps_of(home) == [], "a sandbox outlived the cancelled comparison"
 
-    doc = json.loads(next(p for p in (lake(home) / "comparisons").rglob("*.json") if p.name.count(".") == 1).read_text())
+    doc = json.loads(
+        next(p for p in (lake(home) / "comparisons").rglob("*.json") if p.name.count(".") == 1).read_text()
+    )
     assert doc["status"] == "cancelled"
     assert doc["execution"]["status"] == "cancelled"
     assert "breaker" not in doc

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from conftest import commit_files, git
 from github_standin import free_port
 
@@ -23,13 +22,19 @@ EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
 TIMEOUT = 240  # seconds; generous for a loaded 2-core machine, never reached when things work
 
 BAD_LISTS = {
-    "list-exits-non-zero": ("#!/bin/sh\necho 'cannot find the task files' >&2\nexit 3\n",
-                            ["exited with code 3", "cannot find the task files"]),
+    "list-exits-non-zero": (
+        "#!/bin/sh\necho 'cannot find the task files' >&2\nexit 3\n",
+        ["exited with code 3", "cannot find the task files"],
+    ),
     "list-prints-invalid-json": ("#!/bin/sh\necho '{not json'\n", ["not valid JSON", "line 1 column 2"]),
-    "list-violates-the-schema": ("#!/bin/sh\necho '{\"version\": 1, \"tasks\": [{\"id\": \"t\"}]}'\n",
-                                 ["$.tasks[0]", "'spec' is a required property"]),
-    "list-imports-a-missing-module": ("#!/usr/bin/env python3\nimport evalrunner_no_such_module_xyz\n",
-                                      ["ModuleNotFoundError", "evalrunner_no_such_module_xyz"]),
+    "list-violates-the-schema": (
+        '#!/bin/sh\necho \'{"version": 1, "tasks": [{"id": "t"}]}\'\n',
+        ["$.tasks[0]", "'spec' is a required property"],
+    ),
+    "list-imports-a-missing-module": (
+        "#!/usr/bin/env python3\nimport evalrunner_no_such_module_xyz\n",
+        ["ModuleNotFoundError", "evalrunner_no_such_module_xyz"],
+    ),
 }
 
 
@@ -66,22 +71,25 @@ def _case(name: str, tmp_path: Path) -> Case:
     if name in ("bad-ref", "bad-cap"):
         commit_files(good, {"README.md": "x\n"})
     if name == "bad-ref":
-        return Case(["compare", "--repo", str(good), "--base", "main", "--head", "no-such-branch"],
-                    ["--head", "no-such-branch"])
+        return Case(
+            ["compare", "--repo", str(good), "--base", "main", "--head", "no-such-branch"], ["--head", "no-such-branch"]
+        )
     if name == "missing-repo-path":
         missing = str(tmp_path / "nope")
         return Case(["compare", "--repo", missing, "--base", "main", "--head", "pr"], ["--repo", missing])
     if name == "repo-is-not-git":
         plain = tmp_path / "plain"
         plain.mkdir()
-        return Case(["compare", "--repo", str(plain), "--base", "main", "--head", "pr"],
-                    ["--repo", str(plain), "not a git repository"])
+        return Case(
+            ["compare", "--repo", str(plain), "--base", "main", "--head", "pr"],
+            ["--repo", str(plain), "not a git repository"],
+        )
     if name == "bad-cap":
-        return Case(["compare", "--repo", str(good), "--base", "main", "--head", "main", "--cap", "3"],
-                    ["--cap", "3"])
+        return Case(["compare", "--repo", str(good), "--base", "main", "--head", "main", "--cap", "3"], ["--cap", "3"])
     if name == "cap-not-a-number":
-        return Case(["compare", "--repo", ".", "--base", "main", "--head", "main", "--cap", "lots"],
-                    ["--cap", "'lots'"])
+        return Case(
+            ["compare", "--repo", ".", "--base", "main", "--head", "main", "--cap", "lots"], ["--cap", "'lots'"]
+        )
     if name == "sql-syntax-error":
         (tmp_path / "home" / "lake").mkdir(parents=True)
         return Case(["sql", "selec count(*) from samples"], ["syntax error", "selec"])
@@ -91,18 +99,34 @@ def _case(name: str, tmp_path: Path) -> Case:
         lake = str(tmp_path / "elsewhere" / "lake")
         return Case(["view"], ["no lake at", lake], env={"EVALRUNNER_LAKE": lake})
     if name == "serve-without-a-webhook-secret":
-        return Case(["serve", "--webhook-only", "--port", str(free_port())],
-                    ["EVALRUNNER_WEBHOOK_SECRET", "--insecure"])
+        return Case(
+            ["serve", "--webhook-only", "--port", str(free_port())], ["EVALRUNNER_WEBHOOK_SECRET", "--insecure"]
+        )
     raise AssertionError(name)
 
 
 def _run(argv: list[str], tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([EVALRUNNER, *argv], env=_env(tmp_path / "home", **env), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    return subprocess.run(
+        [EVALRUNNER, *argv],
+        env=_env(tmp_path / "home", **env),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
 
 
-FAST = ["bad-ref", "missing-repo-path", "repo-is-not-git", "bad-cap", "cap-not-a-number", "sql-syntax-error",
-        "sql-on-a-missing-lake", "view-on-a-missing-lake", "serve-without-a-webhook-secret"]
+FAST = [
+    "bad-ref",
+    "missing-repo-path",
+    "repo-is-not-git",
+    "bad-cap",
+    "cap-not-a-number",
+    "sql-syntax-error",
+    "sql-on-a-missing-lake",
+    "view-on-a-missing-lake",
+    "serve-without-a-webhook-secret",
+]
 IN_SANDBOX = [pytest.param(name, marks=pytest.mark.slow) for name in BAD_LISTS]
 
 
@@ -140,8 +164,14 @@ def test_ctrl_c_during_a_long_sql_query_exits_130_without_a_traceback(tmp_path: 
     (home / "lake").mkdir(parents=True)
     # Far more rows than can be summed before the signal: the query is cancelled, not finished.
     query = "select sum(hash(range)) from range(1000000000000)"
-    proc = subprocess.Popen([EVALRUNNER, "sql", query], env=_env(home), cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [EVALRUNNER, "sql", query],
+        env=_env(home),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         started = proc.stderr.readline()  # type: ignore[union-attr]  # printed once the query runs
         assert "query running" in started, started + proc.stderr.read()  # type: ignore[union-attr]
@@ -165,9 +195,14 @@ def test_serve_starts_dagster_from_its_own_environment_without_it_on_path(tmp_pa
     port, dagster_port = free_port(), free_port()
     env = _env(tmp_path / "home", PATH="/usr/bin:/bin")  # the venv's bin/ is not on PATH
     log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen([EVALRUNNER, "serve", "--insecure", "--port", str(port), "--dagster-port",
-                             str(dagster_port)], env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [EVALRUNNER, "serve", "--insecure", "--port", str(port), "--dagster-port", str(dagster_port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + TIMEOUT
         while True:
@@ -206,12 +241,11 @@ def test_tasks_whose_every_window_failed_name_their_cause_in_the_terminal(tmp_pa
     git(repo, "checkout", "-q", "-b", "broken")
     commit_files(repo, {}, message="solver imports a missing module")
 
-    done = _run(["compare", "--repo", str(repo), "--base", "main", "--head", "broken", "--cap", "16"],
-                tmp_path, {})
+    done = _run(["compare", "--repo", str(repo), "--base", "main", "--head", "broken", "--cap", "16"], tmp_path, {})
     assert done.returncode in (0, 3), done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     out = done.stdout.splitlines()
-    failed = out[out.index("failed (first cause, as the comparison records it):") + 1:]
+    failed = out[out.index("failed (first cause, as the comparison records it):") + 1 :]
     for task in ("triage/runbook_lookup", "triage/escalation_policy", "triage/summary_quality"):
         line = next(ln for ln in failed if ln.strip().startswith(task))
         # The cause the comparison records: the exception itself, or (when the PR's code is held

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from github_standin import free_port
+from shared_files import shared_path
+
 from lake.storage import Lake
 from sensors.inbox import read_inbox
 from sensors.webhook import sign
-from shared_files import shared_path
 
 EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
 FIXTURES = shared_path("fixtures/github-webhooks")
@@ -37,8 +37,7 @@ class Served:
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("EVALRUNNER_", "DAGSTER_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALRUNNER_", "DAGSTER_"))}
     env.update(EVALRUNNER_HOME=str(home), PYTHONUNBUFFERED="1", **extra)
     return env
 
@@ -48,7 +47,10 @@ def _start(tmp_path: Path, *args: str, cwd: Path | None = None, **env: str) -> S
     stderr = tmp_path / "serve.stderr"
     proc = subprocess.Popen(
         [EVALRUNNER, "serve", "--webhook-only", "--host", "127.0.0.1", "--port", str(port), *args],
-        env=_env(home, **env), cwd=cwd or tmp_path, stdout=subprocess.DEVNULL, stderr=stderr.open("wb"),
+        env=_env(home, **env),
+        cwd=cwd or tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr.open("wb"),
     )
     served = Served(proc, port, home, stderr)
     deadline = time.monotonic() + START_TIMEOUT
@@ -96,8 +98,7 @@ def _get(served: Served, path: str) -> tuple[int, dict]:
         conn.close()
 
 
-def _post(served: Served, body: bytes, event: str, delivery: str,
-          signature: str | None = None) -> tuple[int, dict]:
+def _post(served: Served, body: bytes, event: str, delivery: str, signature: str | None = None) -> tuple[int, dict]:
     headers = {"Content-Type": "application/json", "X-GitHub-Event": event, "X-GitHub-Delivery": delivery}
     if signature is not None:
         headers["X-Hub-Signature-256"] = signature
@@ -172,16 +173,27 @@ def test_serve_stops_gracefully_on_sigterm(serving):
 
 
 def test_serve_without_a_secret_refuses_to_start_unless_insecure(tmp_path):
-    proc = subprocess.run([EVALRUNNER, "serve", "--webhook-only", "--port", str(free_port())],
-                          env=_env(tmp_path / "home"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [EVALRUNNER, "serve", "--webhook-only", "--port", str(free_port())],
+        env=_env(tmp_path / "home"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0
     assert "EVALRUNNER_WEBHOOK_SECRET" in proc.stderr
 
 
 def test_insecure_serve_refuses_a_non_loopback_host(tmp_path):
-    proc = subprocess.run([EVALRUNNER, "serve", "--webhook-only", "--insecure", "--host", "0.0.0.0",
-                           "--port", str(free_port())],
-                          env=_env(tmp_path / "home"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [EVALRUNNER, "serve", "--webhook-only", "--insecure", "--host", "0.0.0.0", "--port", str(free_port())],
+        env=_env(tmp_path / "home"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0
     assert "loopback" in proc.stderr
 
@@ -192,9 +204,14 @@ def test_serve_with_dagster_logs_no_telemetry_banner_supersession_or_beta_warnin
     stderr = tmp_path / "serve.log"  # stdout and stderr: Dagster logs to both
     env = _env(home, EVALRUNNER_WEBHOOK_SECRET=SECRET)
     env["PATH"] = f"{Path(EVALRUNNER).parent}{os.pathsep}{env.get('PATH', '')}"  # `dagster` of this venv
-    proc = subprocess.Popen([EVALRUNNER, "serve", "--port", str(port), "--dagster-port", str(dagster_port)],
-                            env=env, cwd=tmp_path, stdout=(out := stderr.open("wb")), stderr=out,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [EVALRUNNER, "serve", "--port", str(port), "--dagster-port", str(dagster_port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=(out := stderr.open("wb")),
+        stderr=out,
+        start_new_session=True,
+    )
     try:
         # The code location is loaded (where beta warnings would be logged) once a sensor ticks.
         deadline = time.monotonic() + 300

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-
 from _pipeline_fixtures import evalrunner_home
+
 from evalrunner_assets.backfill import run_backfill
 from evalrunner_assets.example_repo import build_example_history
 from evalrunner_assets.pipeline import series
@@ -33,13 +33,32 @@ def backfilled(tmp_path_factory):
     history = build_example_history(root / "repo")
     with evalrunner_home(root / "home") as home:
         instance = dg.DagsterInstance.ephemeral()
-        first = run_backfill(REPO, str(root / "repo"), settings=SETTINGS, last=len(history),
-                             instance=instance, resources=home.resources())
+        first = run_backfill(
+            REPO,
+            str(root / "repo"),
+            settings=SETTINGS,
+            last=len(history),
+            instance=instance,
+            resources=home.resources(),
+        )
         starts_after_first = len(home.starts())
-        second = run_backfill(REPO, str(root / "repo"), settings=SETTINGS, last=len(history),
-                              instance=instance, resources=home.resources())
-        yield {"history": history, "first": first, "second": second, "home": home, "repo_path": str(root / "repo"),
-               "instance": instance, "new_starts": len(home.starts()) - starts_after_first}
+        second = run_backfill(
+            REPO,
+            str(root / "repo"),
+            settings=SETTINGS,
+            last=len(history),
+            instance=instance,
+            resources=home.resources(),
+        )
+        yield {
+            "history": history,
+            "first": first,
+            "second": second,
+            "home": home,
+            "repo_path": str(root / "repo"),
+            "instance": instance,
+            "new_starts": len(home.starts()) - starts_after_first,
+        }
 
 
 def test_exactly_the_regression_commit_is_flagged(backfilled):
@@ -105,16 +124,20 @@ def test_chart_and_sql_view_exist(backfilled):
     assert png.startswith(b"\x89PNG")
     assert b"<svg" in lake.read_bytes(LAYOUT.series_chart(REPO, "main", "svg"))
     con = duck.connect(lake)
-    rows = con.sql("select scope, name, flagged, annotation from cohort_series "
-                   "where scope <> 'task' order by position, scope, name").fetchall()
+    rows = con.sql(
+        "select scope, name, flagged, annotation from cohort_series "
+        "where scope <> 'task' order by position, scope, name"
+    ).fetchall()
     assert sum(1 for r in rows if r[0] == "combined") == 12
     assert sum(1 for r in rows if r[0] == "cohort" and r[2]) == 1  # the one flagged cohort point
     assert any(r[1] == "hard" and r[3] and "added" in r[3] for r in rows)
 
 
 def test_history_selection():
-    history = [series.MainCommit(sha=f"{i:040x}", committed_at=f"2025-01-{i + 1:02d}T00:00:00+00:00",
-                                 subject="", position=i) for i in range(10)]
+    history = [
+        series.MainCommit(sha=f"{i:040x}", committed_at=f"2025-01-{i + 1:02d}T00:00:00+00:00", subject="", position=i)
+        for i in range(10)
+    ]
     assert [c.position for c in series.select_commits(history, last=3)] == [7, 8, 9]
     assert [c.position for c in series.select_commits(history, every=4)] == [1, 5, 9]
     assert [c.position for c in series.select_commits(history, since="2025-01-08")] == [7, 8, 9]
@@ -145,7 +168,6 @@ def test_settings_are_validated():
         series.SeriesSettings(cap=0)
 
 
-
 def test_a_push_to_main_through_the_receiver_adds_its_point(backfilled, tmp_path):
     """A new main commit, a signed ``push`` delivery through the real receiver on loopback, the
     real ``pr_sensor`` → a ``cohort_series`` run for that commit's partition → its point,
@@ -154,15 +176,19 @@ def test_a_push_to_main_through_the_receiver_adds_its_point(backfilled, tmp_path
 
     from conftest import commit_files
     from github_standin import LoopbackServer
-    from sensors.pr import pr_sensor
-    from sensors.webhook import ReceiverConfig, create_app
     from shared_files import shared_path
     from test_github_e2e import SECRET, _retarget, deliver
 
+    from sensors.pr import pr_sensor
+    from sensors.webhook import ReceiverConfig, create_app
+
     home, instance = backfilled["home"], backfilled["instance"]
     repo_path = Path(backfilled["repo_path"])
-    new_sha = commit_files(repo_path, {"README.md": (repo_path / "README.md").read_text() + "\nOne more note.\n"},
-                           message="README: one more note")
+    new_sha = commit_files(
+        repo_path,
+        {"README.md": (repo_path / "README.md").read_text() + "\nOne more note.\n"},
+        message="README: one more note",
+    )
     payload = _retarget(_json.loads(shared_path("fixtures/github-webhooks/push.json").read_text()))
     payload.update({"ref": "refs/heads/main", "after": new_sha, "deleted": False, "created": False})
     resources = home.resources()
@@ -181,21 +207,29 @@ def test_a_push_to_main_through_the_receiver_adds_its_point(backfilled, tmp_path
     from evalrunner_assets.definitions import defs
 
     run = defs.resolve_job_def("cohort_series_job").execute_in_process(
-        instance=instance, resources=resources, partition_key=key, raise_on_error=False)
+        instance=instance, resources=resources, partition_key=key, raise_on_error=False
+    )
     assert run.success
     point = series.load_point(lake, REPO, new_sha)
     assert point is not None and point["previous"] == backfilled["history"][-1].sha
     assert not point["flagged"] and point["position"] == len(backfilled["history"])
 
 
-@pytest.mark.parametrize("cohort, problem", [("Hard Tasks!", "is not a cohort name"), ("-hard", "is not a cohort name"),
-                                             ("x" * 64, "is too long")])
+@pytest.mark.parametrize(
+    "cohort, problem",
+    [("Hard Tasks!", "is not a cohort name"), ("-hard", "is not a cohort name"), ("x" * 64, "is too long")],
+)
 def test_a_bad_cohort_is_refused_naming_the_task(cohort, problem):
     from evalrunner_assets.discovery import ManifestSchemaError
     from evalrunner_assets.discovery._manifest import validate_manifest
 
-    manifest = {"version": 1, "tasks": [{"id": "triage/a", "spec": "evals/t.py@a"},
-                                         {"id": "triage/b", "spec": "evals/t.py@b", "cohort": cohort}]}
+    manifest = {
+        "version": 1,
+        "tasks": [
+            {"id": "triage/a", "spec": "evals/t.py@a"},
+            {"id": "triage/b", "spec": "evals/t.py@b", "cohort": cohort},
+        ],
+    }
     with pytest.raises(ManifestSchemaError) as err:
         validate_manifest(manifest)
     assert "$.tasks[1].cohort" in str(err.value) and problem in str(err.value) and "'triage/b'" in str(err.value)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from test_cancel import bwraps_of
 
 from evalrunner_assets.example_repo import build_example_repo
 from evalrunner_assets.pipeline.facts import learn_commit
 from evalrunner_assets.pipeline.keys import commit_key
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest, open_comparison
-from test_cancel import bwraps_of
 
 pytestmark = pytest.mark.slow
 
@@ -56,17 +56,31 @@ def test_terminating_a_task_samples_run_kills_its_sandbox_within_15s(tmp_path: P
     resources["repos"].register(lake, REPO, str(example.path))
     export = resources["repos"].export(lake, REPO, example.base_sha)
     learn_commit(lake, resources["sandbox"].backend(), export, model=DEFAULT_MODEL)
-    request = open_comparison(lake, ComparisonRequest(
-        repo=REPO, source=str(example.path), pr="1", base_sha=example.base_sha, head_sha=example.base_sha,
-        base_ref="main", requested_at="2026-01-01T00:00:00+00:00"))
+    request = open_comparison(
+        lake,
+        ComparisonRequest(
+            repo=REPO,
+            source=str(example.path),
+            pr="1",
+            base_sha=example.base_sha,
+            head_sha=example.base_sha,
+            base_ref="main",
+            requested_at="2026-01-01T00:00:00+00:00",
+        ),
+    )
     ck = commit_key(REPO, example.base_sha)
     instance = local_instance()
     instance.add_dynamic_partitions("commits", [ck])
     instance.add_dynamic_partitions("tasks", [TASK])
     instance.add_dynamic_partitions("comparisons", [request.key])
 
-    proc = subprocess.Popen([sys.executable, "-c", _RUN, ck, TASK, request.key, ",".join(WINDOWS)],
-                            env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RUN, ck, TASK, request.key, ",".join(WINDOWS)],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     batches = home / "lake" / "batches"
     deadline = time.monotonic() + 120
     while not (batches.exists() and any(batches.rglob("*.json")) and bwraps_of(home)):
@@ -94,4 +108,6 @@ def test_terminating_a_task_samples_run_kills_its_sandbox_within_15s(tmp_path: P
 
     run = next(r for r in instance.get_runs() if r.tags.get("evalrunner/step") == "samples:termination-test")
     assert run.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE), run.status
-    print(f"terminated after {len(landed)} landed window(s); run {run.status.value}; ended {took:.1f}s after the signal")
+    print(
+        f"terminated after {len(landed)} landed window(s); run {run.status.value}; ended {took:.1f}s after the signal"
+    )

@@ -36,11 +36,7 @@ def test_sensors_target_the_pipeline_jobs() -> None:
 
 def test_task_samples_declares_its_data_quality_checks() -> None:
     repo = defs.get_repository_def()
-    checks = {
-        k.name
-        for k in repo.asset_graph.asset_check_keys
-        if k.asset_key == dg.AssetKey("task_samples")
-    }
+    checks = {k.name for k in repo.asset_graph.asset_check_keys if k.asset_key == dg.AssetKey("task_samples")}
     assert {"reproducibility_fields_present", "no_error_logs"} <= checks
 
 
@@ -49,7 +45,10 @@ def test_dagster_cli_validates_the_code_location(tmp_path: Path) -> None:
     dagster = Path(sys.executable).with_name("dagster")
     proc = subprocess.run(
         [str(dagster), "definitions", "validate", "-m", "evalrunner_assets.definitions"],
-        env=env, capture_output=True, text=True, timeout=180,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Validation successful" in proc.stdout + proc.stderr

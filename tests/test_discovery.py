@@ -79,7 +79,11 @@ def test_schema_is_shipped_in_the_package():
         ({"version": 1, "tasks": [task(cohort="Nightly!")]}, "$.tasks[0].cohort", "'Nightly!' is not a cohort name"),
         ({"version": 1, "tasks": [task(workdir=3)]}, "$.tasks[0].workdir", "3 is not of type 'string'"),
         ({"version": 1, "tasks": [task(paths="evals/**")]}, "$.tasks[0].paths", "'evals/**' is not of type 'array'"),
-        ({"version": 1, "tasks": [task(resources=[1])]}, "$.tasks[0].resources[0]", "1 is not of type 'string', 'object'"),
+        (
+            {"version": 1, "tasks": [task(resources=[1])]},
+            "$.tasks[0].resources[0]",
+            "1 is not of type 'string', 'object'",
+        ),
         ({"version": 1, "tasks": [task(images=[""])]}, "$.tasks[0].images[0]", "'' should be non-empty"),
         ({"version": 1, "images": "img", "tasks": []}, "$.images", "'img' is not of type 'array'"),
     ],
@@ -93,7 +97,11 @@ def test_each_schema_violation_names_its_json_path(data, path, message):
     ("tasks", "path", "message"),
     [
         ([task(), task()], "$.tasks[1].id", "duplicate task id 'triage/lookup' (also at $.tasks[0].id)"),
-        ([task(workdir="../outside")], "$.tasks[0].workdir", "workdir '../outside' is absolute or leaves the repository"),
+        (
+            [task(workdir="../outside")],
+            "$.tasks[0].workdir",
+            "workdir '../outside' is absolute or leaves the repository",
+        ),
         ([task(workdir="/etc")], "$.tasks[0].workdir", "workdir '/etc' is absolute or leaves the repository"),
         ([task(workdir="a/../../b")], "$.tasks[0].workdir", "leaves the repository"),
         ([task(workdir="evals", spec="../../x.py@t")], "$.tasks[0].spec", "points outside the repository"),
@@ -112,12 +120,22 @@ def test_every_violation_is_reported_not_only_the_first():
 
 
 def test_defaults_are_filled_and_unknown_fields_preserved():
-    m = validate_manifest({"version": 1, "x-owner": "team-a",
-                           "tasks": [{"id": "a", "spec": "t.py@a", "timeout": 30, "meta": {"k": [1]}}]})
+    m = validate_manifest(
+        {"version": 1, "x-owner": "team-a", "tasks": [{"id": "a", "spec": "t.py@a", "timeout": 30, "meta": {"k": [1]}}]}
+    )
     d = m.to_dict()
     assert d["x-owner"] == "team-a" and d["images"] == []
-    assert d["tasks"][0] == {"id": "a", "spec": "t.py@a", "workdir": ".", "resources": [], "images": [],
-                             "cohort": "default", "paths": [], "timeout": 30, "meta": {"k": [1]}}
+    assert d["tasks"][0] == {
+        "id": "a",
+        "spec": "t.py@a",
+        "workdir": ".",
+        "resources": [],
+        "images": [],
+        "cohort": "default",
+        "paths": [],
+        "timeout": 30,
+        "meta": {"k": [1]},
+    }
     assert validate_manifest(json.loads(m.to_json_bytes())) == m
 
 
@@ -126,7 +144,11 @@ def test_defaults_are_filled_and_unknown_fields_preserved():
     [
         (b"", ManifestNotJSON, "is empty; expected a JSON manifest"),
         (b"\xff\xfe{}", ManifestNotJSON, "is not valid UTF-8 (byte 0)"),
-        (b'{"version": 1,\n "tasks": [}', ManifestNotJSON, "not valid JSON: Expecting value at line 2 column 12 (char 26)"),
+        (
+            b'{"version": 1,\n "tasks": [}',
+            ManifestNotJSON,
+            "not valid JSON: Expecting value at line 2 column 12 (char 26)",
+        ),
         (b'{"version": 1, "tasks": []} trailing', ManifestNotJSON, "Extra data at line 1 column 29"),
     ],
 )
@@ -147,9 +169,10 @@ def test_invalid_json_error_carries_its_position():
 SEG = st.text(alphabet="abcxyz019_.-", min_size=1, max_size=8).filter(lambda s: s not in (".", ".."))
 TASK_ID = st.lists(SEG, min_size=1, max_size=3).map("/".join)
 REL = st.lists(st.text(alphabet="abc_-", min_size=1, max_size=6), min_size=0, max_size=3).map(
-    lambda parts: "/".join(parts) or ".")
+    lambda parts: "/".join(parts) or "."
+)
 JSONISH = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=10),
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=8,
 )
@@ -244,8 +267,11 @@ def test_arbitrary_bytes_never_crash_parsing(raw):
 
 
 def test_a_valid_list_is_discovered_with_defaults(bwrap_backend, make_repo, tmp_path):
-    manifest = {"version": 1, "images": [], "tasks": [
-        {"id": "triage/lookup", "workdir": "evals", "spec": "tasks.py@lookup", "owner": "sre"}]}
+    manifest = {
+        "version": 1,
+        "images": [],
+        "tasks": [{"id": "triage/lookup", "workdir": "evals", "spec": "tasks.py@lookup", "owner": "sre"}],
+    }
     export = export_of(make_repo, tmp_path, {**list_printing(json.dumps(manifest)), "evals/tasks.py": "#"})
     result = discover(bwrap_backend, export)
     assert result.source == "evals-list"
@@ -255,14 +281,16 @@ def test_a_valid_list_is_discovered_with_defaults(bwrap_backend, make_repo, tmp_
 
 
 def test_a_list_runs_with_the_export_as_its_working_directory(bwrap_backend, make_repo, tmp_path):
-    script = "#!/bin/sh\nid=$(cat task-name.txt)\necho '{\"version\":1,\"tasks\":[{\"id\":\"'$id'\",\"spec\":\"t.py\"}]}'\n"
+    script = '#!/bin/sh\nid=$(cat task-name.txt)\necho \'{"version":1,"tasks":[{"id":"\'$id\'","spec":"t.py"}]}\'\n'
     export = export_of(make_repo, tmp_path, {".evals/list": script, "task-name.txt": "from-file"})
     assert discover(bwrap_backend, export).manifest.tasks[0].id == "from-file"
 
 
 def test_a_non_executable_list_is_refused(bwrap_backend, make_repo, tmp_path):
     export = export_of(make_repo, tmp_path, list_printing("{}"), executable=())
-    with pytest.raises(ListNotExecutable, match=r"\.evals/list in acme/agent@[0-9a-f]{12} is not executable; run `chmod \+x"):
+    with pytest.raises(
+        ListNotExecutable, match=r"\.evals/list in acme/agent@[0-9a-f]{12} is not executable; run `chmod \+x"
+    ):
         discover(bwrap_backend, export)
 
 
@@ -281,7 +309,9 @@ def test_a_symlinked_list_is_refused(bwrap_backend, make_repo, tmp_path):
 def test_a_failing_list_reports_its_exit_code_and_stderr_tail(bwrap_backend, make_repo, tmp_path):
     script = "#!/bin/sh\necho 'lots of noise' >&2\necho 'ImportError: no module named agentkit' >&2\nexit 7\n"
     export = export_of(make_repo, tmp_path, {".evals/list": script})
-    with pytest.raises(ListFailed, match="(?s)exited with code 7; stderr ends: .*ImportError: no module named agentkit") as info:
+    with pytest.raises(
+        ListFailed, match="(?s)exited with code 7; stderr ends: .*ImportError: no module named agentkit"
+    ) as info:
         discover(bwrap_backend, export)
     assert info.value.exit_code == 7
     assert info.value.stderr_tail.rstrip().endswith("no module named agentkit")
@@ -301,13 +331,18 @@ def test_output_over_the_cap_is_refused(bwrap_backend, make_repo, tmp_path):
 
 def test_invalid_json_from_a_list_is_reported_with_its_position(bwrap_backend, make_repo, tmp_path):
     export = export_of(make_repo, tmp_path, list_printing('{"version": 1, "tasks": [,]}'))
-    with pytest.raises(ManifestNotJSON, match=r"output of \.evals/list is not valid JSON: Expecting value at line 1 column 26"):
+    with pytest.raises(
+        ManifestNotJSON, match=r"output of \.evals/list is not valid JSON: Expecting value at line 1 column 26"
+    ):
         discover(bwrap_backend, export)
 
 
 def test_schema_violations_from_a_list_are_reported_with_paths(bwrap_backend, make_repo, tmp_path):
     export = export_of(make_repo, tmp_path, list_printing('{"version": 1, "tasks": [{"id": "../x", "spec": "t.py"}]}'))
-    with pytest.raises(ManifestSchemaError, match=r"manifest from \.evals/list is invalid: \$\.tasks\[0\]\.id: '\.\./x' is not a path-safe task id"):
+    with pytest.raises(
+        ManifestSchemaError,
+        match=r"manifest from \.evals/list is invalid: \$\.tasks\[0\]\.id: '\.\./x' is not a path-safe task id",
+    ):
         discover(bwrap_backend, export)
 
 
@@ -326,7 +361,8 @@ def test_without_a_list_inspect_tasks_are_discovered_and_the_source_says_so(bwra
     result = discover(bwrap_backend, export)
     assert result.source == "inspect-list"
     assert [(t.id, t.spec, t.workdir) for t in result.manifest.tasks] == [
-        ("evals/triage/runbook_lookup", "evals/triage.py@Runbook_Lookup", ".")]
+        ("evals/triage/runbook_lookup", "evals/triage.py@Runbook_Lookup", ".")
+    ]
 
 
 def test_a_repo_with_neither_a_list_nor_tasks_gets_an_explicit_error(bwrap_backend, make_repo, tmp_path):

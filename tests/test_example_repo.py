@@ -42,7 +42,11 @@ ALL_INCIDENTS = [f"INC-{n:04d}" for n in range(1, 301)]
 
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(
-        ["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+        ["git", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
         env={"PATH": os.environ["PATH"], "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
     ).stdout.strip()
 
@@ -57,8 +61,7 @@ def _export(repo: Path, ref: str, dest: Path) -> Path:
 
 def _tree_digest(root: Path) -> dict[str, str]:
     return {
-        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-        + oct(path.stat().st_mode)
+        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest() + oct(path.stat().st_mode)
         for path in sorted(root.rglob("*"))
         if path.is_file()
     } | {path.relative_to(root).as_posix() + "/": "dir" for path in root.rglob("*") if path.is_dir()}
@@ -113,8 +116,12 @@ def runs(example):
     for name, tasks in plan.items():
         specs = [f"{trees[name]}/evals/triage.py@{task}" for task in tasks]
         results = inspect_eval(
-            specs, model="simagent/support-agent", log_dir=str(root / "logs" / name),
-            sample_id=WINDOW, display="none", log_realtime=False,
+            specs,
+            model="simagent/support-agent",
+            log_dir=str(root / "logs" / name),
+            sample_id=WINDOW,
+            display="none",
+            log_realtime=False,
         )
         for task, log in zip(tasks, results):
             assert log.eval.task.endswith(task)
@@ -164,15 +171,15 @@ def test_builder_shas_are_the_same_without_git_config_and_for_any_variant_subset
     repo, _, _ = example
     clean_env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin"}  # no HOME, no git identity anywhere
     result = subprocess.run(
-        [sys.executable, "-m", "evalrunner_assets.example_repo", str(tmp_path / "again"),
-         "--variant", "no-op-wording"],
-        env=clean_env, capture_output=True, text=True, check=True,
+        [sys.executable, "-m", "evalrunner_assets.example_repo", str(tmp_path / "again"), "--variant", "no-op-wording"],
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     built = json.loads(result.stdout)
     assert built["base"]["sha"] == repo.base_sha
-    assert built["variants"] == {
-        "no-op-wording": {"branch": "no-op-wording", "sha": repo.sha("no-op-wording")}
-    }
+    assert built["variants"] == {"no-op-wording": {"branch": "no-op-wording", "sha": repo.sha("no-op-wording")}}
 
 
 def test_builder_refuses_unknown_variants_and_non_empty_destinations(tmp_path):
@@ -195,8 +202,12 @@ def test_evals_list_prints_a_valid_manifest_in_a_clean_environment_without_git(e
     tree = trees["base"]
     before = _tree_digest(tree)
     result = subprocess.run(
-        ["./.evals/list"], cwd=tree, env={"PATH": f"{VENV_BIN}:/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=30,
+        ["./.evals/list"],
+        cwd=tree,
+        env={"PATH": f"{VENV_BIN}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 0, result.stderr
     manifest = json.loads(result.stdout)
@@ -237,9 +248,7 @@ def test_logs_have_tool_calls_token_usage_and_cost(runs):
         tool_events = [e for s in log.samples for e in s.events if e.event == "tool"]
         assert tool_events, (tree, task)
         assert all(e.error is None for e in tool_events), (tree, task)
-        assert log.eval.metadata["agent_config_sha256"] == hashlib.sha256(
-            _system_prompt(log).encode()
-        ).hexdigest()
+        assert log.eval.metadata["agent_config_sha256"] == hashlib.sha256(_system_prompt(log).encode()).hexdigest()
 
 
 def test_improve_runbook_only_turns_failures_into_successes(runs):
@@ -288,8 +297,14 @@ def test_inspect_seed_and_epochs_reach_the_simulated_model(example, tmp_path):
     _, trees, _ = example
     ids = WINDOW[:20]
     (log,) = inspect_eval(
-        f"{trees['base']}/evals/triage.py@runbook_lookup", model="simagent/support-agent",
-        log_dir=str(tmp_path), sample_id=ids, epochs=2, seed=7, display="none", log_realtime=False,
+        f"{trees['base']}/evals/triage.py@runbook_lookup",
+        model="simagent/support-agent",
+        log_dir=str(tmp_path),
+        sample_id=ids,
+        epochs=2,
+        seed=7,
+        display="none",
+        log_realtime=False,
     )
     prompt = _system_prompt(log)
     for sample in log.samples:
@@ -306,10 +321,24 @@ def test_inspect_cli_resolves_the_simulated_model_from_a_read_only_export(exampl
     before = _tree_digest(tree)
     env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONDONTWRITEBYTECODE": "1"}
     result = subprocess.run(
-        [str(VENV_BIN / "inspect"), "eval", "evals/triage.py@escalation_policy",
-         "--model", "simagent/support-agent", "--sample-id", "INC-0001,INC-0002,INC-0003",
-         "--log-dir", str(tmp_path / "logs"), "--display", "none"],
-        cwd=tree, env=env, capture_output=True, text=True, timeout=120,
+        [
+            str(VENV_BIN / "inspect"),
+            "eval",
+            "evals/triage.py@escalation_policy",
+            "--model",
+            "simagent/support-agent",
+            "--sample-id",
+            "INC-0001,INC-0002,INC-0003",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--display",
+            "none",
+        ],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (log_file,) = (tmp_path / "logs").glob("*.eval")

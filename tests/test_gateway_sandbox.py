@@ -11,15 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _pipeline_fixtures import evalrunner_home
 from conftest import commit_files, git
+from openai_standin import OpenAIStandIn
+
 from evalrunner_assets.execution.inspect_runner import TaskRunConfig, WarmTaskRunner
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxRequest, SandboxStatus
-from evalrunner_assets.gateway import ModelGateway, GatewaySettings, with_gateway
+from evalrunner_assets.gateway import GatewaySettings, ModelGateway, with_gateway
 from evalrunner_assets.pipeline.windows import log_usage
 from lake import Window
-from openai_standin import OpenAIStandIn
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +40,9 @@ def export(tmp_path) -> RepoExport:
 
 
 def _gateway(up: OpenAIStandIn, **kw) -> ModelGateway:
-    return ModelGateway(GatewaySettings(keys={"openai": KEY}, bases={"openai": up.openai_base,
-                                                                      "anthropic": up.anthropic_base}, **kw))
+    return ModelGateway(
+        GatewaySettings(keys={"openai": KEY}, bases={"openai": up.openai_base, "anthropic": up.anthropic_base}, **kw)
+    )
 
 
 def _models(usage: dict) -> dict[str, tuple[int, int, int]]:
@@ -51,8 +52,9 @@ def _models(usage: dict) -> dict[str, tuple[int, int, int]]:
 def test_inspect_openai_provider_runs_a_window_through_the_gateway_and_usage_agrees(bwrap_backend, upstream, export):
     with _gateway(upstream) as gw:
         backend = with_gateway(bwrap_backend, gw)
-        cfg = TaskRunConfig(repo="acme/graded", task="support/graded", spec="evals/graded.py@graded",
-                            model="openai/gpt-4o")
+        cfg = TaskRunConfig(
+            repo="acme/graded", task="support/graded", spec="evals/graded.py@graded", model="openai/gpt-4o"
+        )
         with WarmTaskRunner(backend, export, cfg) as runner:
             run = runner.run_window(Window(0, 4))
     assert run.ok, (run.failure_kind, run.failure_cause, run.stderr_tail)
@@ -105,8 +107,13 @@ print(json.dumps({"env": dict(os.environ), "files": found, "answer": answer, "di
 def test_the_sandbox_holds_a_scoped_token_and_no_key_anywhere(bwrap_backend, upstream, export):
     with _gateway(upstream) as gw:
         backend = with_gateway(bwrap_backend, gw)
-        result = backend.run(SandboxRequest(argv=("python", "-c", PROBE, upstream.openai_base + "/chat/completions"),
-                                            export=export, labels={"window": "w000000-000001"}))
+        result = backend.run(
+            SandboxRequest(
+                argv=("python", "-c", PROBE, upstream.openai_base + "/chat/completions"),
+                export=export,
+                labels={"window": "w000000-000001"},
+            )
+        )
         leftover_scopes = list(gw._scopes)
     assert result.status is SandboxStatus.OK, result.stderr_tail
     seen = json.loads(result.stdout)
@@ -121,6 +128,7 @@ def test_the_sandbox_holds_a_scoped_token_and_no_key_anywhere(bwrap_backend, ups
     assert leftover_scopes == []  # the run's scope (token, socket) ended with it
     # A user-provided env may still not carry credential-like names.
     from evalrunner_assets.execution._local import SandboxRequestError
+
     with pytest.raises(SandboxRequestError, match="looks like a credential"):
         bwrap_backend.run(SandboxRequest(argv=("true",), export=export, env={"OPENAI_API_KEY": "x"}))
     with pytest.raises(SandboxRequestError, match="not one the model gateway sets"):
@@ -145,17 +153,46 @@ def _compare(tmp_path: Path, upstream: OpenAIStandIn, *extra: str) -> tuple[int,
     import subprocess
 
     prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"openai/gpt-4o": {"input": 2.5, "output": 10},
-                                  "openai/gpt-4o-mini": {"input": 0.15, "output": 0.6}}))
+    prices.write_text(
+        json.dumps(
+            {"openai/gpt-4o": {"input": 2.5, "output": 10}, "openai/gpt-4o-mini": {"input": 0.15, "output": 0.6}}
+        )
+    )
     repo = _repo(tmp_path)
     with evalrunner_home(tmp_path / "home") as home:
-        env = {**os.environ, "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": upstream.openai_base,
-               "EVALRUNNER_PRICES": str(prices)}
+        env = {
+            **os.environ,
+            "OPENAI_API_KEY": KEY,
+            "OPENAI_BASE_URL": upstream.openai_base,
+            "EVALRUNNER_PRICES": str(prices),
+        }
         proc = subprocess.run(
-            [sys.executable, "-m", "evalrunner_assets.cli", "compare", "--repo", str(repo), "--repo-id",
-             "acme/graded", "--base", "main", "--head", "head", "--pr", "7", "--model", "openai/gpt-4o",
-             "--workers", "2", *extra],
-            env=env, capture_output=True, text=True, timeout=900)
+            [
+                sys.executable,
+                "-m",
+                "evalrunner_assets.cli",
+                "compare",
+                "--repo",
+                str(repo),
+                "--repo-id",
+                "acme/graded",
+                "--base",
+                "main",
+                "--head",
+                "head",
+                "--pr",
+                "7",
+                "--model",
+                "openai/gpt-4o",
+                "--workers",
+                "2",
+                *extra,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         return proc.returncode, proc.stdout + proc.stderr, home.lake_root
 
 
@@ -184,9 +221,11 @@ def test_compare_with_an_openai_model_runs_through_the_gateway(tmp_path, upstrea
     # The graded task's scorer said C on every sample: the grader model really answered.
     import duckdb
 
-    rows = duckdb.sql(f"select task, min(score), max(score), count(*) from "
-                      f"read_parquet('{lake_root}/tables/samples/**/*.parquet', hive_partitioning=false) "
-                      f"group by task order by task").fetchall()
+    rows = duckdb.sql(
+        f"select task, min(score), max(score), count(*) from "
+        f"read_parquet('{lake_root}/tables/samples/**/*.parquet', hive_partitioning=false) "
+        f"group by task order by task"
+    ).fetchall()
     assert {r[0]: (r[1], r[2]) for r in rows} == {"support/answers": (1.0, 1.0), "support/graded": (1.0, 1.0)}
     # The key is nowhere in the lake, nor in what the command printed.
     for p in _lake_files(lake_root):
@@ -213,14 +252,16 @@ def test_a_spent_dollar_budget_ends_the_comparison_as_a_budget_stop(tmp_path, up
 
 
 def test_a_429_storm_and_server_errors_are_absorbed_by_the_gateway_and_the_window_succeeds(
-        bwrap_backend, upstream, export):
+    bwrap_backend, upstream, export
+):
     upstream.fail_next(3, 429, retry_after="1")
     upstream.fail_next(2, 503)
     # Five retries per request: even if one request meets every fault, the gateway absorbs them.
     with _gateway(upstream, max_retries=5, backoff_base_s=0.05) as gw:
         backend = with_gateway(bwrap_backend, gw)
-        cfg = TaskRunConfig(repo="acme/graded", task="support/answers", spec="evals/graded.py@answers",
-                            model="openai/gpt-4o")
+        cfg = TaskRunConfig(
+            repo="acme/graded", task="support/answers", spec="evals/graded.py@answers", model="openai/gpt-4o"
+        )
         with WarmTaskRunner(backend, export, cfg) as runner:
             run = runner.run_window(Window(0, 4))
     assert run.ok, (run.failure_kind, run.failure_cause, run.stderr_tail)
@@ -233,10 +274,17 @@ def test_a_429_storm_and_server_errors_are_absorbed_by_the_gateway_and_the_windo
 
 def test_inspect_anthropic_provider_streams_through_the_gateway_and_usage_agrees(bwrap_backend, upstream, export):
     ant_key = "sk-ant-standin-REAL-KEY-5d1e"
-    with ModelGateway(GatewaySettings(keys={"anthropic": ant_key}, bases={"openai": upstream.openai_base,
-                                                                          "anthropic": upstream.anthropic_base})) as gw:
-        cfg = TaskRunConfig(repo="acme/graded", task="support/answers", spec="evals/graded.py@answers",
-                            model="anthropic/claude-sonnet-4-0")
+    with ModelGateway(
+        GatewaySettings(
+            keys={"anthropic": ant_key}, bases={"openai": upstream.openai_base, "anthropic": upstream.anthropic_base}
+        )
+    ) as gw:
+        cfg = TaskRunConfig(
+            repo="acme/graded",
+            task="support/answers",
+            spec="evals/graded.py@answers",
+            model="anthropic/claude-sonnet-4-0",
+        )
         with WarmTaskRunner(with_gateway(bwrap_backend, gw), export, cfg) as runner:
             run = runner.run_window(Window(0, 2))
     assert run.ok, (run.failure_kind, run.failure_cause, run.stderr_tail)

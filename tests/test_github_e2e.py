@@ -29,6 +29,8 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from github_standin import GitHubStandin, LoopbackServer
+from shared_files import shared_path
 
 from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
@@ -37,13 +39,11 @@ from evalrunner_assets.pipeline.assess import load_result
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.pipeline.spec import load_request
 from evalrunner_assets.report.markdown import MARKER
-from github_standin import GitHubStandin, LoopbackServer
 from lake.storage import Lake
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
 from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
 from sensors.webhook import ReceiverConfig, create_app, sign
-from shared_files import shared_path
 
 pytestmark = pytest.mark.slow
 
@@ -98,16 +98,23 @@ def eval_more_delivery(body: str, association: str) -> dict[str, Any]:
     return payload
 
 
-def deliver(server: LoopbackServer, event: str, payload: dict[str, Any] | bytes,
-            delivery: str) -> tuple[int, dict]:
+def deliver(server: LoopbackServer, event: str, payload: dict[str, Any] | bytes, delivery: str) -> tuple[int, dict]:
     """POST a delivery signed as GitHub signs it; returns (status, answer)."""
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
-        conn.request("POST", "/webhooks/github", body=body, headers={
-            "Content-Type": "application/json", "X-GitHub-Event": event, "X-GitHub-Delivery": delivery,
-            "X-Hub-Signature-256": sign(SECRET, body), "User-Agent": "GitHub-Hookshot/e2e",
-        })
+        conn.request(
+            "POST",
+            "/webhooks/github",
+            body=body,
+            headers={
+                "Content-Type": "application/json",
+                "X-GitHub-Event": event,
+                "X-GitHub-Delivery": delivery,
+                "X-Hub-Signature-256": sign(SECRET, body),
+                "User-Agent": "GitHub-Hookshot/e2e",
+            },
+        )
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read() or b"{}")
     finally:
@@ -171,9 +178,17 @@ class Harness:
             for e in result.all_events
             if e.is_step_failure and e.event_specific_data is not None
         ]
-        windows = ((run_config or {}).get("ops", {}).get("task_samples", {}).get("config", {}).get("windows", ()))
-        outcome = RunOutcome(sensor, req.run_key or "", req.job_name or "", str(req.partition_key),
-                             result.success, time.monotonic() - started, errors, tuple(windows))
+        windows = (run_config or {}).get("ops", {}).get("task_samples", {}).get("config", {}).get("windows", ())
+        outcome = RunOutcome(
+            sensor,
+            req.run_key or "",
+            req.job_name or "",
+            str(req.partition_key),
+            result.success,
+            time.monotonic() - started,
+            errors,
+            tuple(windows),
+        )
         self.outcomes.append(outcome)
         return outcome
 
@@ -203,8 +218,9 @@ class Harness:
 
 
 def _changed_files(repo: Path, base: str, head: str) -> list[str]:
-    out = subprocess.run(["git", "diff", "--name-only", base, head], cwd=repo, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["git", "diff", "--name-only", base, head], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout
     return out.split()
 
 
@@ -226,12 +242,17 @@ def world(tmp_path_factory, bwrap_backend) -> Iterator[World]:
     (root / "dagster").mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EVALRUNNER_HOME", str(root / "home"))
-        for name in ("EVALRUNNER_LAKE", "EVALRUNNER_GITHUB_TOKEN", "EVALRUNNER_GITHUB_TOKEN_FILE",
-                     "EVALRUNNER_GITHUB_APP_ID", "EVALRUNNER_GITHUB_PRIVATE_KEY",
-                     "EVALRUNNER_GITHUB_PRIVATE_KEY_FILE", "EVALRUNNER_GITHUB_API_URL"):
+        for name in (
+            "EVALRUNNER_LAKE",
+            "EVALRUNNER_GITHUB_TOKEN",
+            "EVALRUNNER_GITHUB_TOKEN_FILE",
+            "EVALRUNNER_GITHUB_APP_ID",
+            "EVALRUNNER_GITHUB_PRIVATE_KEY",
+            "EVALRUNNER_GITHUB_PRIVATE_KEY_FILE",
+            "EVALRUNNER_GITHUB_API_URL",
+        ):
             mp.delenv(name, raising=False)
-        with GitHubStandin(token=TOKEN) as standin, \
-                dg.instance_for_test(temp_dir=str(root / "dagster")) as instance:
+        with GitHubStandin(token=TOKEN) as standin, dg.instance_for_test(temp_dir=str(root / "dagster")) as instance:
             standin.add_repo(REPO)
             lake_resource = LakeResource(root=str(root / "lake"))
             lake = lake_resource.open()
@@ -239,8 +260,9 @@ def world(tmp_path_factory, bwrap_backend) -> Iterator[World]:
                 "lake": lake_resource,
                 "sandbox": SandboxResource(),
                 "repos": RepoResource(cache_dir=str(root / "repos"), export_dir=str(root / "exports")),
-                "github": GitHubResource(base_url=standin.base_url, token_file=str(token_file),
-                                         backoff_seconds=0.05, throttle=False),
+                "github": GitHubResource(
+                    base_url=standin.base_url, token_file=str(token_file), backoff_seconds=0.05, throttle=False
+                ),
             }
             # The example repo is a local git repository, not on a Git host: record it as the source.
             resources["repos"].register(lake, REPO, str(example.path))
@@ -269,8 +291,7 @@ def _evaluate(world: World, event: str, payload: dict[str, Any], delivery: str) 
     stage.answer = deliver(world.receiver, event, payload, delivery)
     stage.pr_runs, stage.pr_outcomes = world.harness.tick_pr_sensor()
     head = payload["pull_request"]["head"]["sha"]
-    stage.checks_after_pr_runs = [(r["status"], r["conclusion"])
-                                  for r in world.standin.check_runs_for(REPO, head)]
+    stage.checks_after_pr_runs = [(r["status"], r["conclusion"]) for r in world.standin.check_runs_for(REPO, head)]
     stage.sampling_outcomes = world.harness.drive_sampling_sensor()
     stage.comments = _snapshot_comments(world)
     return stage
@@ -279,8 +300,9 @@ def _evaluate(world: World, event: str, payload: dict[str, Any], delivery: str) 
 @pytest.fixture(scope="module")
 def opened(world: World) -> Stage:
     head, base = world.example.sha(IMPROVING), world.example.base_sha
-    world.standin.add_pull(REPO, PR, head, base, files=_changed_files(world.example.path, base, head),
-                           head_ref=IMPROVING)
+    world.standin.add_pull(
+        REPO, PR, head, base, files=_changed_files(world.example.path, base, head), head_ref=IMPROVING
+    )
     payload = pull_request_delivery("opened", head=head, base=base, head_ref=IMPROVING)
     return _evaluate(world, "pull_request", payload, str(uuid.uuid4()))
 
@@ -288,8 +310,9 @@ def opened(world: World) -> Stage:
 @pytest.fixture(scope="module")
 def synchronized(world: World, opened: Stage) -> Stage:
     head, base = world.example.sha(REGRESSING), world.example.base_sha
-    world.standin.add_pull(REPO, PR, head, base, files=_changed_files(world.example.path, base, head),
-                           head_ref=REGRESSING)  # the PR's head moved: new SHA, new changed files
+    world.standin.add_pull(
+        REPO, PR, head, base, files=_changed_files(world.example.path, base, head), head_ref=REGRESSING
+    )  # the PR's head moved: new SHA, new changed files
     payload = pull_request_delivery("synchronize", head=head, base=base, head_ref=REGRESSING)
     return _evaluate(world, "pull_request", payload, str(uuid.uuid4()))
 
@@ -310,8 +333,7 @@ class MoreStage:
 
 @pytest.fixture(scope="module")
 def more_samples(world: World, redelivered: Stage) -> MoreStage:
-    answer = deliver(world.receiver, "issue_comment", eval_more_delivery("/eval more 16", "MEMBER"),
-                     str(uuid.uuid4()))
+    answer = deliver(world.receiver, "issue_comment", eval_more_delivery("/eval more 16", "MEMBER"), str(uuid.uuid4()))
     pr_runs, _ = world.harness.tick_pr_sensor()
     # Only look at what the woken sampling loop would ask for next; running it is the loop's
     # own business, tested above.
@@ -340,12 +362,14 @@ def test_signed_pull_request_delivery_is_queued_and_starts_the_comparison_for_it
     instance = world.harness.instance
     assert key in instance.get_dynamic_partitions("comparisons")
     assert {f"{REPO}@{world.example.base_sha}", f"{REPO}@{world.example.sha(IMPROVING)}"} <= set(
-        instance.get_dynamic_partitions("commits"))
+        instance.get_dynamic_partitions("commits")
+    )
     request = load_request(world.harness.lake, REPO, str(PR), world.example.sha(IMPROVING))
     assert (request.base_sha, request.base_ref, request.extra_samples) == (world.example.base_sha, "main", 0)
     # changed-file affinity reads the PR's files from the GitHub stand-in
-    assert list(request.changed_files) == _changed_files(world.example.path, world.example.base_sha,
-                                                         world.example.sha(IMPROVING))
+    assert list(request.changed_files) == _changed_files(
+        world.example.path, world.example.base_sha, world.example.sha(IMPROVING)
+    )
     assert request.changed_files
 
 
@@ -396,8 +420,9 @@ def test_synchronize_to_a_new_head_starts_a_new_comparison(world, synchronized):
 
 
 def _windows_run(outcomes: list[RunOutcome], commit: str) -> set[tuple[str, str]]:
-    return {(o.partition, w) for o in outcomes if o.job == "task_samples_job" and commit in o.partition
-            for w in o.windows}
+    return {
+        (o.partition, w) for o in outcomes if o.job == "task_samples_job" and commit in o.partition for w in o.windows
+    }
 
 
 def test_regressing_head_reuses_the_base_commits_manifest_and_windows(world, opened, synchronized):

@@ -7,8 +7,9 @@ import logging
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-
 from github_standin import GitHubStandin
+
+from evalrunner_assets.report import check_run_state
 from resources._github_client import (
     CHECK_RUN_NAME,
     DEFAULT_MARKER,
@@ -17,7 +18,6 @@ from resources._github_client import (
     GitHubError,
 )
 from resources.github import GitHubResource
-from evalrunner_assets.report import check_run_state
 
 REPO = "acme/support-agent"
 TOKEN = "ghp_standin_token_value"
@@ -45,12 +45,18 @@ def report(client: GitHubClient, head: str, verdict: str, done: int, planned: in
     """What the report step does for one push: check run through completion, comment upserted."""
     status, conclusion, title = check_run_state("RUNNING", 0, planned)
     run_id = client.start_check_run(REPO, head, title, "sampling head and base")
-    client.update_check_run(REPO, run_id, *check_run_state("RUNNING", done // 2, planned)[:2],
-                            title=check_run_state("RUNNING", done // 2, planned)[2], summary="halfway")
+    client.update_check_run(
+        REPO,
+        run_id,
+        *check_run_state("RUNNING", done // 2, planned)[:2],
+        title=check_run_state("RUNNING", done // 2, planned)[2],
+        summary="halfway",
+    )
     status, conclusion, title = check_run_state(verdict, done, planned)
     comment_id = client.upsert_pr_comment(REPO, PR, f"## evalrunner\n{verdict} at `{head[:7]}`")
-    client.update_check_run(REPO, run_id, status, conclusion, title=title, summary=f"verdict {verdict}",
-                            text="| task | delta |\n|---|---|")
+    client.update_check_run(
+        REPO, run_id, status, conclusion, title=title, summary=f"verdict {verdict}", text="| task | delta |\n|---|---|"
+    )
     return run_id, comment_id
 
 
@@ -93,16 +99,26 @@ def test_one_check_run_per_head_found_whatever_its_status(gh):
     assert len(gh.calls("PATCH", "/check-runs/")) == patches
 
     # More samples will run: the completed run is re-opened, not replaced by a second one.
-    assert client.report_check_run(REPO, HEADS[0], "in_progress", title="running · 8 of 16 samples",
-                                   summary="more samples") == first
+    assert (
+        client.report_check_run(
+            REPO, HEADS[0], "in_progress", title="running · 8 of 16 samples", summary="more samples"
+        )
+        == first
+    )
     (run,) = gh.check_runs_for(REPO, HEADS[0])
     assert (run["status"], run["conclusion"]) == ("in_progress", None)
-    assert client.report_check_run(REPO, HEADS[0], "completed", "success", title="improved · 16 samples",
-                                   summary="s") == first
+    assert (
+        client.report_check_run(REPO, HEADS[0], "completed", "success", title="improved · 16 samples", summary="s")
+        == first
+    )
     (run,) = gh.check_runs_for(REPO, HEADS[0])
     # (the second start with the same output wrote nothing either)
-    assert run["_history"] == [("in_progress", None), ("completed", "neutral"), ("in_progress", None),
-                               ("completed", "success")]
+    assert run["_history"] == [
+        ("in_progress", None),
+        ("completed", "neutral"),
+        ("in_progress", None),
+        ("completed", "success"),
+    ]
     assert len(gh.calls("POST", "/check-runs")) == 1
     # start_check_run on a completed head re-opens it too (it is called when samples will run).
     assert client.start_check_run(REPO, HEADS[0], "running · 16 of 24 samples", "s") == first
@@ -198,10 +214,14 @@ def test_exhausted_retries_and_long_rate_limits_are_transient_errors(gh, caplog)
 
 def test_github_app_auth_mints_an_installation_token(tmp_path, monkeypatch):
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
-    public = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
     standin = GitHubStandin(token=None, app_id=321, app_public_key=public, app_slug="evalrunner-app")
     standin.add_repo(REPO)
     standin.add_pull(REPO, PR, HEADS[0], BASE)
@@ -225,8 +245,13 @@ def test_github_app_auth_mints_an_installation_token(tmp_path, monkeypatch):
 
 
 def test_resource_reads_a_mounted_token_file_and_is_unconfigured_without_one(gh, tmp_path, monkeypatch):
-    for name in ("EVALRUNNER_GITHUB_TOKEN", "EVALRUNNER_GITHUB_TOKEN_FILE", "EVALRUNNER_GITHUB_APP_ID",
-                 "EVALRUNNER_GITHUB_PRIVATE_KEY", "EVALRUNNER_GITHUB_PRIVATE_KEY_FILE"):
+    for name in (
+        "EVALRUNNER_GITHUB_TOKEN",
+        "EVALRUNNER_GITHUB_TOKEN_FILE",
+        "EVALRUNNER_GITHUB_APP_ID",
+        "EVALRUNNER_GITHUB_PRIVATE_KEY",
+        "EVALRUNNER_GITHUB_PRIVATE_KEY_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert not GitHubResource().is_configured()
     with pytest.raises(GitHubError, match="no GitHub credentials"):

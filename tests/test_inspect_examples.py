@@ -20,14 +20,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_resume import comparison_doc, lake, run_compare
 
 from evalrunner_assets.example_repo import EXAMPLE_REPO_SOURCE
 from tests.conftest import commit_files, git
-from test_resume import comparison_doc, lake, run_compare
 
 pytestmark = pytest.mark.slow
 
-HELLO_WORLD = '''
+HELLO_WORLD = """
 from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
 from inspect_ai.scorer import exact
@@ -41,10 +41,10 @@ def hello_world():
         solver=[generate()],
         scorer=exact(),
     )
-'''
+"""
 
 # A theory_of_mind-style task: a JSON-lines dataset without ids, a prompt chain, a text scorer.
-THEORY_OF_MIND = '''
+THEORY_OF_MIND = """
 from inspect_ai import Task, task
 from inspect_ai.dataset import json_dataset
 from inspect_ai.scorer import includes
@@ -58,9 +58,9 @@ def theory_of_mind():
         solver=[system_message("Answer the question."), chain_of_thought(), generate()],
         scorer=includes(),
     )
-'''
+"""
 
-SECURITY_GUIDE = '''
+SECURITY_GUIDE = """
 from inspect_ai import Task, task
 from inspect_ai.dataset import FieldSpec, csv_dataset
 from inspect_ai.scorer import includes
@@ -74,9 +74,9 @@ def security_guide():
         solver=[system_message("You are a security expert."), generate()],
         scorer=includes(),
     )
-'''
+"""
 
-POPULARITY = '''
+POPULARITY = """
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.scorer import choice
@@ -99,13 +99,18 @@ def popularity():
         solver=[multiple_choice()],
         scorer=choice(),
     )
-'''
+"""
 
 
 def theory_rows(n: int) -> list[dict[str, str]]:
     # Some targets are words the offline model's fixed reply contains, so scores vary by sample.
-    return [{"input": f"Story {i}: Sally puts the ball in the basket and leaves. Where will she look?",
-             "target": "triage" if i % 3 == 0 else "basket"} for i in range(n)]
+    return [
+        {
+            "input": f"Story {i}: Sally puts the ball in the basket and leaves. Where will she look?",
+            "target": "triage" if i % 3 == 0 else "basket",
+        }
+        for i in range(n)
+    ]
 
 
 def jsonl(rows: list[dict[str, str]]) -> str:
@@ -113,29 +118,41 @@ def jsonl(rows: list[dict[str, str]]) -> str:
 
 
 SECURITY_CSV = "question,answer\n" + "".join(
-    f"How should secret number {i} be stored?,{'runbooks' if i % 2 else 'vault'}\n" for i in range(12))
+    f"How should secret number {i} be stored?,{'runbooks' if i % 2 else 'vault'}\n" for i in range(12)
+)
 
 
 @pytest.fixture(scope="module")
 def examples_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("inspect-examples") / "repo"
-    commit_files(repo, {
-        "hello_world.py": HELLO_WORLD,
-        "theory_of_mind.py": THEORY_OF_MIND,
-        "theory_of_mind.jsonl": jsonl(theory_rows(20)),
-        "security_guide.py": SECURITY_GUIDE,
-        "security_guide.csv": SECURITY_CSV,
-        "popularity.py": POPULARITY,
-        "README.md": "Inspect examples\n",
-    }, "base")
+    commit_files(
+        repo,
+        {
+            "hello_world.py": HELLO_WORLD,
+            "theory_of_mind.py": THEORY_OF_MIND,
+            "theory_of_mind.jsonl": jsonl(theory_rows(20)),
+            "security_guide.py": SECURITY_GUIDE,
+            "security_guide.csv": SECURITY_CSV,
+            "popularity.py": POPULARITY,
+            "README.md": "Inspect examples\n",
+        },
+        "base",
+    )
     # Identical evals on a head that changes only prose.
     git(repo, "checkout", "-q", "-b", "docs-only")
     commit_files(repo, {"README.md": "Inspect examples, reworded\n"}, "docs")
     # A head that inserts one story at the top of the dataset: positional ids shift by one.
     git(repo, "checkout", "-q", "main")
     git(repo, "checkout", "-q", "-b", "insert-story")
-    commit_files(repo, {"theory_of_mind.jsonl": jsonl([{"input": "A new first story. Where is the ball?",
-                                                          "target": "basket"}] + theory_rows(20))}, "insert")
+    commit_files(
+        repo,
+        {
+            "theory_of_mind.jsonl": jsonl(
+                [{"input": "A new first story. Where is the ball?", "target": "basket"}] + theory_rows(20)
+            )
+        },
+        "insert",
+    )
     git(repo, "checkout", "-q", "main")
     return repo
 
@@ -146,7 +163,8 @@ def tasks_by_name(doc: dict) -> dict[str, dict]:
 
 
 def test_inspect_example_tasks_without_ids_run_end_to_end_and_never_claim_a_change(
-        tmp_path: Path, examples_repo: Path) -> None:
+    tmp_path: Path, examples_repo: Path
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     done = run_compare(home, examples_repo, "--head", "docs-only", timeout=600)
@@ -178,7 +196,8 @@ def test_inspect_example_tasks_without_ids_run_end_to_end_and_never_claim_a_chan
 
 
 def test_a_sample_inserted_before_positional_ids_is_reported_as_changed_inputs_never_paired(
-        tmp_path: Path, examples_repo: Path) -> None:
+    tmp_path: Path, examples_repo: Path
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     done = run_compare(home, examples_repo, "--head", "insert-story", timeout=600)
@@ -191,10 +210,14 @@ def test_a_sample_inserted_before_positional_ids_is_reported_as_changed_inputs_n
     assert tom["changed_inputs_listed"] == 20
     assert pairing["changed_inputs"] > 0 and tom["decision"]["pairs"] == 0
     assert pairing["changed_inputs"] + pairing["unpaired_head"] == tom["head"]["samples"]
-    assert (f"theory_of_mind/theory_of_mind: {pairing['changed_inputs']} sample id(s) ran different inputs "
-            "on head and base (not paired)") in doc["final_verdict"]["reasons"]
+    assert (
+        f"theory_of_mind/theory_of_mind: {pairing['changed_inputs']} sample id(s) ran different inputs "
+        "on head and base (not paired)"
+    ) in doc["final_verdict"]["reasons"]
     comment = next((lake(home) / "comparisons").rglob("*.comment.md")).read_text()
-    assert "**Changed inputs**" in comment and f"`theory_of_mind/theory_of_mind`: {pairing['changed_inputs']}" in comment
+    assert (
+        "**Changed inputs**" in comment and f"`theory_of_mind/theory_of_mind`: {pairing['changed_inputs']}" in comment
+    )
     # The other tasks did not change and pair as before.
     assert tasks_by_name(doc)["security_guide"]["decision"]["pairing"]["changed_inputs"] == 0
 

@@ -34,7 +34,7 @@ from lake.layout import Window
 
 # A task needs no model: its solver answers itself, so `--model none/none` suffices and no
 # tokenizer download is needed. Even-numbered samples are answered correctly.
-TASKS = '''
+TASKS = """
 import os, time
 from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
@@ -85,7 +85,7 @@ def forger():
 def no_ids():
     # Samples as most public Inspect tasks write them: no ids (Inspect numbers them 1..n).
     return Task(dataset=[Sample(input=f"say {i}", target=str(i)) for i in range(6)], solver=answer(), scorer=match())
-'''
+"""
 
 IDS = [f"s{i}" for i in range(20)]
 
@@ -95,22 +95,23 @@ def tiny_export(tmp_path_factory):
     from tests.conftest import commit_files
 
     root = tmp_path_factory.mktemp("tiny")
-    sha = commit_files(root / "repo", {"evals/tasks.py": TASKS, "agent.yaml": "name: tiny\n",
-                                       "skills/a/SKILL.md": "answer evens\n"})
+    sha = commit_files(
+        root / "repo", {"evals/tasks.py": TASKS, "agent.yaml": "name: tiny\n", "skills/a/SKILL.md": "answer evens\n"}
+    )
     return RepoSource("acme/tiny", str(root / "repo")).export(sha, root / "export")
 
 
 def cfg(task: str, **kw) -> TaskRunConfig:
-    return TaskRunConfig(repo="acme/tiny", task=f"evals/{task}", spec=f"evals/tasks.py@{task}",
-                         model="none/none", seed=7, **kw)
+    return TaskRunConfig(
+        repo="acme/tiny", task=f"evals/{task}", spec=f"evals/tasks.py@{task}", model="none/none", seed=7, **kw
+    )
 
 
 # --- sample order --------------------------------------------------------------------------
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(min_size=1, max_size=6), unique=True, max_size=40), st.integers(0, 2**32),
-       st.randoms())
+@given(st.lists(st.text(min_size=1, max_size=6), unique=True, max_size=40), st.integers(0, 2**32), st.randoms())
 def test_sample_order_is_a_permutation_independent_of_input_order(ids, seed, rnd):
     order = sample_order(ids, seed)
     assert sorted(order) == sorted(ids)
@@ -120,9 +121,11 @@ def test_sample_order_is_a_permutation_independent_of_input_order(ids, seed, rnd
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(min_size=1, max_size=6), unique=True, min_size=1, max_size=40),
-       st.lists(st.text(alphabet="XYZ", min_size=7, max_size=9), unique=True, max_size=10),
-       st.integers(0, 2**32))
+@given(
+    st.lists(st.text(min_size=1, max_size=6), unique=True, min_size=1, max_size=40),
+    st.lists(st.text(alphabet="XYZ", min_size=7, max_size=9), unique=True, max_size=10),
+    st.integers(0, 2**32),
+)
 def test_adding_samples_never_reorders_existing_ones(ids, added, seed):
     before = sample_order(ids, seed)
     after = [i for i in sample_order(ids + [a for a in added if a not in ids], seed) if i in set(ids)]
@@ -168,8 +171,15 @@ def test_config_digest_follows_agent_config_not_unrelated_files(tmp_path):
 
 
 def _key(commit: str) -> BatchKey:
-    return BatchKey(repo="acme/tiny", commit=commit, task="evals/tiny", spec="evals/tasks.py@tiny",
-                    model="none/none", window=Window(0, 1), seed=0)
+    return BatchKey(
+        repo="acme/tiny",
+        commit=commit,
+        task="evals/tiny",
+        spec="evals/tasks.py@tiny",
+        model="none/none",
+        window=Window(0, 1),
+        seed=0,
+    )
 
 
 @pytest.mark.parametrize(
@@ -195,9 +205,17 @@ def test_a_zip_that_is_not_an_inspect_log_is_invalid(bwrap_backend, tiny_export,
     (tmp_path / "fake").write_bytes(buf.getvalue())
     from evalrunner_assets.execution.sandbox import SandboxResult, SandboxStatus
 
-    result = SandboxResult(status=SandboxStatus.OK, exit_code=0, stdout=b"", stdout_truncated=False,
-                           stderr_tail="", outputs={"x.eval": buf.getvalue()}, rejected_outputs={},
-                           duration_s=0.1, backend="bubblewrap")
+    result = SandboxResult(
+        status=SandboxStatus.OK,
+        exit_code=0,
+        stdout=b"",
+        stdout_truncated=False,
+        stderr_tail="",
+        outputs={"x.eval": buf.getvalue()},
+        rejected_outputs={},
+        duration_s=0.1,
+        backend="bubblewrap",
+    )
     run = _window_run(_key(tiny_export.commit), "cold", result, ["s1"], 1, {})
     assert run.failure_kind == INVALID_LOG and "not a valid Inspect log" in run.failure_cause
 
@@ -319,8 +337,11 @@ def test_task_code_forging_a_second_log_is_caught(bwrap_backend, tiny_export):
 # --- the bundled example agent, for real ----------------------------------------------------
 
 # Documented in evalrunner_assets/simagent/_behaviour.py for the example's base skills.
-EXAMPLE_PROBABILITIES = {"triage/runbook_lookup": 0.60, "triage/escalation_policy": 0.80,
-                         "triage/summary_quality": 0.90}
+EXAMPLE_PROBABILITIES = {
+    "triage/runbook_lookup": 0.60,
+    "triage/escalation_policy": 0.80,
+    "triage/summary_quality": 0.90,
+}
 EXAMPLE_WINDOW = Window(0, 120)
 
 
@@ -339,8 +360,14 @@ def test_the_example_agent_runs_in_the_sandbox_with_its_documented_scores(bwrap_
     assert {t.id for t in found.manifest.tasks} == set(EXAMPLE_PROBABILITIES)
     to_float = value_to_float()
     for t in found.manifest.tasks:
-        c = TaskRunConfig(repo="acme/support-agent", task=t.id, spec=t.spec, workdir=t.workdir,
-                          model="simagent/support-agent", seed=11)
+        c = TaskRunConfig(
+            repo="acme/support-agent",
+            task=t.id,
+            spec=t.spec,
+            workdir=t.workdir,
+            model="simagent/support-agent",
+            seed=11,
+        )
         with WarmTaskRunner(bwrap_backend, export, c) as warm:
             ids = warm.list_ids().ids
             assert len(ids) == 300
@@ -360,13 +387,21 @@ def test_the_example_agent_runs_in_the_sandbox_with_its_documented_scores(bwrap_
 
 
 def _listing_result(payload: object):
-    from evalrunner_assets.execution.sandbox import SandboxResult, SandboxStatus
-
     import json
 
-    return SandboxResult(status=SandboxStatus.OK, exit_code=0, stdout=b"", stdout_truncated=False, stderr_tail="",
-                         outputs={"sample_ids.json": json.dumps(payload).encode()}, rejected_outputs={},
-                         duration_s=0.1, backend="bubblewrap")
+    from evalrunner_assets.execution.sandbox import SandboxResult, SandboxStatus
+
+    return SandboxResult(
+        status=SandboxStatus.OK,
+        exit_code=0,
+        stdout=b"",
+        stdout_truncated=False,
+        stderr_tail="",
+        outputs={"sample_ids.json": json.dumps(payload).encode()},
+        rejected_outputs={},
+        duration_s=0.1,
+        backend="bubblewrap",
+    )
 
 
 def test_a_listing_names_positional_ids_with_one_digest_each_or_is_refused():

@@ -47,11 +47,19 @@ def repo(tmp_path) -> RepoExport:
 
 def backend(standin: KubernetesStandIn, tmp_path: Path, **kw) -> KubernetesBackend:
     kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
-    return KubernetesBackend(KubernetesSandboxConfig(image=IMAGE, kubeconfig=str(kubeconfig), poll_interval_seconds=0.05, **kw))
+    return KubernetesBackend(
+        KubernetesSandboxConfig(image=IMAGE, kubeconfig=str(kubeconfig), poll_interval_seconds=0.05, **kw)
+    )
 
 
 def py(code: str, repo: RepoExport, **kw) -> SandboxRequest:
-    return SandboxRequest(argv=("python", "-c", code), export=repo, workdir="evals", labels={"task": "evals/task.py", "window": "0-10"}, **kw)
+    return SandboxRequest(
+        argv=("python", "-c", code),
+        export=repo,
+        workdir="evals",
+        labels={"task": "evals/task.py", "window": "0-10"},
+        **kw,
+    )
 
 
 def test_successful_pod_returns_stdout_stderr_and_output_files_then_is_deleted(standin, tmp_path, repo):
@@ -72,12 +80,15 @@ def test_successful_pod_returns_stdout_stderr_and_output_files_then_is_deleted(s
     assert result.backend == "kubernetes" and result.ran
     (created,) = standin.created
     assert standin.deleted == [created["metadata"]["name"]] and not standin.pods
-    assert created["metadata"]["labels"]["evalrunner.dev/task"] == "evals-task.py-" + hashlib.sha256(b"evals/task.py").hexdigest()[:8]
+    assert (
+        created["metadata"]["labels"]["evalrunner.dev/task"]
+        == "evals-task.py-" + hashlib.sha256(b"evals/task.py").hexdigest()[:8]
+    )
 
 
 def test_child_output_never_reaches_the_pod_log(standin, tmp_path, repo):
     b = backend(standin, tmp_path, collect_slack_seconds=5)
-    code = "print('{\"__dagster_pipes_version\": \"0.1\", \"method\": \"log\"}'); import time; time.sleep(0.5)"
+    code = 'print(\'{"__dagster_pipes_version": "0.1", "method": "log"}\'); import time; time.sleep(0.5)'
     done = {}
     t = threading.Thread(target=lambda: done.setdefault("r", b.run(py(code, repo))))
     t.start()
@@ -127,7 +138,9 @@ def test_image_pull_errors_crash_after_a_bounded_wait(standin, tmp_path, repo):
     started = time.monotonic()
     result = backend(standin, tmp_path, image_pull_timeout_seconds=0.6).run(py("print(1)", repo))
     assert result.status is SandboxStatus.CRASHED
-    assert "image pull failed" in result.detail and ("ImagePullBackOff" in result.detail or "ErrImagePull" in result.detail)
+    assert "image pull failed" in result.detail and (
+        "ImagePullBackOff" in result.detail or "ErrImagePull" in result.detail
+    )
     assert IMAGE in result.detail
     assert 0.6 <= time.monotonic() - started < 10
     assert standin.deleted and not standin.pods
@@ -137,7 +150,9 @@ def test_cancellation_deletes_the_pod(standin, tmp_path, repo):
     cancel = threading.Event()
     b = backend(standin, tmp_path)
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault("r", b.run(py("import time; time.sleep(30)", repo), cancel=cancel)))
+    t = threading.Thread(
+        target=lambda: out.setdefault("r", b.run(py("import time; time.sleep(30)", repo), cancel=cancel))
+    )
     t.start()
     pod = standin.wait_for_pod()
     while "running" not in pod.container("sandbox").state:

@@ -63,11 +63,15 @@ def pip_installs(commands: list[str]) -> list[tuple[str, list[str]]]:
 def test_dockerfile_parses_into_build_sandbox_and_code_location_stages():
     s = stages(DOCKERFILE.read_text())
     assert list(s) == ["build", "sandbox", "code-location"]
-    assert all(word in {"ARG", "ENV", "RUN", "COPY", "WORKDIR", "USER", "ENTRYPOINT", "CMD", "EXPOSE"} for st in s.values() for word, _ in st)
+    assert all(
+        word in {"ARG", "ENV", "RUN", "COPY", "WORKDIR", "USER", "ENTRYPOINT", "CMD", "EXPOSE"}
+        for st in s.values()
+        for word, _ in st
+    )
 
 
 def test_image_installs_with_the_same_commands_as_dev():
-    dev_lines = [l for l in (ROOT / "dev").read_text().splitlines() if "pip install" in l]
+    dev_lines = [line for line in (ROOT / "dev").read_text().splitlines() if "pip install" in line]
     dev = pip_installs(dev_lines)
     runs = [rest for word, rest in stages(DOCKERFILE.read_text())["build"] if word == "RUN"]
     image = pip_installs(runs)
@@ -83,7 +87,11 @@ def test_image_build_context_includes_every_packaged_directory():
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     build = stages(DOCKERFILE.read_text())["build"]
     assert ("COPY", ". /src") in build  # the whole context, so new packages cannot be forgotten
-    ignored = [l.strip() for l in (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    ignored = [
+        ln.strip()
+        for ln in (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     for pattern in packages:
         top = pattern.rstrip("*")
         assert top not in ignored, f"{top} is packaged but excluded from the build context"
@@ -96,7 +104,9 @@ def test_runtime_stages_run_as_a_non_root_user():
         users = [rest for word, rest in stages(DOCKERFILE.read_text())[name] if word == "USER"]
         assert users, f"stage {name} sets no USER"
         uid = users[-1].split(":")[0]
-        assert uid.isdigit() and int(uid) != 0, f"stage {name} must end as a numeric non-root uid (PSA runAsNonRoot checks numerically)"
+        assert uid.isdigit() and int(uid) != 0, (
+            f"stage {name} must end as a numeric non-root uid (PSA runAsNonRoot checks numerically)"
+        )
 
 
 def test_sandbox_image_matches_the_pod_spec():
@@ -110,7 +120,11 @@ def test_sandbox_image_matches_the_pod_spec():
 
 
 def test_base_image_is_pinned_by_digest():
-    args = {rest.split("=", 1)[0]: rest.split("=", 1)[1] for word, rest in instructions(DOCKERFILE.read_text()) if word == "ARG" and "=" in rest}
+    args = {
+        rest.split("=", 1)[0]: rest.split("=", 1)[1]
+        for word, rest in instructions(DOCKERFILE.read_text())
+        if word == "ARG" and "=" in rest
+    }
     froms = [rest.split(" AS ")[0] for word, rest in instructions(DOCKERFILE.read_text()) if word == "FROM"]
     assert set(froms) == {"${PYTHON_IMAGE}"}
     assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", args["PYTHON_IMAGE"])
@@ -125,4 +139,6 @@ def test_dagster_home_belongs_to_the_code_location_user():
     assert copies and all(c.startswith(f"--chown={uid_gid} ") for c in copies)
     uid, gid = uid_gid.split(":")
     runs = " ".join(rest for word, rest in stage if word == "RUN")
-    assert re.search(rf"install -d -o {uid} -g {gid} .*{re.escape(home)}", runs)  # the directory itself, not only the files
+    assert re.search(
+        rf"install -d -o {uid} -g {gid} .*{re.escape(home)}", runs
+    )  # the directory itself, not only the files

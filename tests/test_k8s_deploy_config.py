@@ -52,7 +52,9 @@ def process(data, config: dict | None = None):
     from dagster._config import process_config, resolve_to_config_type
 
     klass = getattr(importlib.import_module(data.module_name), data.class_name)
-    result = process_config(resolve_to_config_type(klass.config_type()), config if config is not None else data.config_dict)
+    result = process_config(
+        resolve_to_config_type(klass.config_type()), config if config is not None else data.config_dict
+    )
     assert result.success, result.errors
     return klass, result.value
 
@@ -99,7 +101,10 @@ def test_postgres_storage_config_resolves_from_the_configmap_and_secret(deployed
     assert klass is DagsterPostgresStorage
     url = pg_url_from_config(value)
     env = configmap_env()
-    assert url == f"postgresql://{env['DAGSTER_PG_USER']}:from-the-evalrunner-postgresql-secret@{env['DAGSTER_PG_HOST']}:5432/{env['DAGSTER_PG_DB']}"
+    assert (
+        url
+        == f"postgresql://{env['DAGSTER_PG_USER']}:from-the-evalrunner-postgresql-secret@{env['DAGSTER_PG_HOST']}:5432/{env['DAGSTER_PG_DB']}"
+    )
 
 
 def test_without_the_deployed_environment_the_storage_config_is_refused(monkeypatch, tmp_path):
@@ -115,7 +120,11 @@ def test_without_the_deployed_environment_the_storage_config_is_refused(monkeypa
 
 
 def test_a_module_dagster_cannot_import_fails_this_loading(tmp_path, monkeypatch):
-    text = (DEPLOY / "dagster.yaml").read_text().replace("module: dagster._core.run_coordinator", "module: dagster_k8s.run_coordinators")
+    text = (
+        (DEPLOY / "dagster.yaml")
+        .read_text()
+        .replace("module: dagster._core.run_coordinator", "module: dagster_k8s.run_coordinators")
+    )
     (tmp_path / "dagster.yaml").write_text(text)
     from dagster._core.instance.ref import InstanceRef
 

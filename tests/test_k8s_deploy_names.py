@@ -75,7 +75,7 @@ def readme_secrets(text: str) -> dict[str, set[str]]:
         for w in cmd:
             for flag in ("--from-literal=", "--from-file="):
                 if w.startswith(flag):
-                    keys.add(w[len(flag):].split("=", 1)[0])
+                    keys.add(w[len(flag) :].split("=", 1)[0])
     return out
 
 
@@ -170,7 +170,9 @@ def missing_objects(docs: list[dict], secrets: dict[str, set[str]], v: dict, ins
     created_cm = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"} | chart_created_configmaps(release)
     created_secrets = set(secrets)
     for d in docs:
-        if d["kind"] == "Ingress" and any(k.startswith("cert-manager.io/") for k in d["metadata"].get("annotations", {})):
+        if d["kind"] == "Ingress" and any(
+            k.startswith("cert-manager.io/") for k in d["metadata"].get("annotations", {})
+        ):
             created_secrets |= {t["secretName"] for t in d["spec"].get("tls", [])}  # issued by cert-manager
     wanted_cm: dict[str, str] = {}
     wanted_secrets: dict[str, str] = {}
@@ -192,8 +194,12 @@ def missing_objects(docs: list[dict], secrets: dict[str, set[str]], v: dict, ins
             for t in d["spec"].get("tls", []):
                 wanted_secrets.setdefault(t["secretName"], where)
     launcher_values = v["runLauncher"]["config"]["k8sRunLauncher"]
-    for section, conf in (("dagsterWebserver", v["dagsterWebserver"]), ("dagsterDaemon", v["dagsterDaemon"]),
-                          ("user deployment", user_deployment(v)), ("k8sRunLauncher", launcher_values)):
+    for section, conf in (
+        ("dagsterWebserver", v["dagsterWebserver"]),
+        ("dagsterDaemon", v["dagsterDaemon"]),
+        ("user deployment", user_deployment(v)),
+        ("k8sRunLauncher", launcher_values),
+    ):
         for ref in conf.get("envConfigMaps", []):
             wanted_cm[ref["name"]] = f"helm/values.yaml {section}"
         for ref in conf.get("envSecrets", []):
@@ -210,7 +216,11 @@ def missing_objects(docs: list[dict], secrets: dict[str, set[str]], v: dict, ins
         wanted_secrets[name] = "dagster.yaml env_secrets"
     wanted_secrets[launcher["postgres_password_secret"]] = "dagster.yaml postgres_password_secret"
     bad = [f"ConfigMap {n} ({w}) is created by nothing in deploy/" for n, w in wanted_cm.items() if n not in created_cm]
-    bad += [f"Secret {n} ({w}) is created by nothing in deploy/" for n, w in wanted_secrets.items() if n not in created_secrets]
+    bad += [
+        f"Secret {n} ({w}) is created by nothing in deploy/"
+        for n, w in wanted_secrets.items()
+        if n not in created_secrets
+    ]
     return bad
 
 
@@ -283,7 +293,11 @@ def test_postgres_password_secret_has_the_key_dagster_k8s_reads_and_is_made_once
     assert v["global"]["postgresqlSecretName"] == v["postgresql"]["existingSecret"] == "evalrunner-postgresql"
     # Created only when absent, and no install or upgrade sets a password of its own.
     commands = readme_commands(readme())
-    i = next(i for i, c in enumerate(commands) if c[:4] == ["kubectl", "-n", "evalrunner", "get"] and "evalrunner-postgresql" in c)
+    i = next(
+        i
+        for i, c in enumerate(commands)
+        if c[:4] == ["kubectl", "-n", "evalrunner", "get"] and "evalrunner-postgresql" in c
+    )
     assert commands[i + 1][:2] == ["kubectl", "-n"] and "create" in commands[i + 1]
     assert "||" in readme()  # the create runs only when the get failed
     assert not any("postgresqlPassword" in w for c in commands for w in c)
@@ -295,7 +309,9 @@ def test_postgres_connection_names_match_the_chart_values():
     release, _ = helm_release(readme())
     assert env["DAGSTER_PG_USER"] == v["postgresql"]["postgresqlUsername"]
     assert env["DAGSTER_PG_DB"] == v["postgresql"]["postgresqlDatabase"]
-    assert v["postgresql"]["enabled"] and env["DAGSTER_PG_HOST"] == f"{release}-postgresql"  # the bundled Postgres service
+    assert (
+        v["postgresql"]["enabled"] and env["DAGSTER_PG_HOST"] == f"{release}-postgresql"
+    )  # the bundled Postgres service
     assert instance()["storage"]["postgres"]["postgres_db"]["port"] == v["postgresql"]["service"]["port"]
 
 
@@ -305,7 +321,9 @@ def test_ports_services_and_paths_agree():
     docs, v = manifests(), values()
     dep = user_deployment(v)
     workspace = yaml.safe_load((DEPLOY / "workspace.yaml").read_text())["load_from"][0]["grpc_server"]
-    assert workspace["host"] == dep["name"] and workspace["port"] == dep["port"]  # the chart's Service is named after the deployment
+    assert (
+        workspace["host"] == dep["name"] and workspace["port"] == dep["port"]
+    )  # the chart's Service is named after the deployment
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert f"EXPOSE {dep['port']}" in dockerfile and f'"--port", "{dep["port"]}"' in dockerfile
     hook = find(docs, "Deployment", "evalrunner-webhook")["spec"]["template"]["spec"]["containers"][0]
@@ -332,14 +350,22 @@ def test_namespaces_and_service_accounts_agree():
     assert namespaces == {RELEASE_NAMESPACE, "evalrunner-sandbox"}
     assert all(d["metadata"]["namespace"] in namespaces for d in docs if d["kind"] != "Namespace")
     assert helm_release(readme())[1] == RELEASE_NAMESPACE
-    assert inst["run_launcher"]["config"]["job_namespace"] == v["runLauncher"]["config"]["k8sRunLauncher"]["jobNamespace"] == RELEASE_NAMESPACE
+    assert (
+        inst["run_launcher"]["config"]["job_namespace"]
+        == v["runLauncher"]["config"]["k8sRunLauncher"]["jobNamespace"]
+        == RELEASE_NAMESPACE
+    )
     env = find(docs, "ConfigMap", "evalrunner-env")["data"]
     sandbox_ns = env["EVALRUNNER_SANDBOX_NAMESPACE"]
     assert sandbox_ns == KubernetesSandboxConfig.model_fields["namespace"].default == "evalrunner-sandbox"
     assert find(docs, "Role", "evalrunner-sandbox-controller")["metadata"]["namespace"] == sandbox_ns
     controller = find(docs, "ServiceAccount", "evalrunner-dagster")
     assert controller["metadata"]["namespace"] == RELEASE_NAMESPACE
-    names = {v["global"]["serviceAccountName"], v["serviceAccount"]["name"], inst["run_launcher"]["config"]["service_account_name"]}
+    names = {
+        v["global"]["serviceAccountName"],
+        v["serviceAccount"]["name"],
+        inst["run_launcher"]["config"]["service_account_name"],
+    }
     assert names == {controller["metadata"]["name"]}
     (subject,) = find(docs, "RoleBinding", "evalrunner-sandbox-controller")["subjects"]
     assert (subject["name"], subject["namespace"]) == (controller["metadata"]["name"], RELEASE_NAMESPACE)

@@ -56,15 +56,38 @@ def generated_pods() -> list[tuple[str, dict]]:
     egress = config(model_egress_cidr="10.64.0.10/32", model_egress_port=443)
     return [
         ("default", build_sandbox_pod(request(), config(), sandbox_id="0123abcd", pod_name="evalrunner-sbx-0123abcd")),
-        ("model-egress", build_sandbox_pod(request(network=NetworkPolicy.MODEL_EGRESS, env={"OPENAI_BASE_URL": "http://proxy"}), egress, sandbox_id="x")),
-        ("stdin+limits", build_sandbox_pod(request(stdin=b"{}", limits=Limits(wall_seconds=30, memory_bytes=1 << 30)), config(runtime_class_name="gvisor", node_selector={"pool": "sandbox"}), sandbox_id="y")),
+        (
+            "model-egress",
+            build_sandbox_pod(
+                request(network=NetworkPolicy.MODEL_EGRESS, env={"OPENAI_BASE_URL": "http://proxy"}),
+                egress,
+                sandbox_id="x",
+            ),
+        ),
+        (
+            "stdin+limits",
+            build_sandbox_pod(
+                request(stdin=b"{}", limits=Limits(wall_seconds=30, memory_bytes=1 << 30)),
+                config(runtime_class_name="gvisor", node_selector={"pool": "sandbox"}),
+                sandbox_id="y",
+            ),
+        ),
         ("warm-session", build_sandbox_pod(request(), config(), sandbox_id="w", session=True)),
     ]
 
 
 # --- Pod Security Standards, "restricted" profile (v1.31), as rules --------------------------
 
-ALLOWED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+ALLOWED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def psa_restricted_violations(pod_spec: dict) -> list[str]:
@@ -100,7 +123,9 @@ def psa_restricted_violations(pod_spec: dict) -> list[str]:
             bad.append(f"{where} does not drop ALL capabilities")
         if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
             bad.append(f"{where} adds {sorted(set(caps['add']) - {'NET_BIND_SERVICE'})}")
-        if not (sc.get("runAsNonRoot") is True or (psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is not False)):
+        if not (
+            sc.get("runAsNonRoot") is True or (psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is not False)
+        ):
             bad.append(f"{where} is not runAsNonRoot")
         if sc.get("runAsUser") == 0:
             bad.append(f"{where} runAsUser is 0")
@@ -253,8 +278,15 @@ def test_sandbox_namespace_enforces_restricted_and_only_the_controller_may_manag
     assert role["metadata"]["namespace"] == "evalrunner-sandbox"
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert granted == {
-        ("pods", "create"), ("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods", "delete"),
-        ("pods/attach", "create"), ("pods/attach", "get"), ("pods/exec", "create"), ("pods/exec", "get"),
+        ("pods", "create"),
+        ("pods", "get"),
+        ("pods", "list"),
+        ("pods", "watch"),
+        ("pods", "delete"),
+        ("pods/attach", "create"),
+        ("pods/attach", "get"),
+        ("pods/exec", "create"),
+        ("pods/exec", "get"),
         ("pods/log", "get"),
     }
     binding = docs[("RoleBinding", "evalrunner-sandbox-controller")]
@@ -273,7 +305,10 @@ def test_lake_uses_workload_identity_and_the_webhook_secret_is_a_file():
     container = hook["containers"][0]
     assert not any("valueFrom" in e for e in container.get("env", []))
     assert any(v.get("secret", {}).get("secretName") == "evalrunner-github-webhook" for v in hook["volumes"])
-    assert docs[("Ingress", "evalrunner-webhook")]["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == "evalrunner-webhook"
+    assert (
+        docs[("Ingress", "evalrunner-webhook")]["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"]
+        == "evalrunner-webhook"
+    )
 
 
 def test_dagster_yaml_configures_k8s_run_launcher_and_postgres_per_their_schemas(monkeypatch):
@@ -304,5 +339,13 @@ def test_helm_values_use_k8s_run_launcher_daemon_and_our_image():
     (dep,) = values["dagster-user-deployments"]["deployments"]
     assert dep["dagsterApiGrpcArgs"] == ["--module-name", "evalrunner_assets.definitions"]
     assert set(dep["image"]) == {"repository", "tag", "pullPolicy"} and isinstance(dep["port"], int)
-    assert psa_restricted_violations({"securityContext": dep["podSecurityContext"], "containers": [{"name": "u", "securityContext": dep["securityContext"]}]}) == []
+    assert (
+        psa_restricted_violations(
+            {
+                "securityContext": dep["podSecurityContext"],
+                "containers": [{"name": "u", "securityContext": dep["securityContext"]}],
+            }
+        )
+        == []
+    )
     assert values["serviceAccount"]["name"] == "evalrunner-dagster"

@@ -60,7 +60,9 @@ def repo(tmp_path) -> RepoExport:
 
 def backend(standin: KubernetesStandIn, tmp_path: Path, **kw) -> KubernetesBackend:
     kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
-    return KubernetesBackend(KubernetesSandboxConfig(image=IMAGE, kubeconfig=str(kubeconfig), poll_interval_seconds=0.05, **kw))
+    return KubernetesBackend(
+        KubernetesSandboxConfig(image=IMAGE, kubeconfig=str(kubeconfig), poll_interval_seconds=0.05, **kw)
+    )
 
 
 def worker_request(repo: RepoExport, **kw) -> SandboxRequest:
@@ -182,10 +184,15 @@ def test_a_comparison_on_kubernetes_runs_warm_session_pods_and_reports_the_pod_c
 
     example = build_example_repo(tmp_path / "support-agent")
     kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
-    with evalrunner_home(tmp_path / "home") as home, dg.DagsterInstance.local_temp(tempdir=str(tmp_path / "home" / "dagster")) as instance:
+    with (
+        evalrunner_home(tmp_path / "home") as home,
+        dg.DagsterInstance.local_temp(tempdir=str(tmp_path / "home" / "dagster")) as instance,
+    ):
         resources = {
             "lake": LakeResource(root=str(home.lake_root)),
-            "sandbox": SandboxResource(backend_name="kubernetes", k8s_image=IMAGE, k8s_kubeconfig=str(kubeconfig), max_workers=2),
+            "sandbox": SandboxResource(
+                backend_name="kubernetes", k8s_image=IMAGE, k8s_kubeconfig=str(kubeconfig), max_workers=2
+            ),
             "repos": RepoResource(cache_dir=str(home.root / "repos"), export_dir=str(home.root / "exports")),
             "github": GitHubResource(),
         }
@@ -195,7 +202,10 @@ def test_a_comparison_on_kubernetes_runs_warm_session_pods_and_reports_the_pod_c
     sandboxes = execution["sandboxes"]
     print(f"\nexecution: {execution}")
     session_pods = [c for c in standin.created if c["metadata"]["labels"]["evalrunner.dev/role"] == "session"]
-    per_commit_task = [(c["metadata"]["annotations"]["evalrunner.dev/commit"], c["metadata"]["annotations"]["evalrunner.dev/task"]) for c in session_pods]
+    per_commit_task = [
+        (c["metadata"]["annotations"]["evalrunner.dev/commit"], c["metadata"]["annotations"]["evalrunner.dev/task"])
+        for c in session_pods
+    ]
     assert len(per_commit_task) == len(set(per_commit_task))  # never a second pod for one (commit, task)
     assert {commit for commit, _ in per_commit_task} == {request.base_sha, request.head_sha}
     landed = execution["windows"]["landed"]

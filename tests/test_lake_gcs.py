@@ -6,8 +6,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
 from _inspect_models import EXPECTED_PAIRS, probe_logs
+
 from lake import BatchKey, Lake, LogStatusError, Window, connect, land_batch, view_command
 from lake.duck import query
 from lake.storage import gcs_filesystem
@@ -42,9 +42,17 @@ def gs_lake(endpoint: str, prefix: str) -> Lake:
 
 def key(commit: str, epochs: int) -> BatchKey:
     return BatchKey(
-        repo=REPO, commit=commit, task="qa/probe", spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1", window=Window(0, 4), seed=7, epochs=epochs,
-        config_digest="cfg", backend="local-unsafe", runtime_digest="rt",
+        repo=REPO,
+        commit=commit,
+        task="qa/probe",
+        spec="evals/probe.py@lake_probe",
+        model="lakeprobe/probe-1",
+        window=Window(0, 4),
+        seed=7,
+        epochs=epochs,
+        config_digest="cfg",
+        backend="local-unsafe",
+        runtime_digest="rt",
     )
 
 
@@ -66,13 +74,21 @@ def test_gs_lake_lands_and_pairs_like_a_local_one(gcs_endpoint, logs):
     con = connect(lake)
     rows = query(con, "paired_samples", {"repo": REPO, "head": HEAD, "base": BASE}).to_pylist()
     got = [
-        (r["sample_id"], r["head_score"], r["base_score"], r["delta"], r["head_errors"],
-         r["base_errors"], r["head_epochs"], r["base_epochs"])
+        (
+            r["sample_id"],
+            r["head_score"],
+            r["base_score"],
+            r["delta"],
+            r["head_errors"],
+            r["base_errors"],
+            r["head_epochs"],
+            r["base_epochs"],
+        )
         for r in rows
     ]
     assert got == EXPECTED_PAIRS
     assert con.execute("select count(*) from events").fetchall() == [(head.event_rows + base.event_rows,)]
-    assert con.execute('select count(*), sum(sample_rows) from batches').fetchall() == [(2, 11)]
+    assert con.execute("select count(*), sum(sample_rows) from batches").fetchall() == [(2, 11)]
     # the objects really are in the bucket, under the layout's names
     listed = lake.fs.find(f"{BUCKET}/round-trip")
     assert sum(p.endswith(".parquet") for p in listed) == 4

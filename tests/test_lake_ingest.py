@@ -9,8 +9,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
 from _inspect_models import probe_logs
+
 from lake import (
     BatchConflictError,
     BatchKey,
@@ -67,18 +67,19 @@ def test_landed_samples_keep_every_epoch_and_errored_samples(tmp_path, logs):
 
     assert (record.status, record.sample_rows, record.errored_samples) == ("ok", 8, 2)
     rows = samples_rows(tmp_path)
-    assert [(r["sample_id"], r["epoch"]) for r in rows] == [
-        (s, e) for s in ("s1", "s2", "s3", "s4") for e in (1, 2)
-    ]
+    assert [(r["sample_id"], r["epoch"]) for r in rows] == [(s, e) for s in ("s1", "s2", "s3", "s4") for e in (1, 2)]
     by_id: dict[str, list[dict]] = {}
     for r in rows:
         by_id.setdefault(r["sample_id"], []).append(r)
         # batch key and reproducibility columns on every row
-        assert (r["repo"], r["commit"], r["task"], r["batch"]) == (
-            "acme/agent", HEAD, "qa/probe", key_for().digest)
+        assert (r["repo"], r["commit"], r["task"], r["batch"]) == ("acme/agent", HEAD, "qa/probe", key_for().digest)
         assert (r["window"], r["window_start"], r["window_stop"]) == ("w000000-000004", 0, 4)
         assert (r["spec"], r["config_digest"], r["backend"], r["runtime_digest"]) == (
-            "evals/probe.py@lake_probe", "cfg123", "local-unsafe", "rt456")
+            "evals/probe.py@lake_probe",
+            "cfg123",
+            "local-unsafe",
+            "rt456",
+        )
         assert (r["seed"], r["epochs"], r["model_args"], r["model"]) == (7, 2, "{}", "lakeprobe/probe-1")
         assert r["log_status"] == "success"
         assert r["cost_usd"] is None  # no price known: unknown, never 0
@@ -122,15 +123,16 @@ def test_landed_events_record_tool_calls_tokens_and_errors(tmp_path, logs):
     assert s3[3][2:10] == ("assistant", "lakeprobe/probe-1", None, None, 0, 30, 5, 35)
     assert s3[3][10] == "ANSWER: fig."
 
-    errors = con.sql(
-        "select sample_id, epoch, error from events where event = 'error' order by epoch"
-    ).fetchall()
+    errors = con.sql("select sample_id, epoch, error from events where event = 'error' order by epoch").fetchall()
     assert errors == [("s4", e, "RuntimeError('planned failure for sample s4')") for e in (1, 2)]
     seqs = con.sql(
         "select sample_id, epoch, count(*), min(seq), max(seq) from events group by all order by all"
     ).fetchall()
     assert all(n == hi + 1 and lo == 0 for _, _, n, lo, hi in seqs)  # dense 0-based sequence
-    assert con.execute("select max(length(text)) <= 2000, bool_or(text_truncated) from events").fetchall()[0] == (True, False)
+    assert con.execute("select max(length(text)) <= 2000, bool_or(text_truncated) from events").fetchall()[0] == (
+        True,
+        False,
+    )
 
 
 def test_json_log_lands_like_eval_and_keeps_raw_bytes(tmp_path, logs):
@@ -141,7 +143,10 @@ def test_json_log_lands_like_eval_and_keeps_raw_bytes(tmp_path, logs):
     assert lake.read_bytes(record.raw_path) == data
     rows = samples_rows(tmp_path)
     assert [(r["sample_id"], r["epoch"], r["score"], r["error"]) for r in rows] == [
-        ("s1", 1, 1.0, None), ("s2", 1, 0.0, None), ("s3", 1, 1.0, None)]
+        ("s1", 1, 1.0, None),
+        ("s2", 1, 0.0, None),
+        ("s3", 1, 1.0, None),
+    ]
 
 
 def test_ingest_log_file_matches_landed_rows_and_summaries_path(logs):
@@ -153,8 +158,11 @@ def test_ingest_log_file_matches_landed_rows_and_summaries_path(logs):
     # summaries and samples agree on everything else (summaries carry a thinned input and no
     # events: no input digest or error span from them)
     drop = ["started_at", "completed_at", "input_digest", "error_where"]
-    assert fast.drop_columns(drop).sort_by([("sample_id", "ascending"), ("epoch", "ascending")]).equals(
-        samples.drop_columns(drop).sort_by([("sample_id", "ascending"), ("epoch", "ascending")]))
+    assert (
+        fast.drop_columns(drop)
+        .sort_by([("sample_id", "ascending"), ("epoch", "ascending")])
+        .equals(samples.drop_columns(drop).sort_by([("sample_id", "ascending"), ("epoch", "ascending")]))
+    )
 
 
 def test_relanding_the_same_log_changes_nothing(tmp_path, logs):
@@ -193,7 +201,7 @@ def test_failure_before_the_record_leaves_no_parquet(tmp_path, logs, monkeypatch
     real_write = lake.write_bytes
 
     def flaky_write(rel: str, data: bytes) -> str:
-        if rel.startswith(("tables/events/" if fail_on == "events" else "batches/")):
+        if rel.startswith("tables/events/" if fail_on == "events" else "batches/"):
             raise LakeWriteError(f"simulated failure writing {rel}")
         return real_write(rel, data)
 
@@ -241,10 +249,12 @@ def test_log_whose_error_is_a_samples_own_exception_lands_its_rows_as_the_agents
     assert (record.status, record.log_status) == ("ok", "error")
     assert record.errored_samples >= 1 and record.sample_rows >= 1
     con = connect(lake)
-    rows = con.sql("select sample_id, error, error_where, score, input_digest from samples "
-                   "where error is not null").fetchall()
+    rows = con.sql(
+        "select sample_id, error, error_where, score, input_digest from samples where error is not null"
+    ).fetchall()
     assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
-        ("s4", "RuntimeError('planned failure for sample s4')", "solver:explode_when_flagged", None)]
+        ("s4", "RuntimeError('planned failure for sample s4')", "solver:explode_when_flagged", None)
+    ]
     assert rows[0][4] and len(rows[0][4]) == 32
     samples, _ = ingest_log_file(logs["failed"])
     assert "s4" in samples.column("sample_id").to_pylist()
@@ -365,12 +375,21 @@ def test_input_digest_matches_for_chat_inputs_targets_choices_files_and_setup(tm
     from evalrunner_assets.sample_digest import digest_of_sample
 
     samples = [
-        Sample(input=[ChatMessageSystem(content="be brief"), ChatMessageUser(content=[ContentText(text="say apple")])],
-               target=["apple", "APPLE"], files={"a.txt": "hi"}, setup="echo hi"),
+        Sample(
+            input=[ChatMessageSystem(content="be brief"), ChatMessageUser(content=[ContentText(text="say apple")])],
+            target=["apple", "APPLE"],
+            files={"a.txt": "hi"},
+            setup="echo hi",
+        ),
         Sample(input="say pear", target="pear", choices=["pear", "plum"], metadata={"k": 1}),
     ]
     listed = [digest_of_sample(s) for s in samples]  # what the sandbox lists, before any run
-    log = eval(Task(dataset=samples, solver=[generate()], scorer=includes()), model="lakeprobe/probe-1",
-               display="none", log_dir=str(tmp_path), log_level="error")[0]
+    log = eval(
+        Task(dataset=samples, solver=[generate()], scorer=includes()),
+        model="lakeprobe/probe-1",
+        display="none",
+        log_dir=str(tmp_path),
+        log_level="error",
+    )[0]
     logged = [digest_of_sample(s) for s in sorted(read_eval_log(log.location).samples, key=lambda s: s.id)]
     assert logged == listed and listed[0] != listed[1]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from _inspect_models import EXPECTED_PAIRS, probe_logs
 
 import sql
-from _inspect_models import EXPECTED_PAIRS, probe_logs
 from lake import BatchKey, QueryError, Window, connect, land_batch, open_lake, refresh, run_sql, view_command
 from lake.duck import query
 
@@ -23,9 +23,17 @@ BASE = "b" * 40
 
 def key(commit: str, epochs: int) -> BatchKey:
     return BatchKey(
-        repo=REPO, commit=commit, task="qa/probe", spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1", window=Window(0, 4), seed=7, epochs=epochs,
-        config_digest="cfg", backend="local-unsafe", runtime_digest="rt",
+        repo=REPO,
+        commit=commit,
+        task="qa/probe",
+        spec="evals/probe.py@lake_probe",
+        model="lakeprobe/probe-1",
+        window=Window(0, 4),
+        seed=7,
+        epochs=epochs,
+        config_digest="cfg",
+        backend="local-unsafe",
+        runtime_digest="rt",
     )
 
 
@@ -46,8 +54,16 @@ def test_paired_samples_average_each_arms_epochs_per_input(lake):
     con = connect(lake)
     rows = query(con, "paired_samples", {"repo": REPO, "head": HEAD, "base": BASE}).to_pylist()
     got = [
-        (r["sample_id"], r["head_score"], r["base_score"], r["delta"], r["head_errors"],
-         r["base_errors"], r["head_epochs"], r["base_epochs"])
+        (
+            r["sample_id"],
+            r["head_score"],
+            r["base_score"],
+            r["delta"],
+            r["head_errors"],
+            r["base_errors"],
+            r["head_epochs"],
+            r["base_epochs"],
+        )
         for r in rows
     ]
     assert got == EXPECTED_PAIRS
@@ -80,7 +96,9 @@ def test_tool_usage_and_batches_views(lake):
     con = connect(lake)
     tools = query(con, "tool_usage", {"repo": REPO}).to_pylist()
     assert [(t["commit"], t["tool_function"], t["calls"], t["failed_calls"]) for t in tools] == [
-        (HEAD, "lookup", 2, 0), (BASE, "lookup", 1, 0)]
+        (HEAD, "lookup", 2, 0),
+        (BASE, "lookup", 1, 0),
+    ]
     batches = con.sql(
         'select "commit", status, sample_rows, errored_samples, log_format, publishable from batches order by "commit"'
     ).fetchall()
@@ -134,18 +152,34 @@ def test_paired_samples_follows_the_python_pairing_rule_on_digests_and_errors():
     from evalrunner_assets.stats import pair_task
 
     rows = {
-        HEAD: [("1", 1, 1.0, None, "aa"), ("2", 1, 1.0, None, "bb"), ("3", 1, None, "RuntimeError('x')", "cc"),
-               ("4", 1, 1.0, None, None), ("5", 1, 1.0, None, "ee"), ("5", 2, 0.0, None, "ff")],
-        BASE: [("1", 1, 0.0, None, "aa"), ("2", 1, 0.0, None, "XX"), ("3", 1, 1.0, None, "cc"),
-               ("4", 1, 0.0, None, None), ("5", 1, 1.0, None, "ee"), ("5", 2, 1.0, None, "ee")],
+        HEAD: [
+            ("1", 1, 1.0, None, "aa"),
+            ("2", 1, 1.0, None, "bb"),
+            ("3", 1, None, "RuntimeError('x')", "cc"),
+            ("4", 1, 1.0, None, None),
+            ("5", 1, 1.0, None, "ee"),
+            ("5", 2, 0.0, None, "ff"),
+        ],
+        BASE: [
+            ("1", 1, 0.0, None, "aa"),
+            ("2", 1, 0.0, None, "XX"),
+            ("3", 1, 1.0, None, "cc"),
+            ("4", 1, 0.0, None, None),
+            ("5", 1, 1.0, None, "ee"),
+            ("5", 2, 1.0, None, "ee"),
+        ],
     }
     con = duckdb.connect()
-    con.execute('create table samples (repo varchar, "commit" varchar, task varchar, sample_id varchar, '
-                'epoch bigint, score double, error varchar, input_digest varchar)')
+    con.execute(
+        'create table samples (repo varchar, "commit" varchar, task varchar, sample_id varchar, '
+        "epoch bigint, score double, error varchar, input_digest varchar)"
+    )
     for commit, arm in rows.items():
         for sid, epoch, score, error, digest in arm:
-            con.execute("insert into samples values (?, ?, 't', ?, ?, ?, ?, ?)",
-                        [REPO, commit, sid, epoch, score, error, digest])
+            con.execute(
+                "insert into samples values (?, ?, 't', ?, ?, ?, ?, ?)",
+                [REPO, commit, sid, epoch, score, error, digest],
+            )
     got = con.sql(sql.load("paired_samples"), params={"repo": REPO, "head": HEAD, "base": BASE}).fetchall()
     sql_pairs = {r[1]: r[4] for r in got if r[4] is not None}
 

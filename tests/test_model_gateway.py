@@ -11,10 +11,10 @@ import threading
 import time
 
 import pytest
-
-from evalrunner_assets.gateway import ModelGateway, GatewaySettings, GatewayUsage
-from evalrunner_assets.pipeline.pricing import PriceTable
 from openai_standin import OpenAIStandIn
+
+from evalrunner_assets.gateway import GatewaySettings, GatewayUsage, ModelGateway
+from evalrunner_assets.pipeline.pricing import PriceTable
 
 KEY = "sk-standin-REAL-KEY-0123456789"
 ANT_KEY = "sk-ant-standin-REAL-KEY-9876543210"
@@ -31,12 +31,18 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
-def post(scope, path: str, body: dict, *, token: str | None = None, header: str = "authorization",
-         socket_path: str | None = None) -> tuple[int, bytes]:
+def post(
+    scope,
+    path: str,
+    body: dict,
+    *,
+    token: str | None = None,
+    header: str = "authorization",
+    socket_path: str | None = None,
+) -> tuple[int, bytes]:
     conn = _UnixHTTPConnection(socket_path or scope.socket_path)
     tok = scope.token if token is None else token
-    headers = {"content-type": "application/json",
-               header: f"Bearer {tok}" if header == "authorization" else tok}
+    headers = {"content-type": "application/json", header: f"Bearer {tok}" if header == "authorization" else tok}
     conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
     resp = conn.getresponse()
     data = resp.read()
@@ -54,8 +60,11 @@ def upstream():
 
 
 def gateway_for(up: OpenAIStandIn, sleeps: list[float] | None = None, **kw) -> ModelGateway:
-    settings = GatewaySettings(keys={"openai": KEY, "anthropic": ANT_KEY},
-                               bases={"openai": up.openai_base, "anthropic": up.anthropic_base}, **kw)
+    settings = GatewaySettings(
+        keys={"openai": KEY, "anthropic": ANT_KEY},
+        bases={"openai": up.openai_base, "anthropic": up.anthropic_base},
+        **kw,
+    )
     return ModelGateway(settings, sleep=(sleeps.append if sleeps is not None else time.sleep))
 
 
@@ -70,8 +79,9 @@ def test_gateway_swaps_the_scoped_token_for_the_real_key_and_meters_usage(upstre
     assert upstream.state.requests[0]["authorization"] == f"Bearer {KEY}"
     assert scope.token not in json.dumps(upstream.state.requests)
     # The stand-in counts words: 3 prompt words, 4 answer words.
-    assert usage.models == {"openai/gpt-4o": {"requests": 1, "input_tokens": 3, "output_tokens": 4,
-                                              "total_tokens": 7, "cost_usd": None}}
+    assert usage.models == {
+        "openai/gpt-4o": {"requests": 1, "input_tokens": 3, "output_tokens": 4, "total_tokens": 7, "cost_usd": None}
+    }
     assert usage.requests == 1 and usage.retries == 0
 
 
@@ -175,8 +185,10 @@ def test_requests_in_flight_per_provider_are_bounded(upstream):
     results: list[int] = []
     with gateway_for(upstream, max_concurrency=2) as gw, gw.open_scope() as scope:
         scope.begin()
-        threads = [threading.Thread(target=lambda: results.append(post(scope, "/openai/v1/chat/completions", CHAT)[0]))
-                   for _ in range(6)]
+        threads = [
+            threading.Thread(target=lambda: results.append(post(scope, "/openai/v1/chat/completions", CHAT)[0]))
+            for _ in range(6)
+        ]
         for t in threads:
             t.start()
         # Two requests reach the stand-in and are held there; the bound keeps the rest waiting.

@@ -5,13 +5,14 @@ failure stops its task."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import dagster as dg
 import pytest
-
 from _pipeline_fixtures import ALL_TASKS, PipelineHome, evalrunner_home, request_for
+
 from evalrunner_assets.driver import run_comparison
 from evalrunner_assets.example_repo import build_example_repo
 from evalrunner_assets.execution.sandbox import SandboxBackend
@@ -93,7 +94,8 @@ def test_a_rerun_after_an_outage_retries_the_failed_windows(tmp_path: Path, home
 
 
 def test_a_rerun_after_an_outage_while_listing_sample_ids_learns_the_commit_again(
-        tmp_path: Path, home: PipelineHome) -> None:
+    tmp_path: Path, home: PipelineHome
+) -> None:
     example = build_example_repo(tmp_path / "repo", ["improve-runbook"])
     flag = tmp_path / "outage"
     resources = {**home.resources(), "sandbox": OutageSandboxResource(outage_flag=str(flag), ops="ids")}

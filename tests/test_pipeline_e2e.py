@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import dagster as dg
 import pytest
-
 from _pipeline_fixtures import (
     ALL_TASKS,
     ESCALATION,
@@ -29,6 +29,7 @@ from _pipeline_fixtures import (
     ran_samples,
     request_for,
 )
+
 from evalrunner_assets import stats
 from evalrunner_assets.driver import run_comparison
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
@@ -61,9 +62,15 @@ def instance(home: PipelineHome) -> Iterator[dg.DagsterInstance]:
 class Run:
     """One comparison driven to its verdict, with what it started in the sandbox."""
 
-    def __init__(self, home: PipelineHome, result: dict[str, Any], starts: list[dict[str, Any]],
-                 new_batches: dict[str, set[str]], new_failures: set[Path],
-                 check_runs: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        home: PipelineHome,
+        result: dict[str, Any],
+        starts: list[dict[str, Any]],
+        new_batches: dict[str, set[str]],
+        new_failures: set[Path],
+        check_runs: list[dict[str, Any]],
+    ) -> None:
         self.home, self.result, self.starts = home, result, starts
         self.new_batches, self.new_failures = new_batches, new_failures
         self.check_runs = check_runs  # check_run.json after each report, in order
@@ -92,8 +99,9 @@ def compare(home: PipelineHome, instance: dg.DagsterInstance, example: ExampleRe
             if step.kind == "compare":
                 check_runs.append(json.loads(check_run.read_text()))
 
-        result = run_comparison(request, instance=instance, resources=home.resources(), on_step=on_step,
-                                progress_every_s=progress_every_s)
+        result = run_comparison(
+            request, instance=instance, resources=home.resources(), on_step=on_step, progress_every_s=progress_every_s
+        )
         new = {c: home.batch_records(c) - batches_before[c] for c in commits}
         failures = set((home.lake_root / "failures").rglob("*.json")) - failures_before
         return Run(home, result, home.starts()[before:], new, failures, check_runs)
@@ -177,8 +185,9 @@ def test_identical_base_and_head_is_only_unchanged_or_inconclusive(identical: Ru
         assert doc["decision"]["delta"] == 0
 
 
-def test_identical_base_and_head_runs_each_window_once(identical: Run, example: ExampleRepo,
-                                                       instance: dg.DagsterInstance) -> None:
+def test_identical_base_and_head_runs_each_window_once(
+    identical: Run, example: ExampleRepo, instance: dg.DagsterInstance
+) -> None:
     runs = identical.sample_runs(example.base_sha)
     assert runs, "the base windows the first comparison did not need ran here"
     ran = [(s["labels"]["task"], s["labels"].get("window") or s["samples"]) for s in runs]
@@ -191,8 +200,7 @@ def test_identical_base_and_head_runs_each_window_once(identical: Run, example: 
 # --- reuse ------------------------------------------------------------------------------------
 
 
-def test_second_pr_on_the_same_base_runs_no_base_samples(regressed: Run, no_op: Run,
-                                                         example: ExampleRepo) -> None:
+def test_second_pr_on_the_same_base_runs_no_base_samples(regressed: Run, no_op: Run, example: ExampleRepo) -> None:
     base = example.base_sha
     for run in (regressed, no_op):
         assert run.result["base_sha"] == base
@@ -212,8 +220,9 @@ def test_first_comparison_ran_both_arms(improved: Run, example: ExampleRepo) -> 
     assert improved.new_batches[example.base_sha]
 
 
-def test_a_fresh_commit_starts_one_warm_sandbox_per_task_and_lists_ids_in_it(improved: Run,
-                                                                            example: ExampleRepo) -> None:
+def test_a_fresh_commit_starts_one_warm_sandbox_per_task_and_lists_ids_in_it(
+    improved: Run, example: ExampleRepo
+) -> None:
     # Learning a commit lists each task's ids in the warm sandbox its windows then use: no
     # separate listing sandbox, and no second session for the first window.
     for commit in (example.base_sha, example.sha("improve-runbook")):
@@ -237,8 +246,9 @@ def test_changing_the_seed_invalidates_base_reuse(compare, improved: Run, exampl
     assert not old & set(run.result["tasks"][task]["batches"]["base"])
 
 
-def test_changing_the_model_args_plans_new_base_batches(improved: Run, home: PipelineHome,
-                                                         example: ExampleRepo) -> None:
+def test_changing_the_model_args_plans_new_base_batches(
+    improved: Run, home: PipelineHome, example: ExampleRepo
+) -> None:
     # The simulated model takes no model args, so this is checked at planning: the batches the
     # base already has are not offered for a request whose model args differ.
     backend = home.resources()["sandbox"].backend()
@@ -257,9 +267,9 @@ def test_changing_the_model_args_plans_new_base_batches(improved: Run, home: Pip
     assert planned == {(t, first) for t in ALL_TASKS}
 
 
-
 def test_assess_with_a_cache_gives_the_same_document_and_sees_a_changed_request(
-        improved: Run, home: PipelineHome, example: ExampleRepo) -> None:
+    improved: Run, home: PipelineHome, example: ExampleRepo
+) -> None:
     backend = home.resources()["sandbox"].backend()
     lake = home.lake()
     request = request_for(example, "improve-runbook", "101", changed_files=(TRIAGE_SKILL,))
@@ -278,6 +288,7 @@ def test_assess_with_a_cache_gives_the_same_document_and_sees_a_changed_request(
     capped = request_for(example, "improve-runbook", "101", changed_files=(TRIAGE_SKILL,), cap=16)
     assert doc(assess(lake, capped, cache=cache, **kw)) == doc(assess(lake, capped, **kw))
     assert cache.hits == 0
+
 
 # --- changed-file affinity ----------------------------------------------------------------------
 
@@ -330,8 +341,9 @@ def test_improved_comment_has_marker_headline_and_a_row_per_eval(improved: Run) 
     assert m.group(1) == r["head_sha"][:7]
     assert float(m.group(2)) == pytest.approx(r["final_verdict"]["p_improvement"], abs=0.005)
     verdict_table = comment.split("<details>")[0]
-    rows = {line.split("|")[1].strip(" `"): line for line in verdict_table.splitlines()
-            if line.startswith("| `triage/")}
+    rows = {
+        line.split("|")[1].strip(" `"): line for line in verdict_table.splitlines() if line.startswith("| `triage/")
+    }
     assert {RUNBOOK, ESCALATION, SUMMARY} <= rows.keys()
     assert "improved" in rows[RUNBOOK] and "unchanged" in rows[ESCALATION]
     samples = r["tasks"][RUNBOOK]["head"]["samples"] + r["tasks"][RUNBOOK]["base"]["samples"]
@@ -392,7 +404,8 @@ def check_records(instance: dg.DagsterInstance, comparison: str, name: str) -> l
 def test_task_samples_checks_are_recorded_as_passed(improved: Run, instance: dg.DagsterInstance) -> None:
     comparison = improved.result["comparison"]
     samples_runs = [
-        r for r in instance.get_runs(filters=dg.RunsFilter(tags={"evalrunner/comparison": comparison}))
+        r
+        for r in instance.get_runs(filters=dg.RunsFilter(tags={"evalrunner/comparison": comparison}))
         if r.tags.get("evalrunner/step", "").startswith("samples:")
     ]
     assert samples_runs
@@ -403,12 +416,14 @@ def test_task_samples_checks_are_recorded_as_passed(improved: Run, instance: dg.
             assert rec.status.value == "SUCCEEDED", (name, rec.status)
             assert rec.event.dagster_event.event_specific_data.passed, name  # type: ignore[union-attr]
     latest = instance.get_latest_asset_check_evaluation_record(
-        dg.AssetCheckKey(dg.AssetKey("task_samples"), "no_error_logs"))
+        dg.AssetCheckKey(dg.AssetKey("task_samples"), "no_error_logs")
+    )
     assert latest is not None
 
 
-def test_comparison_and_report_are_materialized_per_pr_head(improved: Run, example: ExampleRepo,
-                                                         instance: dg.DagsterInstance) -> None:
+def test_comparison_and_report_are_materialized_per_pr_head(
+    improved: Run, example: ExampleRepo, instance: dg.DagsterInstance
+) -> None:
     key = f"{REPO_ID}#101@{example.sha('improve-runbook')}"
     assert key in instance.get_dynamic_partitions("comparisons")
     assert f"{REPO_ID}@{example.base_sha}" in instance.get_dynamic_partitions("commits")
@@ -433,8 +448,7 @@ def test_sql_and_view_work_on_what_a_comparison_produced(improved: Run, home: Pi
     from lake.viewer import view_command
 
     r = improved.result
-    query = ('select "commit", count(*) as n from samples where task = \'triage/runbook_lookup\' '
-             'group by all order by 1')
+    query = "select \"commit\", count(*) as n from samples where task = 'triage/runbook_lookup' group by all order by 1"
     assert cli.main(["sql", query, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     counts = {row["commit"]: row["n"] for row in rows}

@@ -8,14 +8,15 @@ sensor context is built; the loop must continue from the lake's state, not start
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import dagster as dg
 import pytest
-
 from _pipeline_fixtures import ESCALATION, SUMMARY, PipelineHome, evalrunner_home, labels, request_for
+
 from evalrunner_assets.definitions import defs
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
 from evalrunner_assets.pipeline.assess import load_result
@@ -156,7 +157,9 @@ def test_sensor_drives_the_comparison_to_its_verdict(loop: Loop) -> None:
     assert r["tasks"][ESCALATION]["head"]["samples"] == r["tasks"][ESCALATION]["base"]["samples"] > 0
 
 
-def test_sensor_requests_manifests_then_windows_of_both_arms_then_the_comparison(loop: Loop, example: ExampleRepo) -> None:
+def test_sensor_requests_manifests_then_windows_of_both_arms_then_the_comparison(
+    loop: Loop, example: ExampleRepo
+) -> None:
     first = loop.ticks[0]
     assert sorted(first) == sorted(
         f"manifest:example/support-agent@{sha}" for sha in (example.base_sha, example.sha("regress-escalation"))

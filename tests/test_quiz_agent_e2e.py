@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _package_index import PackageIndex, wheel_from_installed, wheel_from_source
 from conftest import commit_files, git
 from openai_standin import OpenAIStandIn
@@ -34,8 +33,9 @@ PRECISE = "Answer with only the name of the capital city. Double-check which cou
 def _example_files() -> dict[str, str]:
     """The example as it is: its dataset has no sample ids (Inspect numbers them 1..n)."""
     root = EXAMPLES / "quiz-agent"
-    return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,9 @@ def index(tmp_path_factory):
     idx.close()
 
 
-def _compare(home: Path, repo: Path, index: PackageIndex, base: str, head: str, pr: str,
-             grader: OpenAIStandIn | None = None) -> subprocess.CompletedProcess:
+def _compare(
+    home: Path, repo: Path, index: PackageIndex, base: str, head: str, pr: str, grader: OpenAIStandIn | None = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "EVALRUNNER_LAKE", "EVALRUNNER_ENVS")}
     env.update(EVALRUNNER_HOME=str(home), EVALRUNNER_PACKAGE_INDEX=index.url)
     extra: list[str] = []
@@ -58,9 +59,31 @@ def _compare(home: Path, repo: Path, index: PackageIndex, base: str, head: str, 
         env.update(OPENAI_API_KEY=KEY, OPENAI_BASE_URL=grader.openai_base)
         extra = ["--model-gateway"]
     return subprocess.run(
-        [sys.executable, "-m", "evalrunner_assets.cli", "compare", "--repo", str(repo), "--repo-id", "acme/quiz",
-         "--base", base, "--head", head, "--pr", pr, "--model", "quizbot/v1", "--cap", "40", *extra],
-        env=env, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "evalrunner_assets.cli",
+            "compare",
+            "--repo",
+            str(repo),
+            "--repo-id",
+            "acme/quiz",
+            "--base",
+            base,
+            "--head",
+            head,
+            "--pr",
+            pr,
+            "--model",
+            "quizbot/v1",
+            "--cap",
+            "40",
+            *extra,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
 
 
@@ -111,8 +134,9 @@ def test_quiz_agent_compares_with_its_own_dependencies_and_provider_and_reuses_t
     # A second PR on the same lock: new commits, no install, nothing asked of the index.
     git(repo, "checkout", "-q", "main")
     git(repo, "checkout", "-q", "-b", "wording")
-    other = commit_files(repo, {"evals/prompts/system.md": "You are a helpful assistant. Answer the question!\n"},
-                         "wording")
+    other = commit_files(
+        repo, {"evals/prompts/system.md": "You are a helpful assistant. Answer the question!\n"}, "wording"
+    )
     index.requests.clear()
     with OpenAIStandIn() as grader:
         second = _compare(home, repo, index, "main", "wording", "2", grader=grader)
@@ -124,8 +148,9 @@ def test_quiz_agent_compares_with_its_own_dependencies_and_provider_and_reuses_t
 
 def test_a_dependency_missing_from_the_index_fails_discovery_with_one_clear_line(index, tmp_path):
     files = _example_files()
-    files["uv.lock"] = files["uv.lock"].replace('name = "quizkit"\nversion = "0.1.0"',
-                                                'name = "quizkit"\nversion = "9.9.9"')
+    files["uv.lock"] = files["uv.lock"].replace(
+        'name = "quizkit"\nversion = "0.1.0"', 'name = "quizkit"\nversion = "9.9.9"'
+    )
     files["pyproject.toml"] = files["pyproject.toml"].replace("quizkit==0.1.0", "quizkit==9.9.9")
     files["uv.lock"] = files["uv.lock"].replace('specifier = "==0.1.0"', 'specifier = "==9.9.9"')
     repo = tmp_path / "quiz"

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from _package_index import PackageIndex, make_wheel
+
 from evalrunner_assets.discovery import ManifestSchemaError, validate_manifest
 from evalrunner_assets.execution.environment import (
     EnvironmentBuildError,
@@ -53,8 +53,10 @@ def test_requirements_are_importable_beside_evalrunners_own_packages(bwrap_backe
     env = store.ensure(bwrap_backend, export, detect_environment(export.path))
     assert env.packages == ("tinydep==1.0",) and not env.reused
     assert not any(r.startswith("/files/pydantic") for r in index.requests)  # the controller's is used
-    probe = ("import tinydep, inspect_ai, pydantic, evalrunner_assets, sys; "
-             "print(tinydep.ANSWER + 1, pydantic.VERSION, inspect_ai.__file__.startswith(sys.base_prefix) or 'venv')")
+    probe = (
+        "import tinydep, inspect_ai, pydantic, evalrunner_assets, sys; "
+        "print(tinydep.ANSWER + 1, pydantic.VERSION, inspect_ai.__file__.startswith(sys.base_prefix) or 'venv')"
+    )
     result = bwrap_backend.run(SandboxRequest(argv=("python", "-c", probe), export=export, python_env=env.path))
     assert result.status is SandboxStatus.OK, result.stderr_tail
     import pydantic
@@ -103,17 +105,26 @@ def test_a_missing_package_is_one_error_naming_the_file_and_package_and_leaves_n
 
 def test_a_repository_pinning_another_inspect_ai_is_refused_naming_it(bwrap_backend, index, tmp_path):
     export = _repo(tmp_path, {"requirements.txt": "inspect-ai==0.3.1\n"})
-    with pytest.raises(EnvironmentBuildError, match=r"requirements.txt: requires `inspect-ai==0.3.1` but evalrunner runs"):
+    with pytest.raises(
+        EnvironmentBuildError, match=r"requirements.txt: requires `inspect-ai==0.3.1` but evalrunner runs"
+    ):
         EnvironmentStore(tmp_path / "envs", index=index.url).ensure(
-            bwrap_backend, export, detect_environment(export.path))
+            bwrap_backend, export, detect_environment(export.path)
+        )
 
 
 def test_a_locked_project_requiring_another_inspect_ai_is_refused_before_building(tmp_path):
-    export = _repo(tmp_path, {"uv.lock": "version = 1\n", "pyproject.toml":
-                              '[project]\nname = "x"\nversion = "1"\ndependencies = ["inspect-ai<0.3"]\n'})
+    export = _repo(
+        tmp_path,
+        {
+            "uv.lock": "version = 1\n",
+            "pyproject.toml": '[project]\nname = "x"\nversion = "1"\ndependencies = ["inspect-ai<0.3"]\n',
+        },
+    )
     with pytest.raises(EnvironmentBuildError, match=r"pyproject.toml: requires `inspect-ai<0.3`"):
         EnvironmentStore(tmp_path / "envs", index="http://127.0.0.1:9/simple").ensure(
-            None, export, detect_environment(export.path))  # type: ignore[arg-type]
+            None, export, detect_environment(export.path)
+        )  # type: ignore[arg-type]
 
 
 def test_detection_precedence_and_digest_inputs(tmp_path):
@@ -131,17 +142,35 @@ def test_detection_precedence_and_digest_inputs(tmp_path):
     assert detect_environment(_repo(tmp_path / "empty", {}).path) is None
     # Another repository with the same files gets its own environment (its build ran its code).
     other = RepoExport("other/agent", "0" * 40, export.path, "")
-    assert detect_environment(other).digest != detect_environment(RepoExport("acme/agent", "1" * 40, export.path, "")).digest
+    assert (
+        detect_environment(other).digest
+        != detect_environment(RepoExport("acme/agent", "1" * 40, export.path, "")).digest
+    )
     with pytest.raises(EnvironmentBuildError, match="leaves the repository"):
         spec_for_file(export.path, "../etc/passwd")
 
 
 def test_the_environment_joins_the_batch_key_and_no_environment_keeps_it():
-    facts = TaskFacts(task="t", spec="t.py@t", workdir=".", cohort="default", paths=(), inspect_task="t",
-                      sample_ids=("1", "2"), config_digest="c")
+    facts = TaskFacts(
+        task="t",
+        spec="t.py@t",
+        workdir=".",
+        cohort="default",
+        paths=(),
+        inspect_task="t",
+        sample_ids=("1", "2"),
+        config_digest="c",
+    )
     settings = RunSettings(model="m/x", model_args={}, seed=0, epochs=1)
-    key = lambda f: batch_key_for("acme/a", "0" * 40, f, settings, Window(0, 2), backend_name="bubblewrap",  # noqa: E731
-                                  runtime_digest="r")
+    key = lambda f: batch_key_for(
+        "acme/a",
+        "0" * 40,
+        f,
+        settings,
+        Window(0, 2),
+        backend_name="bubblewrap",  # noqa: E731
+        runtime_digest="r",
+    )
     from dataclasses import replace
 
     assert key(facts).runtime_digest == "r" and runtime_with_env("r", "") == "r"
@@ -156,9 +185,11 @@ def test_manifest_environment_is_validated():
     ok = validate_manifest({**base, "environment": {"requirements": "evals/requirements.txt"}})
     assert ok.environment == {"requirements": "evals/requirements.txt"}
     assert "environment" not in validate_manifest(base).to_dict()
-    for bad, where in (({"requirements": 3}, "$.environment.requirements"),
-                       ({"file": "x.txt"}, "$.environment"),
-                       ({"requirements": "../x.txt"}, "$.environment.requirements")):
+    for bad, where in (
+        ({"requirements": 3}, "$.environment.requirements"),
+        ({"file": "x.txt"}, "$.environment"),
+        ({"requirements": "../x.txt"}, "$.environment.requirements"),
+    ):
         with pytest.raises(ManifestSchemaError) as info:
             validate_manifest({**base, "environment": bad})
         assert any(v.path == where for v in info.value.violations), info.value.violations
@@ -201,8 +232,9 @@ def test_index_proxy_connects_only_to_allowed_hosts():
             assert allowed.startswith(b"HTTP/1.1 200")
             refused = _through_proxy(proxy.socket_path, f"CONNECT 127.0.0.2:{port} HTTP/1.1\r\n\r\n".encode())
             assert refused.startswith(b"HTTP/1.1 403") and proxy.refused == [f"127.0.0.2:{port}"]
-            plain = _through_proxy(proxy.socket_path,
-                                   f"GET http://localhost:{port}/simple/ HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+            plain = _through_proxy(
+                proxy.socket_path, f"GET http://localhost:{port}/simple/ HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+            )
             assert plain.startswith(b"HTTP/1.0 200") or plain.startswith(b"HTTP/1.1 200")
     finally:
         server.shutdown()
@@ -226,14 +258,22 @@ def answer():
 
 
 def test_evals_list_imports_a_declared_dependency_and_its_manifest_names_the_tasks_file(
-        bwrap_backend, index, tmp_path, monkeypatch):
+    bwrap_backend, index, tmp_path, monkeypatch
+):
     from evalrunner_assets.pipeline.facts import learn_commit
     from lake import open_lake
 
     monkeypatch.setenv("EVALRUNNER_ENVS", str(tmp_path / "envs"))
     monkeypatch.setenv("EVALRUNNER_PACKAGE_INDEX", index.url)
-    export = _repo(tmp_path, {"requirements.txt": "tinydep==1.0\n", ".evals/list": LIST,
-                              "evals/requirements.txt": "tinydep==1.0  # what the tasks need\n", "evals/t.py": TASK})
+    export = _repo(
+        tmp_path,
+        {
+            "requirements.txt": "tinydep==1.0\n",
+            ".evals/list": LIST,
+            "evals/requirements.txt": "tinydep==1.0  # what the tasks need\n",
+            "evals/t.py": TASK,
+        },
+    )
     (Path(export.path) / ".evals/list").chmod(0o755)
     the_lake = open_lake(str(tmp_path / "lake"))
     facts = learn_commit(the_lake, bwrap_backend, export, model="mockllm/model")
@@ -253,8 +293,14 @@ def test_a_cold_window_runs_with_the_environment_mounted(bwrap_backend, index, t
     export = _repo(tmp_path, {"requirements.txt": "tinydep==1.0\n", "evals/t.py": TASK})
     spec = detect_environment(export.path)
     env = EnvironmentStore(tmp_path / "envs", index=index.url).ensure(bwrap_backend, export, spec)
-    cfg = TaskRunConfig(repo="acme/agent", task="t/answer", spec="evals/t.py@answer", model="simagent/support",
-                        env_digest=env.digest, python_env=env.path)
+    cfg = TaskRunConfig(
+        repo="acme/agent",
+        task="t/answer",
+        spec="evals/t.py@answer",
+        model="simagent/support",
+        env_digest=env.digest,
+        python_env=env.path,
+    )
     run = run_window_cold(bwrap_backend, export, cfg, Window(0, 2))
     assert run.ok, run.failure_cause
     assert run.key.runtime_digest == runtime_with_env(bwrap_backend.runtime_digest(), env.digest)
@@ -266,7 +312,10 @@ def test_backends_that_cannot_mount_environments_refuse_naming_the_file(tmp_path
         name = "kubernetes"
 
     export = _repo(tmp_path, {"requirements.txt": "tinydep\n"})
-    with pytest.raises(EnvironmentBuildError, match=r"^requirements.txt: the repository declares dependencies.*bubblewrap"):
+    with pytest.raises(
+        EnvironmentBuildError, match=r"^requirements.txt: the repository declares dependencies.*bubblewrap"
+    ):
         EnvironmentStore(tmp_path / "envs", index="http://127.0.0.1:9/simple").ensure(
-            KubernetesStandIn(), export, detect_environment(export.path))  # type: ignore[arg-type]
+            KubernetesStandIn(), export, detect_environment(export.path)
+        )  # type: ignore[arg-type]
     assert not (tmp_path / "envs").exists()

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-
 from _package_index import PackageIndex, make_wheel
+from test_k8s_manifests import K8S_VERSION, config, psa_restricted_violations
+
 from evalrunner_assets.execution.channel import UnixForwarder
 from evalrunner_assets.execution.environment import detect_environment
 from evalrunner_assets.execution.kubernetes import NETWORK_LABEL, SANDBOX_CONTAINER
@@ -19,7 +20,6 @@ from evalrunner_assets.execution.kubernetes_env import (
     package_index_network_policy,
 )
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxRequest, SandboxStatus, WritableMount
-from test_k8s_manifests import K8S_VERSION, config, psa_restricted_violations
 
 
 def _export(tmp_path: Path) -> RepoExport:
@@ -32,8 +32,9 @@ def _export(tmp_path: Path) -> RepoExport:
 def test_build_job_claim_and_policy_validate_and_the_job_meets_psa_restricted(tmp_path):
     export = _export(tmp_path)
     spec = detect_environment(export.path)
-    job = build_environment_job(spec, export, config(), index="https://pypi.org/simple",
-                                index_proxy="http://10.64.0.20:3128")
+    job = build_environment_job(
+        spec, export, config(), index="https://pypi.org/simple", index_proxy="http://10.64.0.20:3128"
+    )
     claim = environment_claim(spec, config())
     policy = package_index_network_policy(config(), proxy_cidr="10.64.0.20/32", proxy_port=3128)
     for doc in (job, claim, policy):
@@ -61,20 +62,34 @@ def test_the_build_jobs_command_builds_the_environment_in_a_sandbox(bwrap_backen
         job = build_environment_job(spec, export, config(), index=idx.url)
         sandbox = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == SANDBOX_CONTAINER)
         args = sandbox["args"]
-        argv = tuple(args[args.index("--") + 1:])
-        env = dict(a.split("=", 1) for a in args[args.index("--env") + 1:args.index("--"):2] if "=" in a)
+        argv = tuple(args[args.index("--") + 1 :])
+        env = dict(a.split("=", 1) for a in args[args.index("--env") + 1 : args.index("--") : 2] if "=" in a)
         volume = tmp_path / "volume"
         volume.mkdir()
         with UnixForwarder("127.0.0.1", idx.port) as fwd:
-            result = bwrap_backend.run(SandboxRequest(
-                argv=argv, export=export, env=env, channels=(fwd.channel(idx.port),),
-                writable=(WritableMount(str(volume), f"/envs/{spec.digest}"),), repo_writable=False))
+            result = bwrap_backend.run(
+                SandboxRequest(
+                    argv=argv,
+                    export=export,
+                    env=env,
+                    channels=(fwd.channel(idx.port),),
+                    writable=(WritableMount(str(volume), f"/envs/{spec.digest}"),),
+                    repo_writable=False,
+                )
+            )
         assert result.status is SandboxStatus.OK, result.stderr_tail[-2000:]
         assert (volume / ".evalrunner-env.json").is_file()
-        probe = bwrap_backend.run(SandboxRequest(argv=("python", "-c", "import tinydep, inspect_ai; print(tinydep.ANSWER + 1)"),
-                                                 export=export, python_env=str(volume)))
+        probe = bwrap_backend.run(
+            SandboxRequest(
+                argv=("python", "-c", "import tinydep, inspect_ai; print(tinydep.ANSWER + 1)"),
+                export=export,
+                python_env=str(volume),
+            )
+        )
         assert probe.status is SandboxStatus.OK, probe.stderr_tail
         assert probe.stdout.strip() == b"42"
-        assert not [p for p in (volume / "lib").rglob("*.dist-info") if (p / "INSTALLER").read_text().startswith("evalrunner")]
+        assert not [
+            p for p in (volume / "lib").rglob("*.dist-info") if (p / "INSTALLER").read_text().startswith("evalrunner")
+        ]
     finally:
         idx.close()

@@ -24,16 +24,21 @@ from tests.conftest import commit_files, git
 @pytest.fixture
 def repo(tmp_path):
     path = tmp_path / "src"
-    first = commit_files(path, {"agent.yaml": "model: a\n", "skills/triage/SKILL.md": "be kind\n",
-                                ".evals/list": "#!/bin/sh\necho {}\n"}, executable=(".evals/list",))
+    first = commit_files(
+        path,
+        {"agent.yaml": "model: a\n", "skills/triage/SKILL.md": "be kind\n", ".evals/list": "#!/bin/sh\necho {}\n"},
+        executable=(".evals/list",),
+    )
     git(path, "branch", "feature")
     git(path, "tag", "v1")
     second = commit_files(path, {"skills/triage/SKILL.md": "be brief\n", "new.txt": "n\n"})
     return path, first, second
 
 
-@pytest.mark.parametrize("bad", ["main", "feature", "v1", "HEAD", "HEAD~1", "abc", "g" * 40, "-x",
-                                 "a" * 65, "deadbeef^", "", "refs/heads/main"])
+@pytest.mark.parametrize(
+    "bad",
+    ["main", "feature", "v1", "HEAD", "HEAD~1", "abc", "g" * 40, "-x", "a" * 65, "deadbeef^", "", "refs/heads/main"],
+)
 def test_the_exporter_refuses_anything_but_hex(repo, bad, tmp_path):
     path, *_ = repo
     src = RepoSource("acme/agent", str(path))
@@ -69,8 +74,9 @@ def _colliding_commits(tree: str) -> tuple[bytes, bytes, str]:
     seen: dict[str, bytes] = {}
     n = 0
     while True:
-        body = (f"tree {tree}\nauthor t <t@example.invalid> 0 +0000\n"
-                f"committer t <t@example.invalid> 0 +0000\n\nm{n}\n").encode()
+        body = (
+            f"tree {tree}\nauthor t <t@example.invalid> 0 +0000\ncommitter t <t@example.invalid> 0 +0000\n\nm{n}\n"
+        ).encode()
         sha = hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest()
         if sha[:7] in seen:
             return seen[sha[:7]], body, sha[:7]
@@ -84,8 +90,17 @@ def test_an_ambiguous_short_sha_is_an_error(repo):
     a, b, prefix = _colliding_commits(tree)
     shas = []
     for body in (a, b):
-        shas.append(subprocess.run(["git", "hash-object", "-t", "commit", "-w", "--stdin"], cwd=path,
-                                   input=body, capture_output=True, check=True).stdout.decode().strip())
+        shas.append(
+            subprocess.run(
+                ["git", "hash-object", "-t", "commit", "-w", "--stdin"],
+                cwd=path,
+                input=body,
+                capture_output=True,
+                check=True,
+            )
+            .stdout.decode()
+            .strip()
+        )
     assert shas[0][:7] == shas[1][:7] == prefix
     src = RepoSource("acme/agent", str(path))
     with pytest.raises(AmbiguousCommit, match=f"short SHA '{prefix}' is ambiguous in acme/agent: matches "):
@@ -113,7 +128,10 @@ def test_an_export_has_the_files_and_no_git(repo, tmp_path):
     root = Path(export.path)
     assert export.commit == first and export.repo == "acme/agent"
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) == [
-        ".evals/list", "agent.yaml", "skills/triage/SKILL.md"]
+        ".evals/list",
+        "agent.yaml",
+        "skills/triage/SKILL.md",
+    ]
     assert not (root / ".git").exists()
     assert os.access(root / ".evals/list", os.X_OK)
     assert (root / "skills/triage/SKILL.md").read_text() == "be kind\n"

@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -25,15 +25,33 @@ EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
 
 
 def compare_argv(repo: Path, *extra: str) -> list[str]:
-    return [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", "improve-runbook",
-            "--cap", CAP, *extra]
+    return [
+        EVALRUNNER,
+        "compare",
+        "--repo",
+        str(repo),
+        "--base",
+        "main",
+        "--head",
+        "improve-runbook",
+        "--cap",
+        CAP,
+        *extra,
+    ]
 
 
 def start_compare(home: Path, repo: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "EVALRUNNER_HOME": str(home)}
     env.pop("DAGSTER_HOME", None)
-    return subprocess.Popen(compare_argv(repo, *extra), cwd=home.parent, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        compare_argv(repo, *extra),
+        cwd=home.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def run_compare(home: Path, repo: Path, *extra: str, timeout: float = 200) -> subprocess.CompletedProcess:
@@ -58,8 +76,10 @@ def comparison_doc(home: Path) -> dict:
 
 def comparison_being_written(home: Path) -> bool:
     """The comparison document (``<head>.json``) or its temporary file exists."""
-    return any(p.name.count(".") == 1 or (p.name.startswith(".") and ".json.tmp-" in p.name and p.name.count(".") == 3)
-               for p in (lake(home) / "comparisons").rglob("*"))
+    return any(
+        p.name.count(".") == 1 or (p.name.startswith(".") and ".json.tmp-" in p.name and p.name.count(".") == 3)
+        for p in (lake(home) / "comparisons").rglob("*")
+    )
 
 
 def kill_group_when(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float = 150) -> None:
@@ -121,6 +141,7 @@ def test_kill_minus_nine_at_several_points_then_resume_matches_an_uninterrupted_
     got = comparison_doc(home)
     assert got["verdict"] == expected["verdict"]
     assert got["samples_run"] == expected["samples_run"]
-    assert {t: d["decision"]["label"] for t, d in got["tasks"].items()} == \
-        {t: d["decision"]["label"] for t, d in expected["tasks"].items()}
+    assert {t: d["decision"]["label"] for t, d in got["tasks"].items()} == {
+        t: d["decision"]["label"] for t, d in expected["tasks"].items()
+    }
     assert {t: d["batches"] for t, d in got["tasks"].items()} == {t: d["batches"] for t, d in expected["tasks"].items()}

@@ -57,8 +57,9 @@ FETCH = (
 
 def test_sandbox_reaches_the_controller_service_through_its_channel(backend, http_server, tmp_path):
     with UnixForwarder("127.0.0.1", http_server.server_address[1]) as fwd:
-        req = SandboxRequest(argv=("python", "-c", FETCH, "18080"), export=_export(tmp_path),
-                             channels=(fwd.channel(18080),))
+        req = SandboxRequest(
+            argv=("python", "-c", FETCH, "18080"), export=_export(tmp_path), channels=(fwd.channel(18080),)
+        )
         result = backend.run(req)
     assert result.status is SandboxStatus.OK, result.stderr_tail
     assert result.stdout.decode().strip() == "hello /x"
@@ -67,8 +68,7 @@ def test_sandbox_reaches_the_controller_service_through_its_channel(backend, htt
 def test_without_a_channel_the_same_service_is_unreachable(backend, http_server, tmp_path):
     # The host's loopback port itself is not visible from the sandbox's network namespace.
     port = http_server.server_address[1]
-    req = SandboxRequest(argv=("python", "-c", FETCH, str(port)), export=_export(tmp_path),
-                         network=NetworkPolicy.NONE)
+    req = SandboxRequest(argv=("python", "-c", FETCH, str(port)), export=_export(tmp_path), network=NetworkPolicy.NONE)
     result = backend.run(req)
     assert result.status is SandboxStatus.EXIT_NONZERO
     assert "Connection refused" in result.stderr_tail or "Errno" in result.stderr_tail
@@ -76,8 +76,9 @@ def test_without_a_channel_the_same_service_is_unreachable(backend, http_server,
 
 def test_the_command_keeps_its_exit_code_behind_the_relay(backend, http_server, tmp_path):
     with UnixForwarder("127.0.0.1", http_server.server_address[1]) as fwd:
-        req = SandboxRequest(argv=("python", "-c", "import sys; sys.exit(7)"), export=_export(tmp_path),
-                             channels=(fwd.channel(18081),))
+        req = SandboxRequest(
+            argv=("python", "-c", "import sys; sys.exit(7)"), export=_export(tmp_path), channels=(fwd.channel(18081),)
+        )
         result = backend.run(req)
     assert result.status is SandboxStatus.EXIT_NONZERO
     assert result.exit_code == 7
@@ -90,8 +91,11 @@ def test_a_channel_whose_socket_is_gone_refuses_connections(backend, tmp_path):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.close()  # the file stays, nobody listens
-    req = SandboxRequest(argv=("python", "-c", FETCH, "18082"), export=_export(tmp_path),
-                         channels=(Channel(socket_path=str(path), port=18082),))
+    req = SandboxRequest(
+        argv=("python", "-c", FETCH, "18082"),
+        export=_export(tmp_path),
+        channels=(Channel(socket_path=str(path), port=18082),),
+    )
     result = backend.run(req)
     assert result.status is SandboxStatus.EXIT_NONZERO
 

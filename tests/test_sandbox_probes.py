@@ -91,8 +91,11 @@ echo "contained: no host file readable" >&2; exit 3
 
 
 def test_credentials_in_the_parent_environment_are_not_visible(bwrap_backend, make_repo, tmp_path, monkeypatch):
-    creds = {"GITHUB_TOKEN": "ghp_probe_token_value", "AWS_SECRET_ACCESS_KEY": "aws-probe-secret",
-             "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "gcp.json")}
+    creds = {
+        "GITHUB_TOKEN": "ghp_probe_token_value",
+        "AWS_SECRET_ACCESS_KEY": "aws-probe-secret",
+        "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "gcp.json"),
+    }
     (tmp_path / "gcp.json").write_text('{"private_key": "gcp-probe-key"}')
     for k, v in creds.items():
         monkeypatch.setenv(k, v)
@@ -129,7 +132,7 @@ def loopback_server():
         while not stop.is_set():
             try:
                 conn, addr = srv.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             accepted.append(addr)
             try:
@@ -170,8 +173,16 @@ def test_model_egress_mode_shares_the_host_network_as_documented(bwrap_backend, 
     """The weaker, opt-in mode: bubblewrap cannot limit egress to one host (see bubblewrap.py)."""
     port, accepted = loopback_server
     export = probe_export(make_repo, tmp_path, "exit 0")
-    req = SandboxRequest(argv=("python", "-c", f"import socket; print(socket.create_connection(('127.0.0.1', {port}), timeout=2).recv(100).decode())"),
-                         export=export, network=NetworkPolicy.MODEL_EGRESS, limits=Limits(wall_seconds=20))
+    req = SandboxRequest(
+        argv=(
+            "python",
+            "-c",
+            f"import socket; print(socket.create_connection(('127.0.0.1', {port}), timeout=2).recv(100).decode())",
+        ),
+        export=export,
+        network=NetworkPolicy.MODEL_EGRESS,
+        limits=Limits(wall_seconds=20),
+    )
     result = bwrap_backend.run(req)
     assert result.status is SandboxStatus.OK, result.stderr_tail
     assert b"hello-from-host" in result.stdout
@@ -182,12 +193,21 @@ def test_writing_outside_the_output_dir_fails_and_the_host_is_untouched(bwrap_ba
     host_target = tmp_path / "host-write-target"
     pkg_dir = Path(__file__).resolve().parents[1] / "evalrunner_assets"
     venv = Path(os.environ.get("VIRTUAL_ENV", Path(__import__("sys").prefix)))
-    targets = [f"{host_target}", "/work/repo/planted", "/work/repo/.evals/planted",
-               f"{pkg_dir}/planted.py", f"{venv}/planted", "/usr/planted", "/etc/planted",
-               "/work/main/planted"]
-    script = "ok=0\nfor t in " + " ".join(targets) + "; do\n  if echo x > \"$t\" 2>/dev/null; then leak \"$t\"; fi\ndone\n" \
-             "echo x > /work/out/allowed && echo x > /tmp/allowed && echo x > $HOME/allowed || exit 4\n" \
-             "echo contained >&2; exit 3\n"
+    targets = [
+        f"{host_target}",
+        "/work/repo/planted",
+        "/work/repo/.evals/planted",
+        f"{pkg_dir}/planted.py",
+        f"{venv}/planted",
+        "/usr/planted",
+        "/etc/planted",
+        "/work/main/planted",
+    ]
+    script = (
+        "ok=0\nfor t in " + " ".join(targets) + '; do\n  if echo x > "$t" 2>/dev/null; then leak "$t"; fi\ndone\n'
+        "echo x > /work/out/allowed && echo x > /tmp/allowed && echo x > $HOME/allowed || exit 4\n"
+        "echo contained >&2; exit 3\n"
+    )
     export = probe_export(make_repo, tmp_path, script)
     before = sorted(p.name for p in Path(export.path).rglob("*"))
     with pytest.raises(ListFailed, match="exited with code 3"):
@@ -212,8 +232,10 @@ def test_a_fork_bomb_is_bounded_by_the_pids_limit_and_killed(bwrap_backend, make
 def test_a_fork_bomb_cannot_exceed_the_pids_limit(bwrap_backend, make_repo, tmp_path):
     """Counted from inside: forking stops at the cgroup's pids.max, not at host exhaustion."""
     export = probe_export(make_repo, tmp_path, "exit 0")
-    code = ("import os, time\nn = 0\ntry:\n    while n < 500:\n        if os.fork() == 0:\n            time.sleep(30); os._exit(0)\n"
-            "        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)\n")
+    code = (
+        "import os, time\nn = 0\ntry:\n    while n < 500:\n        if os.fork() == 0:\n            time.sleep(30); os._exit(0)\n"
+        "        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)\n"
+    )
     req = SandboxRequest(argv=("python", "-c", code), export=export, limits=Limits(wall_seconds=15, pids=40))
     result = bwrap_backend.run(req)
     assert result.status is SandboxStatus.OK, (result.detail, result.stderr_tail)
@@ -229,9 +251,15 @@ def test_writing_a_multi_gigabyte_file_is_killed_at_the_file_size_limit(bwrap_ba
     with pytest.raises(ListKilled, match="file size limit"):
         discover(bwrap_backend, export, limits=limits)
     # and directly: the output written is capped, nothing oversized is collected
-    req = SandboxRequest(argv=("sh", "-c", "dd if=/dev/zero of=/tmp/big bs=1M count=3000; "
-                                           "exec dd if=/dev/zero of=/work/out/big bs=1M count=3000"),
-                         export=export, limits=replace(limits, output_bytes=1024**2))
+    req = SandboxRequest(
+        argv=(
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/tmp/big bs=1M count=3000; exec dd if=/dev/zero of=/work/out/big bs=1M count=3000",
+        ),
+        export=export,
+        limits=replace(limits, output_bytes=1024**2),
+    )
     result = bwrap_backend.run(req)
     assert result.status is SandboxStatus.KILLED and "SIGXFSZ" in result.detail
     assert "big" not in result.outputs and "output size cap" in result.rejected_outputs["big"]
@@ -283,8 +311,10 @@ def test_links_and_special_files_in_the_output_dir_are_not_collected(bwrap_backe
     host_file = tmp_path / "host-only.txt"
     host_file.write_text("host-secret-contents")
     export = probe_export(make_repo, tmp_path, "exit 0")
-    script = (f"ln -s {host_file} /work/out/log.eval; ln -s /etc/passwd /work/out/passwd; "
-              "mkfifo /work/out/fifo; mkdir /work/out/d; ln -s / /work/out/d/root; echo ok > /work/out/real.txt")
+    script = (
+        f"ln -s {host_file} /work/out/log.eval; ln -s /etc/passwd /work/out/passwd; "
+        "mkfifo /work/out/fifo; mkdir /work/out/d; ln -s / /work/out/d/root; echo ok > /work/out/real.txt"
+    )
     result = bwrap_backend.run(SandboxRequest(argv=("sh", "-c", script), export=export))
     assert result.status is SandboxStatus.OK, result.stderr_tail
     assert result.outputs == {"real.txt": b"ok\n"}
@@ -302,8 +332,9 @@ def test_a_symlinked_log_is_an_infrastructure_failure_not_a_result(bwrap_backend
 
     export = probe_export(make_repo, tmp_path, "exit 0")
     result = bwrap_backend.run(SandboxRequest(argv=("ln", "-s", "/etc/passwd", "/work/out/w.eval"), export=export))
-    key = BatchKey(repo="probe/repo", commit=export.commit, task="t", spec="t.py", model="m",
-                   window=Window(0, 1), seed=0)
+    key = BatchKey(
+        repo="probe/repo", commit=export.commit, task="t", spec="t.py", model="m", window=Window(0, 1), seed=0
+    )
     run = _window_run(key, "cold", result, ["a"], 1, {})
     assert run.infrastructure_failure and run.failure_kind == REJECTED_OUTPUT
     assert "symlink" in run.failure_cause and run.log_bytes is None
@@ -328,8 +359,7 @@ def test_bubblewrap_argv_mounts_tmp_before_binding_under_it(make_repo, tmp_path)
     argv = backend.build_argv(SandboxRequest(argv=("true",), export=export), staging)
     tmpfs_at = argv.index("--tmpfs")
     assert argv[tmpfs_at + 1] == "/tmp"
-    binds_under_tmp = [i for i, a in enumerate(argv)
-                       if a in ("--bind", "--ro-bind") and argv[i + 2].startswith("/tmp")]
+    binds_under_tmp = [i for i, a in enumerate(argv) if a in ("--bind", "--ro-bind") and argv[i + 2].startswith("/tmp")]
     assert all(i > tmpfs_at for i in binds_under_tmp)
     for flag in ("--unshare-all", "--die-with-parent", "--clearenv", "--new-session", "--disable-userns"):
         assert flag in argv
@@ -373,7 +403,6 @@ def test_secret_looking_environment_variables_are_refused(bwrap_backend, make_re
         bwrap_backend.run(SandboxRequest(argv=("true",), export=export, env={"OPENAI_API_KEY": "x"}))
 
 
-
 def test_unsafe_local_runs_only_when_chosen_and_warns(make_repo, tmp_path, monkeypatch):
     from evalrunner_assets.execution.backends import make_backend
     from evalrunner_assets.execution.unsafe_local import BANNER
@@ -384,9 +413,11 @@ def test_unsafe_local_runs_only_when_chosen_and_warns(make_repo, tmp_path, monke
     with pytest.warns(UserWarning, match="UNSANDBOXED"):
         backend = make_backend("unsafe-local")
     assert "UNSAFE" in BANNER and backend.runtime_digest() != BubblewrapBackend().runtime_digest()
-    result = backend.run(SandboxRequest(
-        argv=("sh", "-c", "cat /work/repo/.evals/list >/dev/null && echo hi > /work/out/a.txt; env"),
-        export=export))
+    result = backend.run(
+        SandboxRequest(
+            argv=("sh", "-c", "cat /work/repo/.evals/list >/dev/null && echo hi > /work/out/a.txt; env"), export=export
+        )
+    )
     assert result.status is SandboxStatus.OK, result.stderr_tail
     assert result.outputs == {"a.txt": b"hi\n"}
     assert b"ghp_unsafe_probe" not in result.stdout  # a clean environment, at least
@@ -401,8 +432,9 @@ def test_preflight_removes_what_a_killed_controller_left_and_spares_live_ones(tm
     from evalrunner_assets.execution._process import Cgroup
     from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
 
-    dead_pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                                  capture_output=True, text=True).stdout)
+    dead_pid = int(
+        subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    )
     staging = tmp_path / "staging"
     dead_dir = staging / f"evalrunner-sbx-{dead_pid}-abc123"
     (dead_dir / "out" / "ro").mkdir(parents=True)

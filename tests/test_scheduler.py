@@ -26,8 +26,14 @@ class Script:
     """A queue of steps, each with a duration and a result; a step is planned until it ran."""
 
     def __init__(self, plan: list[tuple[str, float, str]]) -> None:
-        self.steps = {name: (Step("samples", f"samples:{name}", commit="c@" + "0" * 40, task=name,
-                                  windows=("w000000-000016",)), dur, res) for name, dur, res in plan}
+        self.steps = {
+            name: (
+                Step("samples", f"samples:{name}", commit="c@" + "0" * 40, task=name, windows=("w000000-000016",)),
+                dur,
+                res,
+            )
+            for name, dur, res in plan
+        }
         self.order = [name for name, _, _ in plan]
         self.ran: list[str] = []
         self.finished: set[str] = set()
@@ -51,16 +57,20 @@ class Script:
 
 
 def run(script: Script, workers: int, packed: bool = True, threshold: int = 5) -> PackedScheduler:
-    s = PackedScheduler(plan=script.plan, run_step=script.run_step, workers=workers, packed=packed,
-                        breaker_threshold=threshold)
+    s = PackedScheduler(
+        plan=script.plan, run_step=script.run_step, workers=workers, packed=packed, breaker_threshold=threshold
+    )
     s.run()
     return s
 
 
 def test_breaker_trips_on_the_same_step_whatever_order_steps_complete_in() -> None:
     trips = set()
-    for durations in ([0.01] * 10, [0.2, 0.01, 0.01, 0.15, 0.01, 0.3, 0.01, 0.01, 0.01, 0.01],
-                      [0.01, 0.3, 0.2, 0.1, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01]):
+    for durations in (
+        [0.01] * 10,
+        [0.2, 0.01, 0.01, 0.15, 0.01, 0.3, 0.01, 0.01, 0.01, 0.01],
+        [0.01, 0.3, 0.2, 0.1, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01],
+    ):
         results = ["landed", "failed", "landed", "failed", "failed", "failed", "failed", "failed", "landed", "failed"]
         script = Script([(f"t{i}", d, r) for i, (d, r) in enumerate(zip(durations, results))])
         s = run(script, workers=3)

@@ -43,10 +43,7 @@ INCIDENT = (
 
 
 def _rate(behaviour, prompt: str, *, seed: int = 0, epoch: int = 1) -> list[bool]:
-    return [
-        decide(behaviour, prompt, seed=seed, sample_id=f"S-{i}", epoch=epoch).succeeds
-        for i in range(DRAWS)
-    ]
+    return [decide(behaviour, prompt, seed=seed, sample_id=f"S-{i}", epoch=epoch).succeeds for i in range(DRAWS)]
 
 
 def _within_999(successes: int, n: int, p: float) -> bool:
@@ -121,8 +118,7 @@ def test_every_behaviour_model_has_probabilities_in_range():
 def test_policy_searches_reads_results_and_answers_from_them():
     prompt = RUNBOOK_IMPROVED
     sample = next(
-        f"S-{i}" for i in range(100)
-        if decide("runbook_lookup", prompt, seed=0, sample_id=f"S-{i}", epoch=1).succeeds
+        f"S-{i}" for i in range(100) if decide("runbook_lookup", prompt, seed=0, sample_id=f"S-{i}", epoch=1).succeeds
     )
     conversation = Conversation(system=prompt, request=INCIDENT, tools=frozenset({"runbook_search"}))
     first = next_step(conversation, seed=0, sample_id=sample, epoch=1)

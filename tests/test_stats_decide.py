@@ -15,11 +15,11 @@ from evalrunner_assets.stats import (
     Pairing,
     ParamsError,
     StatsParams,
+    _sequence,
     confidence_path,
     decide_task,
     describe_more_samples,
 )
-from evalrunner_assets.stats import _sequence
 from evalrunner_assets.stats._classical import paired_t_interval
 
 PARAMS = StatsParams()
@@ -139,11 +139,12 @@ def test_mixture_e_process_keeps_false_verdicts_below_alpha_under_no_change():
 
 deltas_strategy = st.lists(
     st.one_of(st.sampled_from([-1.0, 0.0, 1.0]), st.sampled_from([-2 / 3, -1 / 3, 1 / 3, 2 / 3])),
-    min_size=0, max_size=60,
+    min_size=0,
+    max_size=60,
 )
-biased_strategy = st.tuples(st.integers(0, 40), st.integers(0, 20), st.integers(0, 10), st.randoms(use_true_random=False)).map(
-    lambda t: t[3].sample([1.0] * t[0] + [0.0] * t[1] + [-1.0] * t[2], t[0] + t[1] + t[2])
-)
+biased_strategy = st.tuples(
+    st.integers(0, 40), st.integers(0, 20), st.integers(0, 10), st.randoms(use_true_random=False)
+).map(lambda t: t[3].sample([1.0] * t[0] + [0.0] * t[1] + [-1.0] * t[2], t[0] + t[1] + t[2]))
 fast = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -284,8 +285,10 @@ def test_a_dataset_that_runs_out_says_so_and_the_cap_and_budget_name_themselves(
 
 
 def rows_of(scores, error=None, where=None):
-    return [{"sample_id": f"s{i}", "epoch": 1, "score": None if error else s, "error": error, "error_where": where}
-            for i, s in enumerate(scores)]
+    return [
+        {"sample_id": f"s{i}", "epoch": 1, "score": None if error else s, "error": error, "error_where": where}
+        for i, s in enumerate(scores)
+    ]
 
 
 def test_a_head_that_raises_on_every_sample_regresses_against_a_good_base_with_the_cause():
@@ -308,10 +311,21 @@ def test_an_arm_over_the_error_cap_gets_no_quality_verdict():
     assert d.reason.startswith("head: 200/200 samples raised RuntimeError('boom') in solver 'agent'")
     # At or under the cap errors are plain failures: a quality verdict stays possible.
     half = rows_of([0.0] * 100, "RuntimeError('boom')") + [
-        {"sample_id": f"t{i}", "epoch": 1, "score": 0.0, "error": None} for i in range(100)]
-    assert decide_task(pair_task(half, rows_of([0.0] * 100) + [
-        {"sample_id": f"t{i}", "epoch": 1, "score": 0.0, "error": None} for i in range(100)]),
-        PARAMS, 1, forecast=False).label == "unchanged"
+        {"sample_id": f"t{i}", "epoch": 1, "score": 0.0, "error": None} for i in range(100)
+    ]
+    assert (
+        decide_task(
+            pair_task(
+                half,
+                rows_of([0.0] * 100)
+                + [{"sample_id": f"t{i}", "epoch": 1, "score": 0.0, "error": None} for i in range(100)],
+            ),
+            PARAMS,
+            1,
+            forecast=False,
+        ).label
+        == "unchanged"
+    )
 
 
 def test_the_error_cap_waits_for_min_pairs_inputs_unless_the_task_is_at_its_limit():

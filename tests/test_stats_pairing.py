@@ -23,8 +23,12 @@ def test_epochs_are_averaged_per_input_before_pairing():
 
 
 def test_errored_epochs_score_zero_and_unscored_inputs_are_excluded_and_counted():
-    head = [row("a", 1, 1.0), row("b", 1, None, "RuntimeError('boom')"), row("c", 1, 1.0),
-            row("c", 2, None, "ValueError('x')")]
+    head = [
+        row("a", 1, 1.0),
+        row("b", 1, None, "RuntimeError('boom')"),
+        row("c", 1, 1.0),
+        row("c", 2, None, "ValueError('x')"),
+    ]
     base = [row("a", 1, 0.0), row("b", 1, 1.0), row("c", 1, 1.0), row("c", 2, 1.0), row("d", 1, None)]
     p = pair_task(head, base, order=list("abcd"))
     # An errored epoch is the agent failing that sample: it scores 0 and the input is paired.
@@ -48,7 +52,8 @@ def test_the_error_cause_names_the_exception_where_it_was_raised_and_how_often()
     assert p.swapped().error_cause("base") == p.error_cause("head")
     mixed = head[:3] + [{**row("d", 1, None, "KeyError('k')"), "error_where": "scorer:match"}]
     assert pair_task(mixed, base).error_cause("head") == (
-        "4/4 samples raised errors (3 RuntimeError('boom') in solver 'my_agent'; 1 other cause(s))")
+        "4/4 samples raised errors (3 RuntimeError('boom') in solver 'my_agent'; 1 other cause(s))"
+    )
 
 
 def digest_row(sid, score, digest):

@@ -61,8 +61,11 @@ def test_sample_budget_shrinks_and_then_stops_windows():
 
 
 def test_dollar_budget_uses_cost_estimates_and_reports_them():
-    states = {"a": TaskPlanState(0, 100, cost_per_sample=0.5), "b": TaskPlanState(0, 100, cost_per_sample=0.5),
-              "c": TaskPlanState(0, 100)}
+    states = {
+        "a": TaskPlanState(0, 100, cost_per_sample=0.5),
+        "b": TaskPlanState(0, 100, cost_per_sample=0.5),
+        "c": TaskPlanState(0, 100),
+    }
     plans = plan_next_windows(states, params=PARAMS, budget_remaining=Budget(dollars=10.0))
     assert [(p.task, p.size, p.estimated_cost) for p in plans] == [("a", 8, 8.0), ("b", 2, 2.0), ("c", 8, None)]
 

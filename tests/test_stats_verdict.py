@@ -42,7 +42,9 @@ def test_run_verdict_rules(labels, expected):
 def test_candidate_failure_caps_the_verdict_at_inconclusive_with_the_reason():
     verdict = run_verdict({"a": task("improved")}, failures={"b": "sandbox exceeded its memory limit"})
     assert verdict.verdict == "INCONCLUSIVE"
-    assert any("b: failed on head while base succeeded (sandbox exceeded its memory limit)" in r for r in verdict.reasons)
+    assert any(
+        "b: failed on head while base succeeded (sandbox exceeded its memory limit)" in r for r in verdict.reasons
+    )
     assert run_verdict({"a": task("regressed")}, failures={"b": "x"}).verdict == "REGRESSED"
 
 
@@ -54,7 +56,9 @@ def test_head_failed_decision_caps_the_verdict():
 
 
 def test_task_without_a_baseline_is_reported_but_not_compared():
-    no_base = task("inconclusive", base_failed=True, reason="failed on base while head succeeded: no baseline to compare with")
+    no_base = task(
+        "inconclusive", base_failed=True, reason="failed on base while head succeeded: no baseline to compare with"
+    )
     verdict = run_verdict({"a": task("unchanged"), "new": no_base})
     assert verdict.verdict == "UNCHANGED"
     assert any(r.startswith("new: not compared") for r in verdict.reasons)
@@ -82,8 +86,16 @@ def test_headline_p_improvement_only_beside_a_directional_verdict():
 def test_the_cause_of_errored_samples_is_a_reason_of_the_run_verdict():
     from evalrunner_assets.stats import pair_task
 
-    head = [{"sample_id": f"s{i}", "epoch": 1, "score": None, "error": "RuntimeError('boom')",
-             "error_where": "solver:agent"} for i in range(16)]
+    head = [
+        {
+            "sample_id": f"s{i}",
+            "epoch": 1,
+            "score": None,
+            "error": "RuntimeError('boom')",
+            "error_where": "solver:agent",
+        }
+        for i in range(16)
+    ]
     base = [{"sample_id": f"s{i}", "epoch": 1, "score": 1.0, "error": None} for i in range(16)]
     d = decide_task(pair_task(head, base), StatsParams(), 1, forecast=False)
     verdict = run_verdict({"t": d})

@@ -12,17 +12,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from github_standin import LoopbackServer
+from shared_files import shared_path
+
 from lake.layout import LAYOUT
 from lake.storage import Lake
 from sensors.inbox import (
+    QUEUE_SOURCE,
     EvaluatePR,
     EvaluatePush,
     InboxCursor,
     InboxError,
     MoreSamples,
-    QUEUE_SOURCE,
     intent_for,
     normalize_delivery,
     pr_run_key,
@@ -39,7 +40,6 @@ from sensors.webhook import (
     sign,
     signature_ok,
 )
-from shared_files import shared_path
 
 FIXTURES = shared_path("fixtures/github-webhooks")
 SECRET = b"receiver-test-secret"
@@ -74,14 +74,21 @@ def lake(tmp_path) -> Lake:
 
 @pytest.fixture
 def receiver(lake):
-    config = ReceiverConfig(secret=SECRET, allowed_repos=frozenset({REPO.lower(), "octocoders/*"}),
-                            max_body_bytes=CAP)
+    config = ReceiverConfig(secret=SECRET, allowed_repos=frozenset({REPO.lower(), "octocoders/*"}), max_body_bytes=CAP)
     with LoopbackServer(create_app(config, lake)) as server:
         yield server
 
 
-def post(server, body: bytes, event: str | None, delivery: str | None = None, *,
-         signature: str | None = "auto", secret: bytes = SECRET, headers: dict | None = None):
+def post(
+    server,
+    body: bytes,
+    event: str | None,
+    delivery: str | None = None,
+    *,
+    signature: str | None = "auto",
+    secret: bytes = SECRET,
+    headers: dict | None = None,
+):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     h = {"Content-Type": "application/json"}
     if event is not None:
@@ -154,9 +161,13 @@ def test_declared_oversized_body_is_413_without_reading_it(receiver):
 def test_chunked_body_past_the_cap_is_413(receiver):
     conn = http.client.HTTPConnection("127.0.0.1", receiver.port, timeout=10)
     chunks = [b"x" * 16384 for _ in range(CAP // 16384 + 2)]
-    conn.request("POST", "/webhooks/github", body=iter(chunks),
-                 headers={"X-GitHub-Event": "push", "Transfer-Encoding": "chunked"},
-                 encode_chunked=True)
+    conn.request(
+        "POST",
+        "/webhooks/github",
+        body=iter(chunks),
+        headers={"X-GitHub-Event": "push", "Transfer-Encoding": "chunked"},
+        encode_chunked=True,
+    )
     assert conn.getresponse().status == 413
     conn.close()
 
@@ -178,8 +189,7 @@ def test_form_encoded_delivery_is_accepted(receiver, lake):
     from urllib.parse import urlencode
 
     body = urlencode({"payload": json.dumps(fixture("pull_request.opened"))}).encode()
-    status, answer = post(receiver, body, "pull_request",
-                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+    status, answer = post(receiver, body, "pull_request", headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert (status, answer["status"]) == (202, "queued")
     assert len(drain(lake)[0]) == 1
 
@@ -198,11 +208,22 @@ def test_pull_request_actions_are_queued_as_evaluate_pr(receiver, lake, action):
     assert (status, answer["status"]) == (202, "queued")
     (entry,), _ = drain(lake)
     rec = entry.record
-    assert (rec.delivery_id, rec.event, rec.action, rec.repo, rec.pr) == (f"d-{action}", "pull_request", action, REPO, 2)
+    assert (rec.delivery_id, rec.event, rec.action, rec.repo, rec.pr) == (
+        f"d-{action}",
+        "pull_request",
+        action,
+        REPO,
+        2,
+    )
     assert rec.default_branch == "master" and rec.installation_id == 1
-    assert intent_for(rec) == EvaluatePR(REPO, 2, payload["pull_request"]["head"]["sha"],
-                                         payload["pull_request"]["base"]["sha"], "master",
-                                         head_ref=payload["pull_request"]["head"]["ref"])
+    assert intent_for(rec) == EvaluatePR(
+        REPO,
+        2,
+        payload["pull_request"]["head"]["sha"],
+        payload["pull_request"]["base"]["sha"],
+        "master",
+        head_ref=payload["pull_request"]["head"]["ref"],
+    )
 
 
 def test_closed_pull_request_is_ignored(receiver, lake):

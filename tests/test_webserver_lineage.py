@@ -13,8 +13,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -62,8 +63,10 @@ def get(url: str) -> dict[str, Any]:
 
 def graphql(base: str, query: str) -> dict[str, Any]:
     req = urllib.request.Request(
-        f"{base}/graphql", data=json.dumps({"query": query}).encode(),
-        headers={"Content-Type": "application/json"}, method="POST",
+        f"{base}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
     )
     with urllib.request.urlopen(req, timeout=60) as resp:
         body = json.loads(resp.read())
@@ -82,15 +85,19 @@ def webserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = (root / "webserver.log").open("wb")
     proc = subprocess.Popen(
         [str(exe), "-m", "evalrunner_assets.definitions", "-h", "127.0.0.1", "-p", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"dagster-webserver exited {proc.returncode}:\n"
-                            f"{(root / 'webserver.log').read_text()[-3000:]}")
+                pytest.fail(
+                    f"dagster-webserver exited {proc.returncode}:\n{(root / 'webserver.log').read_text()[-3000:]}"
+                )
             try:
                 info = get(f"{base}/server_info")
                 if info.get("dagster_webserver_version"):
@@ -98,8 +105,10 @@ def webserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"dagster-webserver did not answer /server_info within {STARTUP_SECONDS}s:\n"
-                            f"{(root / 'webserver.log').read_text()[-3000:]}")
+                pytest.fail(
+                    f"dagster-webserver did not answer /server_info within {STARTUP_SECONDS}s:\n"
+                    f"{(root / 'webserver.log').read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         yield base
     finally:

@@ -4,7 +4,6 @@ Each asset body is a short narrative; the steps live in ``evalrunner_assets.pipe
 ``lake`` and ``report`` (plain Python).
 """
 
-
 import base64
 import json
 from collections import Counter
@@ -85,14 +84,23 @@ class TaskSamplesConfig(dg.Config):
         )
     ],
     check_specs=[
-        dg.AssetCheckSpec(REPRODUCIBILITY_CHECK, asset="task_samples",
-                          description="Every batch of this materialization records all reproducibility fields."),
-        dg.AssetCheckSpec(ERROR_LOG_CHECK, asset="task_samples",
-                          description="No window of this materialization ended in an infrastructure failure "
-                          "(log status error, no log, sandbox crash)."),
-        dg.AssetCheckSpec(INTEGRITY_CHECK, asset="task_samples",
-                          description="Every file the batch records of this materialization vouch for has its "
-                          "recorded size and sha256 (a batch that fails is quarantined and runs again)."),
+        dg.AssetCheckSpec(
+            REPRODUCIBILITY_CHECK,
+            asset="task_samples",
+            description="Every batch of this materialization records all reproducibility fields.",
+        ),
+        dg.AssetCheckSpec(
+            ERROR_LOG_CHECK,
+            asset="task_samples",
+            description="No window of this materialization ended in an infrastructure failure "
+            "(log status error, no log, sandbox crash).",
+        ),
+        dg.AssetCheckSpec(
+            INTEGRITY_CHECK,
+            asset="task_samples",
+            description="Every file the batch records of this materialization vouch for has its "
+            "recorded size and sha256 (a batch that fails is quarantined and runs again).",
+        ),
     ],
 )
 def task_samples(
@@ -113,7 +121,9 @@ def task_samples(
     request = load_request(the_lake, c_repo, pr, head)
     facts = load_facts(the_lake, repo, sha)
     if facts is None or task not in facts.tasks:
-        raise dg.Failure(f"task {task!r} is not in the learnt manifest of {repo}@{sha}; materialize eval_manifest first")
+        raise dg.Failure(
+            f"task {task!r} is not in the learnt manifest of {repo}@{sha}; materialize eval_manifest first"
+        )
     windows = [Window.parse(w) for w in config.windows]
     backend = sandbox.backend(context)
     export = repos.export(the_lake, repo, sha)
@@ -122,8 +132,12 @@ def task_samples(
     gateway = start_gateway(request.model, request.budget_usd)
     try:
         outcomes = run_task_windows(
-            the_lake, with_gateway(backend, gateway) if gateway is not None else backend, export,
-            facts.tasks[task], assess_mod.run_settings(request), windows,
+            the_lake,
+            with_gateway(backend, gateway) if gateway is not None else backend,
+            export,
+            facts.tasks[task],
+            assess_mod.run_settings(request),
+            windows,
             pool=sandbox.warm_pool() if gateway is None else None,
             on_window=lambda o: context.log.info(f"{task} {o.key.window.name}: {o.status} ({o.samples} samples)"),
         )
@@ -147,20 +161,25 @@ def task_samples(
         },
         check_results=[
             dg.AssetCheckResult(
-                check_name=REPRODUCIBILITY_CHECK, passed=not missing,
+                check_name=REPRODUCIBILITY_CHECK,
+                passed=not missing,
                 metadata={"missing_fields": dg.MetadataValue.json(missing)},
                 description="unpublishable: missing " + ", ".join(missing) if missing else None,
             ),
             dg.AssetCheckResult(
-                check_name=ERROR_LOG_CHECK, passed=not failed,
+                check_name=ERROR_LOG_CHECK,
+                passed=not failed,
                 severity=dg.AssetCheckSeverity.ERROR,
                 metadata={"failures": dg.MetadataValue.json({o.key.window.name: o.failure for o in failed})},
             ),
             dg.AssetCheckResult(
-                check_name=INTEGRITY_CHECK, passed=not mismatches,
+                check_name=INTEGRITY_CHECK,
+                passed=not mismatches,
                 severity=dg.AssetCheckSeverity.ERROR,
-                metadata={"files_checked": dg.MetadataValue.int(sum(len(r.files()) for r in records)),
-                          "quarantined": dg.MetadataValue.json(mismatches)},
+                metadata={
+                    "files_checked": dg.MetadataValue.int(sum(len(r.files()) for r in records)),
+                    "quarantined": dg.MetadataValue.json(mismatches),
+                },
                 description="; ".join(mismatches)[:1000] if mismatches else None,
             ),
         ],
@@ -196,9 +215,7 @@ def _records(the_lake, outcomes) -> list[BatchRecord]:
     kinds={"duckdb", "altair"},
     deps=[dg.AssetDep(task_samples, partition_mapping=dg.AllPartitionMapping())],
 )
-def comparison(
-    context: dg.AssetExecutionContext, lake: LakeResource, sandbox: SandboxResource
-) -> dg.MaterializeResult:
+def comparison(context: dg.AssetExecutionContext, lake: LakeResource, sandbox: SandboxResource) -> dg.MaterializeResult:
     """One partition is one PR head (``owner/repo#pr@head``) judged against its base: per-task
     paired deltas with anytime-valid intervals, labels, the run verdict and P(improvement)."""
     repo, pr, head = parse_comparison_key(context.partition_key)
@@ -238,9 +255,7 @@ def comparison(
     kinds={"github"},
     deps=[comparison],
 )
-def pr_report(
-    context: dg.AssetExecutionContext, lake: LakeResource, github: GitHubResource
-) -> dg.MaterializeResult:
+def pr_report(context: dg.AssetExecutionContext, lake: LakeResource, github: GitHubResource) -> dg.MaterializeResult:
     """One partition is one PR head: the PR comment (one, edited in place) and the check run
     `evalrunner / evals`. Without GitHub configured both are written to the lake and printed."""
     repo, pr, head = parse_comparison_key(context.partition_key)
@@ -249,14 +264,19 @@ def pr_report(
     if result is None:
         raise dg.Failure(f"no comparison for {context.partition_key} yet; materialize comparison first")
     body = render_comment(result)
-    status, conclusion, title = check_run_state(
-        result["verdict"], result["samples_run"], result["samples_possible"]
-    )
-    check = {"name": "evalrunner / evals", "head_sha": head, "status": status, "conclusion": conclusion,
-             "title": title, "summary": render_summary(result)}
+    status, conclusion, title = check_run_state(result["verdict"], result["samples_run"], result["samples_possible"])
+    check = {
+        "name": "evalrunner / evals",
+        "head_sha": head,
+        "status": status,
+        "conclusion": conclusion,
+        "title": title,
+        "summary": render_summary(result),
+    }
     comment_url = the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, "comment.md"), body.encode())
-    the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, "check_run.json"),
-                         json.dumps(check, indent=2).encode())
+    the_lake.write_bytes(
+        LAYOUT.comparison_artifact(repo, pr, head, "check_run.json"), json.dumps(check, indent=2).encode()
+    )
     metadata: dict = {
         "check_run": dg.MetadataValue.json(check),
         "comment_file": dg.MetadataValue.path(comment_url),
@@ -269,8 +289,9 @@ def pr_report(
             client = github.get_client()
             # The head's one check run, found whatever its status: re-opened when more samples
             # run, left untouched when it already shows this verdict.
-            run_id = client.report_check_run(repo, head, status, conclusion, title=title,
-                                             summary=check["summary"], text=body)
+            run_id = client.report_check_run(
+                repo, head, status, conclusion, title=title, summary=check["summary"], text=body
+            )
             comment_id = client.upsert_pr_comment(repo, int(pr), body)
             metadata["github_comment_id"] = dg.MetadataValue.int(comment_id)
             metadata["github_check_run_id"] = dg.MetadataValue.int(run_id)

@@ -6,8 +6,6 @@ of ``main_commits`` needs no run config. The measuring, reuse and flagging live 
 ``evalrunner_assets.pipeline.series`` (plain Python).
 """
 
-
-
 import base64
 from collections import defaultdict
 
@@ -64,16 +62,28 @@ def cohort_series(
         chosen = [c for c in history if c.sha in shas]
         missing = sorted(shas - {c.sha for c in chosen})
         if missing:
-            raise dg.Failure(f"{repo}: {', '.join(s[:12] for s in missing)} "
-                             f"{'is' if len(missing) == 1 else 'are'} not on {branch}'s first-parent history")
+            raise dg.Failure(
+                f"{repo}: {', '.join(s[:12] for s in missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not on {branch}'s first-parent history"
+            )
 
-        def on_point(point: dict, fresh: bool) -> None:
-            context.log.info(f"{repo}@{point['commit'][:12]} ({'measured' if fresh else 'reused'}): "
-                             + "; ".join(series.reading(point)))
+        def on_point(point: dict, fresh: bool, repo: str = repo) -> None:
+            context.log.info(
+                f"{repo}@{point['commit'][:12]} ({'measured' if fresh else 'reused'}): "
+                + "; ".join(series.reading(point))
+            )
 
         run = series.run_series(
-            the_lake, backend, repo, lambda sha: repos.export(the_lake, repo, sha), history, chosen,
-            settings, branch=branch, pool=sandbox.warm_pool(), workers=sandbox.worker_count(),
+            the_lake,
+            backend,
+            repo,
+            lambda sha, repo=repo: repos.export(the_lake, repo, sha),
+            history,
+            chosen,
+            settings,
+            branch=branch,
+            pool=sandbox.warm_pool(),
+            workers=sandbox.worker_count(),
             on_point=on_point,
         )
         measured += len(run.measured)
@@ -87,16 +97,19 @@ def cohort_series(
         points = series.load_series(the_lake, repo, branch)
         chart = _save_chart(the_lake, repo, branch, points)
         metadata[f"{repo} chart"] = dg.MetadataValue.md(
-            f"![{repo} cohort series](data:image/png;base64,{base64.b64encode(chart['png']).decode()})")
+            f"![{repo} cohort series](data:image/png;base64,{base64.b64encode(chart['png']).decode()})"
+        )
         metadata[f"{repo} points"] = dg.MetadataValue.md(render_point_table(points))
         if run.points:
             metadata[f"{repo} latest"] = dg.MetadataValue.text(" | ".join(series.reading(run.points[-1])))
-    metadata.update({
-        "points_measured": dg.MetadataValue.int(measured),
-        "points_reused": dg.MetadataValue.int(reused),
-        "windows_run": dg.MetadataValue.int(windows_run),
-        "flagged": dg.MetadataValue.json(flagged),
-    })
+    metadata.update(
+        {
+            "points_measured": dg.MetadataValue.int(measured),
+            "points_reused": dg.MetadataValue.int(reused),
+            "windows_run": dg.MetadataValue.int(windows_run),
+            "flagged": dg.MetadataValue.json(flagged),
+        }
+    )
     return dg.MaterializeResult(metadata=metadata)
 
 

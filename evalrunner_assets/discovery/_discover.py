@@ -59,8 +59,13 @@ class DiscoveryResult:
 
 def _discovery_limits(limits: Limits | None, timeout: float, output_cap: int) -> Limits:
     base = limits or Limits()
-    return replace(base, wall_seconds=timeout, stdout_bytes=output_cap,
-                   output_bytes=min(base.output_bytes, output_cap), output_files=4)
+    return replace(
+        base,
+        wall_seconds=timeout,
+        stdout_bytes=output_cap,
+        output_bytes=min(base.output_bytes, output_cap),
+        output_files=4,
+    )
 
 
 def _raise_for_sandbox(result: SandboxResult, what: str, timeout: float) -> None:
@@ -90,28 +95,43 @@ def discover(
     except FileNotFoundError:
         return _discover_inspect(backend, export, limits=limits, cancel=cancel, python_env=python_env)
     if not stat.S_ISREG(st.st_mode):
-        raise ListNotRegularFile(f"{LIST_PATH} in {export.repo}@{export.commit[:12]} is not a regular file "
-                                 "(symlinks and directories are refused); make it an executable file")
+        raise ListNotRegularFile(
+            f"{LIST_PATH} in {export.repo}@{export.commit[:12]} is not a regular file "
+            "(symlinks and directories are refused); make it an executable file"
+        )
     if not st.st_mode & 0o111:
-        raise ListNotExecutable(f"{LIST_PATH} in {export.repo}@{export.commit[:12]} is not executable; "
-                                f"run `chmod +x {LIST_PATH}` and commit the mode change")
+        raise ListNotExecutable(
+            f"{LIST_PATH} in {export.repo}@{export.commit[:12]} is not executable; "
+            f"run `chmod +x {LIST_PATH}` and commit the mode change"
+        )
     request = SandboxRequest(
-        argv=(f"{SANDBOX_REPO_DIR}/{LIST_PATH}",), export=export,
-        limits=_discovery_limits(limits, timeout, output_cap), python_env=python_env,
+        argv=(f"{SANDBOX_REPO_DIR}/{LIST_PATH}",),
+        export=export,
+        limits=_discovery_limits(limits, timeout, output_cap),
+        python_env=python_env,
         labels={"repo": export.repo, "commit": export.commit, "step": "discovery"},
     )
     result = backend.run(request, cancel=cancel)
     _raise_for_sandbox(result, LIST_PATH, timeout)
     if result.status is SandboxStatus.EXIT_NONZERO:
         tail = result.stderr_tail[-2000:]
-        raise ListFailed(f"{LIST_PATH} exited with code {result.exit_code}; stderr ends: {tail.strip()[-500:] or '(empty)'}",
-                         exit_code=result.exit_code, stderr_tail=tail)
+        raise ListFailed(
+            f"{LIST_PATH} exited with code {result.exit_code}; stderr ends: {tail.strip()[-500:] or '(empty)'}",
+            exit_code=result.exit_code,
+            stderr_tail=tail,
+        )
     if result.stdout_truncated:
         raise ListOutputTooLarge(f"{LIST_PATH} printed more than the {output_cap}-byte cap")
     manifest = parse_manifest_bytes(result.stdout, source=LIST_PATH)
-    return DiscoveryResult(manifest=manifest, source="evals-list", repo=export.repo,
-                           commit=export.commit, tree_digest=export.tree_digest,
-                           duration_s=result.duration_s, stderr_tail=result.stderr_tail[-2000:])
+    return DiscoveryResult(
+        manifest=manifest,
+        source="evals-list",
+        repo=export.repo,
+        commit=export.commit,
+        tree_digest=export.tree_digest,
+        duration_s=result.duration_s,
+        stderr_tail=result.stderr_tail[-2000:],
+    )
 
 
 _UNSAFE = re.compile(r"[^a-z0-9_.-]+")
@@ -129,19 +149,28 @@ def task_id_for(file: str, name: str) -> str:
     return "/".join(parts + [_safe_segment(name)])
 
 
-def _discover_inspect(backend: SandboxBackend, export: RepoExport, *, limits: Limits | None,
-                      cancel: threading.Event | None, python_env: str | None = None) -> DiscoveryResult:
+def _discover_inspect(
+    backend: SandboxBackend,
+    export: RepoExport,
+    *,
+    limits: Limits | None,
+    cancel: threading.Event | None,
+    python_env: str | None = None,
+) -> DiscoveryResult:
     what = "Inspect's task listing"
     request = SandboxRequest(
-        argv=("python", "-m", "evalrunner_assets.discovery._inspect_list"), export=export,
-        limits=_discovery_limits(limits, FALLBACK_TIMEOUT_S, DEFAULT_OUTPUT_CAP), python_env=python_env,
+        argv=("python", "-m", "evalrunner_assets.discovery._inspect_list"),
+        export=export,
+        limits=_discovery_limits(limits, FALLBACK_TIMEOUT_S, DEFAULT_OUTPUT_CAP),
+        python_env=python_env,
         labels={"repo": export.repo, "commit": export.commit, "step": "discovery"},
     )
     result = backend.run(request, cancel=cancel)
     _raise_for_sandbox(result, what, FALLBACK_TIMEOUT_S)
     if result.status is SandboxStatus.EXIT_NONZERO:
-        raise InspectListFailed(f"{what} failed (exit {result.exit_code}): {result.stderr_tail.strip()[-500:]}",
-                                result.stderr_tail[-2000:])
+        raise InspectListFailed(
+            f"{what} failed (exit {result.exit_code}): {result.stderr_tail.strip()[-500:]}", result.stderr_tail[-2000:]
+        )
     raw = result.outputs.get("tasks.json")
     if raw is None:
         why = result.rejected_outputs.get("tasks.json", "never written")
@@ -166,9 +195,15 @@ def _discover_inspect(backend: SandboxBackend, export: RepoExport, *, limits: Li
         seen.add(tid)
         tasks.append({"id": tid, "spec": f"{file}@{name}", "workdir": "."})
     manifest = validate_manifest({"version": 1, "images": [], "tasks": tasks}, source="inspect-list")
-    return DiscoveryResult(manifest=manifest, source="inspect-list", repo=export.repo,
-                           commit=export.commit, tree_digest=export.tree_digest,
-                           duration_s=result.duration_s, stderr_tail=result.stderr_tail[-2000:])
+    return DiscoveryResult(
+        manifest=manifest,
+        source="inspect-list",
+        repo=export.repo,
+        commit=export.commit,
+        tree_digest=export.tree_digest,
+        duration_s=result.duration_s,
+        stderr_tail=result.stderr_tail[-2000:],
+    )
 
 
 __all__ = ["DiscoveryResult", "discover", "task_id_for"]

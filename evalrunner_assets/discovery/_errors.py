@@ -53,8 +53,9 @@ class DiscoverySandboxFailure(DiscoveryError):
 class ManifestNotJSON(DiscoveryError):
     """The output is not UTF-8 JSON; ``position`` is the character (or byte) offset."""
 
-    def __init__(self, message: str, *, position: int, line: int | None = None,
-                 column: int | None = None, source: str = "") -> None:
+    def __init__(
+        self, message: str, *, position: int, line: int | None = None, column: int | None = None, source: str = ""
+    ) -> None:
         super().__init__(message)
         self.position = position
         self.line = line

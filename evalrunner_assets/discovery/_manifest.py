@@ -57,8 +57,10 @@ class Manifest(BaseModel):
     images: list[str] = Field(default_factory=list, description="Images any task may use.")
     tasks: list[ManifestTask] = Field(description="The tasks.")
     environment: dict[str, str] | None = Field(
-        default=None, description="Where the repository's dependencies are declared, e.g. "
-        "{'requirements': 'evals/requirements.txt'} (default: uv.lock, pyproject.toml, requirements.txt).")
+        default=None,
+        description="Where the repository's dependencies are declared, e.g. "
+        "{'requirements': 'evals/requirements.txt'} (default: uv.lock, pyproject.toml, requirements.txt).",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with defaults filled in and unknown fields preserved."""
@@ -80,10 +82,10 @@ class Manifest(BaseModel):
 # Pattern failures explained in words (the raw regex helps nobody).
 _PATTERN_HELP = {
     "id": "is not a path-safe task id: use segments of [a-z0-9_.-] separated by '/', "
-          "no '.' or '..' segment, no leading or trailing '/'",
+    "no '.' or '..' segment, no leading or trailing '/'",
     "spec": "is not a task spec: no whitespace, and it must not start with '-'",
     "cohort": "is not a cohort name: use lower-case letters, digits and '-', '_', '.', "
-              "starting and ending with a letter or digit (at most 63 characters)",
+    "starting and ending with a letter or digit (at most 63 characters)",
 }
 
 
@@ -130,23 +132,34 @@ def _semantic_violations(data: dict[str, Any]) -> list[SchemaViolation]:
     for i, task in enumerate(data.get("tasks", [])):
         tid = task["id"]
         if tid in seen:
-            out.append(SchemaViolation(f"$.tasks[{i}].id", f"duplicate task id {tid!r} (also at $.tasks[{seen[tid]}].id)"))
+            out.append(
+                SchemaViolation(f"$.tasks[{i}].id", f"duplicate task id {tid!r} (also at $.tasks[{seen[tid]}].id)")
+            )
         else:
             seen[tid] = i
         workdir = task.get("workdir", ".")
         if _inside(workdir) is None:
-            out.append(SchemaViolation(f"$.tasks[{i}].workdir", f"workdir {workdir!r} is absolute or leaves the repository"))
+            out.append(
+                SchemaViolation(f"$.tasks[{i}].workdir", f"workdir {workdir!r} is absolute or leaves the repository")
+            )
         spec_file = task["spec"].split("@", 1)[0]
         joined = posixpath.join(workdir if _inside(workdir) else ".", spec_file)
         if spec_file and _inside(joined) is None:
             out.append(SchemaViolation(f"$.tasks[{i}].spec", f"spec {task['spec']!r} points outside the repository"))
         for j, glob in enumerate(task.get("paths", [])):
             if _inside(glob) is None:
-                out.append(SchemaViolation(f"$.tasks[{i}].paths[{j}]", f"path glob {glob!r} is absolute or leaves the repository"))
+                out.append(
+                    SchemaViolation(
+                        f"$.tasks[{i}].paths[{j}]", f"path glob {glob!r} is absolute or leaves the repository"
+                    )
+                )
     req = (data.get("environment") or {}).get("requirements")
     if isinstance(req, str) and _inside(req) is None:
-        out.append(SchemaViolation("$.environment.requirements",
-                                   f"requirements file {req!r} is absolute or leaves the repository"))
+        out.append(
+            SchemaViolation(
+                "$.environment.requirements", f"requirements file {req!r} is absolute or leaves the repository"
+            )
+        )
     return out
 
 
@@ -155,18 +168,20 @@ def parse_manifest_bytes(raw: bytes, *, source: str = ".evals/list") -> Manifest
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestNotJSON(f"output of {source} is not valid UTF-8 (byte {exc.start})",
-                              position=exc.start, source=source) from None
+        raise ManifestNotJSON(
+            f"output of {source} is not valid UTF-8 (byte {exc.start})", position=exc.start, source=source
+        ) from None
     if not text.strip():
-        raise ManifestNotJSON(f"output of {source} is empty; expected a JSON manifest",
-                              position=0, source=source)
+        raise ManifestNotJSON(f"output of {source} is empty; expected a JSON manifest", position=0, source=source)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ManifestNotJSON(
-            f"output of {source} is not valid JSON: {exc.msg} at line {exc.lineno} column "
-            f"{exc.colno} (char {exc.pos})",
-            position=exc.pos, line=exc.lineno, column=exc.colno, source=source,
+            f"output of {source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (char {exc.pos})",
+            position=exc.pos,
+            line=exc.lineno,
+            column=exc.colno,
+            source=source,
         ) from None
     return validate_manifest(data, source=source)
 
@@ -174,8 +189,9 @@ def parse_manifest_bytes(raw: bytes, *, source: str = ".evals/list") -> Manifest
 def validate_manifest(data: Any, *, source: str = "manifest") -> Manifest:
     """Validate a parsed manifest against the schema and the semantic rules."""
     errors = sorted(_validator().iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    violations = [SchemaViolation(_json_path(e.absolute_path), _message(e) + _task_named(data, e.absolute_path))
-                  for e in errors]
+    violations = [
+        SchemaViolation(_json_path(e.absolute_path), _message(e) + _task_named(data, e.absolute_path)) for e in errors
+    ]
     if not violations:
         violations = _semantic_violations(data)
     if violations:

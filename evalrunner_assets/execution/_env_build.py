@@ -50,8 +50,11 @@ def main(argv: list[str]) -> int:
         constraints = os.path.join(os.environ.get("HOME", "/tmp"), "constraints.txt")
         with open(constraints, "w") as f:
             f.write(envmod.controller_constraints())
-        plan = {**plan, "constraints": constraints,
-                "controller_packages": sorted(n for n, _ in envmod.controller_distributions().values())}
+        plan = {
+            **plan,
+            "constraints": constraints,
+            "controller_packages": sorted(n for n, _ in envmod.controller_distributions().values()),
+        }
         _install(plan, python)
         envmod.finish_environment(Path(plan["env"]), stubs, plan)
         return 0
@@ -66,9 +69,27 @@ def _install(plan: dict, python: str) -> None:
     if plan["kind"] == "uv.lock":
         locked = os.path.join(home, "locked-requirements.txt")
         exclude = [a for name in plan["controller_packages"] for a in ("--no-emit-package", name)]
-        _run("uv export", ["uv", "export", "--no-config", "--frozen", "--no-dev", "--no-hashes", "--no-header",
-                           "--no-annotate", "--no-emit-project", "--format", "requirements.txt",
-                           "--directory", REPO, *exclude, "-o", locked])
+        _run(
+            "uv export",
+            [
+                "uv",
+                "export",
+                "--no-config",
+                "--frozen",
+                "--no-dev",
+                "--no-hashes",
+                "--no-header",
+                "--no-annotate",
+                "--no-emit-project",
+                "--format",
+                "requirements.txt",
+                "--directory",
+                REPO,
+                *exclude,
+                "-o",
+                locked,
+            ],
+        )
         # The lock is complete: install exactly what it pins, resolving nothing.
         args = install + ["--no-deps", "-r", locked]
         if plan["install_project"]:

@@ -35,9 +35,7 @@ from evalrunner_assets.execution.sandbox import (
 )
 
 # Names that look like credentials are refused outright: nothing secret enters a sandbox.
-_SECRET_NAME = re.compile(
-    r"(TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|SESSION_?KEY|AUTH)", re.I
-)
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|SESSION_?KEY|AUTH)", re.I)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV = ("PATH", "HOME", "TMPDIR", "EVALRUNNER_REPO", "EVALRUNNER_OUT", "PYTHONPATH")
 
@@ -77,8 +75,7 @@ def check_workdir(workdir: str) -> str:
     return norm
 
 
-def sandbox_env(request: SandboxRequest, *, home: str, tmp: str, repo: str, out: str,
-                path: str) -> dict[str, str]:
+def sandbox_env(request: SandboxRequest, *, home: str, tmp: str, repo: str, out: str, path: str) -> dict[str, str]:
     """The complete environment of a sandboxed process: fixed variables plus the request's."""
     env = {
         "PATH": path,
@@ -111,8 +108,8 @@ def sandbox_env(request: SandboxRequest, *, home: str, tmp: str, repo: str, out:
         for k, val in request.gateway_env.items():
             if k not in GATEWAY_ENV_NAMES:
                 raise SandboxRequestError(
-                    f"gateway variable {k!r} is not one the model gateway sets "
-                    f"({', '.join(sorted(GATEWAY_ENV_NAMES))})")
+                    f"gateway variable {k!r} is not one the model gateway sets ({', '.join(sorted(GATEWAY_ENV_NAMES))})"
+                )
             env[k] = str(val)
     return env
 
@@ -128,7 +125,7 @@ class Staging:
     out: Path
 
     @classmethod
-    def create(cls, parent: str | None) -> "Staging":
+    def create(cls, parent: str | None) -> Staging:
         if parent is not None:
             Path(parent).mkdir(parents=True, exist_ok=True)
         # The owner's pid in the name lets a later controller remove what a killed one left.
@@ -191,7 +188,9 @@ class LocalBackend(SandboxBackend):
 
     # subclasses -------------------------------------------------------------------------------
 
-    def _command(self, request: SandboxRequest, staging: Staging) -> tuple[list[str], dict[str, str], str | None, tuple[int, ...]]:
+    def _command(
+        self, request: SandboxRequest, staging: Staging
+    ) -> tuple[list[str], dict[str, str], str | None, tuple[int, ...]]:
         """argv, environment for the launched process, cwd, fds to pass."""
         raise NotImplementedError
 
@@ -233,9 +232,14 @@ class LocalBackend(SandboxBackend):
             argv, env, cwd, fds = self._command(request, staging)
             cgroup, nproc = self._pids_mechanism(request.limits)
             try:
-                proc = LiveProcess(argv, env=env, cwd=cwd,
-                                   preexec=make_preexec(request.limits, cgroup, nproc),
-                                   stdout_cap=request.limits.stdout_bytes, pass_fds=fds)
+                proc = LiveProcess(
+                    argv,
+                    env=env,
+                    cwd=cwd,
+                    preexec=make_preexec(request.limits, cgroup, nproc),
+                    stdout_cap=request.limits.stdout_bytes,
+                    pass_fds=fds,
+                )
             except OSError as exc:
                 return self._crashed(f"could not start the sandbox: {exc}", started)
             proc.write_stdin(request.stdin or b"", close=True)
@@ -249,18 +253,30 @@ class LocalBackend(SandboxBackend):
             status, detail = self._status(proc, stopped, request, cgroup, tail)
             outputs, rejected = collect_outputs(staging.out, request.limits)
             return SandboxResult(
-                status=status, exit_code=proc.proc.returncode, stdout=stdout,
-                stdout_truncated=truncated, stderr_tail=tail, outputs=outputs,
-                rejected_outputs=rejected, duration_s=time.monotonic() - started,
-                backend=self.name, detail=detail,
+                status=status,
+                exit_code=proc.proc.returncode,
+                stdout=stdout,
+                stdout_truncated=truncated,
+                stderr_tail=tail,
+                outputs=outputs,
+                rejected_outputs=rejected,
+                duration_s=time.monotonic() - started,
+                backend=self.name,
+                detail=detail,
             )
         finally:
             if cgroup is not None:
                 cgroup.remove()
             staging.remove()
 
-    def _status(self, proc: LiveProcess, stopped: SandboxStatus | None, request: SandboxRequest,
-                cgroup: Cgroup | None, tail: str) -> tuple[SandboxStatus, str]:
+    def _status(
+        self,
+        proc: LiveProcess,
+        stopped: SandboxStatus | None,
+        request: SandboxRequest,
+        cgroup: Cgroup | None,
+        tail: str,
+    ) -> tuple[SandboxStatus, str]:
         if stopped is SandboxStatus.TIMEOUT:
             return stopped, f"wall-clock limit of {request.limits.wall_seconds:g}s reached; process group killed"
         if stopped is SandboxStatus.CANCELLED:
@@ -277,12 +293,20 @@ class LocalBackend(SandboxBackend):
         return status, detail
 
     def _crashed(self, detail: str, started: float) -> SandboxResult:
-        return SandboxResult(status=SandboxStatus.CRASHED, exit_code=None, stdout=b"",
-                             stdout_truncated=False, stderr_tail="", outputs={},
-                             rejected_outputs={}, duration_s=time.monotonic() - started,
-                             backend=self.name, detail=detail)
+        return SandboxResult(
+            status=SandboxStatus.CRASHED,
+            exit_code=None,
+            stdout=b"",
+            stdout_truncated=False,
+            stderr_tail="",
+            outputs={},
+            rejected_outputs={},
+            duration_s=time.monotonic() - started,
+            backend=self.name,
+            detail=detail,
+        )
 
-    def open_session(self, request: SandboxRequest) -> "LocalWarmSession":
+    def open_session(self, request: SandboxRequest) -> LocalWarmSession:
         self._ensure_preflight()
         check_workdir(request.workdir)
         return LocalWarmSession(self, request)
@@ -307,10 +331,15 @@ class LocalWarmSession:
         try:
             argv, env, cwd, fds = backend._command(request, self.staging)
             self.cgroup, nproc = backend._pids_mechanism(request.limits)
-            self.proc = LiveProcess(argv, env=env, cwd=cwd,
-                                    preexec=make_preexec(request.limits, self.cgroup, nproc),
-                                    stdout_cap=request.limits.stdout_bytes, line_mode=True,
-                                    pass_fds=fds)
+            self.proc = LiveProcess(
+                argv,
+                env=env,
+                cwd=cwd,
+                preexec=make_preexec(request.limits, self.cgroup, nproc),
+                stdout_cap=request.limits.stdout_bytes,
+                line_mode=True,
+                pass_fds=fds,
+            )
         except BaseException:
             self._cleanup()
             raise
@@ -343,13 +372,15 @@ class LocalWarmSession:
         if status is not None:
             self.dead = status.value
             self._kill()
-            detail = ("cancelled by the caller; process group killed" if status is SandboxStatus.CANCELLED
-                      else f"no reply within {timeout:g}s; process group killed")
+            detail = (
+                "cancelled by the caller; process group killed"
+                if status is SandboxStatus.CANCELLED
+                else f"no reply within {timeout:g}s; process group killed"
+            )
         elif reply is None:  # the worker exited
             self._kill()
             rc = self.proc.proc.returncode
-            status, why = self.backend._status(self.proc, None, self.request, self.cgroup,
-                                               self.proc.stderr_tail())
+            status, why = self.backend._status(self.proc, None, self.request, self.cgroup, self.proc.stderr_tail())
             status = SandboxStatus.CRASHED if status in (SandboxStatus.OK, SandboxStatus.EXIT_NONZERO) else status
             detail = f"warm worker exited before replying (code {rc}{'; ' + why if why else ''})"
             self.dead = detail
@@ -362,10 +393,16 @@ class LocalWarmSession:
         outputs, rejected = collect_outputs(self.staging.out, limits)
         self.staging.clear_out()
         return SandboxResult(
-            status=status, exit_code=self.proc.proc.returncode, stdout=reply or b"",
-            stdout_truncated=False, stderr_tail=self.proc.stderr_tail(), outputs=outputs,
-            rejected_outputs=rejected, duration_s=time.monotonic() - started,
-            backend=self.backend.name, detail=detail,
+            status=status,
+            exit_code=self.proc.proc.returncode,
+            stdout=reply or b"",
+            stdout_truncated=False,
+            stderr_tail=self.proc.stderr_tail(),
+            outputs=outputs,
+            rejected_outputs=rejected,
+            duration_s=time.monotonic() - started,
+            backend=self.backend.name,
+            detail=detail,
         )
 
     def _kill(self) -> None:
@@ -391,7 +428,7 @@ class LocalWarmSession:
             self.cgroup = None
         self.staging.remove()
 
-    def __enter__(self) -> "LocalWarmSession":
+    def __enter__(self) -> LocalWarmSession:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import collections
 import json
 import os
-import re
 import queue
+import re
 import resource
 import signal
 import stat
@@ -21,9 +21,9 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from evalrunner_assets.execution.sandbox import Limits, SandboxStatus
 
@@ -51,7 +51,6 @@ def describe_signal(sig: int) -> str:
 # --- cgroups: the only pids limit that holds for a process running as root ------------------
 
 
-
 def _chunks(fd: int):
     """Everything readable from ``fd`` until EOF (or the pipe breaks), in chunks."""
     while True:
@@ -75,6 +74,7 @@ def _event_count(path: Path, key: str) -> int:
         pass
     return 0
 
+
 class Cgroup:
     """A per-sandbox cgroup (v1 ``pids`` + optional ``memory`` hierarchies, or one v2 group).
 
@@ -86,7 +86,7 @@ class Cgroup:
         self.dirs = dirs
 
     @classmethod
-    def create(cls, limits: Limits, prefix: str = "evalrunner") -> "Cgroup | None":
+    def create(cls, limits: Limits, prefix: str = "evalrunner") -> Cgroup | None:
         # The owner's pid in the name lets a later controller remove what a killed one left.
         name = f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         v1_pids = Path("/sys/fs/cgroup/pids")
@@ -113,7 +113,7 @@ class Cgroup:
         return cls._create_v2(limits, name)
 
     @classmethod
-    def _create_v2(cls, limits: Limits, name: str) -> "Cgroup | None":
+    def _create_v2(cls, limits: Limits, name: str) -> Cgroup | None:
         root = Path("/sys/fs/cgroup")
         try:
             own = Path("/proc/self/cgroup").read_text().splitlines()
@@ -300,14 +300,19 @@ def collect_outputs(out_dir: Path, limits: Limits) -> tuple[dict[str, bytes], di
                 finally:
                     os.close(sub)
             elif not stat.S_ISREG(st.st_mode):
-                kind = "fifo" if stat.S_ISFIFO(st.st_mode) else (
-                    "socket" if stat.S_ISSOCK(st.st_mode) else "device or special file")
+                kind = (
+                    "fifo"
+                    if stat.S_ISFIFO(st.st_mode)
+                    else ("socket" if stat.S_ISSOCK(st.st_mode) else "device or special file")
+                )
                 rejected[rel] = f"{kind} (only regular files are collected)"
             elif len(outputs) >= limits.output_files:
                 rejected[rel] = f"over the file count cap ({limits.output_files})"
             elif total + st.st_size > limits.output_bytes:
-                rejected[rel] = (f"over the output size cap ({st.st_size} bytes; "
-                                 f"{limits.output_bytes - total} left of {limits.output_bytes})")
+                rejected[rel] = (
+                    f"over the output size cap ({st.st_size} bytes; "
+                    f"{limits.output_bytes - total} left of {limits.output_bytes})"
+                )
             else:
                 try:
                     # O_NOFOLLOW|O_NONBLOCK: a file swapped for a link or fifo after lstat fails here.
@@ -356,9 +361,17 @@ class _Drain:
 class LiveProcess:
     """A child in its own session with drained pipes; killed as a whole process group."""
 
-    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: str | None,
-                 preexec: Callable[[], None], stdout_cap: int, line_mode: bool = False,
-                 pass_fds: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: str | None,
+        preexec: Callable[[], None],
+        stdout_cap: int,
+        line_mode: bool = False,
+        pass_fds: tuple[int, ...] = (),
+    ) -> None:
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             argv,
@@ -379,8 +392,9 @@ class LiveProcess:
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.line_violation = ""
         self._threads = [threading.Thread(target=self._drain_stderr, daemon=True)]
-        self._threads.append(threading.Thread(
-            target=self._read_lines if line_mode else self._drain_stdout, daemon=True))
+        self._threads.append(
+            threading.Thread(target=self._read_lines if line_mode else self._drain_stdout, daemon=True)
+        )
         for t in self._threads:
             t.start()
 
@@ -424,6 +438,7 @@ class LiveProcess:
                     self.proc.stdin.close()  # type: ignore[union-attr]
             except (BrokenPipeError, OSError, ValueError):
                 pass
+
         # On a thread: a child that never reads stdin must not block the controller.
         threading.Thread(target=feed, daemon=True).start()
 
@@ -479,8 +494,7 @@ def classify_exit(returncode: int, *, signal_offset: int | None) -> tuple[Sandbo
         return SandboxStatus.KILLED, describe_signal(-returncode)
     if signal_offset is not None and returncode > signal_offset:
         sig = returncode - signal_offset
-        if sig in (signal.SIGKILL, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGSEGV, signal.SIGBUS,
-                   signal.SIGABRT):
+        if sig in (signal.SIGKILL, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
             return SandboxStatus.KILLED, describe_signal(sig)
     return SandboxStatus.EXIT_NONZERO, f"exited with code {returncode}"
 

@@ -63,9 +63,21 @@ from evalrunner_assets.execution.sandbox import (
 
 # /etc entries a Python program (and git, sh, TLS clients) needs; nothing with secrets.
 ETC_FILES = (
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf",
-    "hosts", "host.conf", "mime.types", "ssl", "ca-certificates", "ca-certificates.conf",
-    "alternatives", "os-release", "debian_version",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "nsswitch.conf",
+    "hosts",
+    "host.conf",
+    "mime.types",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "alternatives",
+    "os-release",
+    "debian_version",
 )
 ETC_EGRESS_FILES = ("resolv.conf", "gai.conf")  # name resolution, only when the net is shared
 TOP_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -176,10 +188,16 @@ class BubblewrapBackend(LocalBackend):
         limits = request.limits
         a = [
             self.bwrap,
-            "--unshare-all", "--unshare-user", "--disable-userns",
-            "--cap-drop", "ALL",
-            "--die-with-parent", "--new-session", "--clearenv",
-            "--hostname", "sandbox",
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--cap-drop",
+            "ALL",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--hostname",
+            "sandbox",
         ]
         if request.network is NetworkPolicy.MODEL_EGRESS:
             a.append("--share-net")  # weaker guarantee: see the module docstring
@@ -198,14 +216,16 @@ class BubblewrapBackend(LocalBackend):
             p = Path("/etc") / name
             if p.exists():
                 a += ["--ro-bind", str(p), str(p)]
-        a += ["--ro-bind", str(etc / "passwd"), "/etc/passwd",
-              "--ro-bind", str(etc / "group"), "/etc/group"]
+        a += ["--ro-bind", str(etc / "passwd"), "/etc/passwd", "--ro-bind", str(etc / "group"), "/etc/group"]
         a += python_binds()
         env_dir = check_python_env(request.python_env)
         if env_dir is not None:
             a += ["--ro-bind", env_dir, env_dir]
-        a += ["--bind" if request.repo_writable else "--ro-bind", str(Path(request.export.path).resolve()),
-              SANDBOX_REPO_DIR]
+        a += [
+            "--bind" if request.repo_writable else "--ro-bind",
+            str(Path(request.export.path).resolve()),
+            SANDBOX_REPO_DIR,
+        ]
         a += ["--bind", str(staging.out), SANDBOX_OUT_DIR]
         a += ["--size", str(limits.scratch_bytes), "--tmpfs", SANDBOX_HOME_DIR]
         for mount in request.writable:
@@ -224,8 +244,14 @@ class BubblewrapBackend(LocalBackend):
         # writable places are /work/out, /tmp and /work/home.
         a += ["--remount-ro", "/"]
         a += ["--chdir", SANDBOX_REPO_DIR if workdir == "." else f"{SANDBOX_REPO_DIR}/{workdir}"]
-        env = sandbox_env(request, home=SANDBOX_HOME_DIR, tmp="/tmp", repo=SANDBOX_REPO_DIR,
-                          out=SANDBOX_OUT_DIR, path=sandbox_path(env_dir))
+        env = sandbox_env(
+            request,
+            home=SANDBOX_HOME_DIR,
+            tmp="/tmp",
+            repo=SANDBOX_REPO_DIR,
+            out=SANDBOX_OUT_DIR,
+            path=sandbox_path(env_dir),
+        )
         for k, v in sorted(env.items()):
             a += ["--setenv", k, v]
         a.append("--")
@@ -273,13 +299,11 @@ class BubblewrapBackend(LocalBackend):
         try:
             from evalrunner_assets.execution.sandbox import RepoExport
 
-            export = RepoExport(repo="preflight/preflight", commit="0" * 40, path=str(staging.out),
-                                tree_digest="")
+            export = RepoExport(repo="preflight/preflight", commit="0" * 40, path=str(staging.out), tree_digest="")
             req = SandboxRequest(argv=("python", "-c", "import sys; print('ok')"), export=export)
             argv = self.build_argv(req, staging)
             try:
-                proc = subprocess.run(argv, capture_output=True, timeout=60,
-                                      env={"PATH": "/usr/bin:/bin"})
+                proc = subprocess.run(argv, capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise SandboxUnavailable(f"bubblewrap preflight failed to run: {exc}; {FIX_HINT}") from exc
             if proc.returncode != 0 or proc.stdout.strip() != b"ok":

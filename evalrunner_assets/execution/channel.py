@@ -112,7 +112,7 @@ def relay_main(argv: Sequence[str]) -> int:
         print("channel relay: usage: --channel PORT=SOCKET ... -- COMMAND ...", file=sys.stderr)
         return 2
     split = args.index("--")
-    opts, command = args[:split], args[split + 1:]
+    opts, command = args[:split], args[split + 1 :]
     if not command:
         print("channel relay: no command after --", file=sys.stderr)
         return 2
@@ -143,8 +143,7 @@ def relay_main(argv: Sequence[str]) -> int:
         for fd in (0, 1, 2):  # never hold the command's pipes open after it exits
             os.dup2(devnull, fd)
         threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-        threads = [threading.Thread(target=_serve_tcp_to_unix, args=(s, p), daemon=True)
-                   for s, p in listeners]
+        threads = [threading.Thread(target=_serve_tcp_to_unix, args=(s, p), daemon=True) for s, p in listeners]
         for t in threads:
             t.start()
         for t in threads:

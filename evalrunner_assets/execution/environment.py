@@ -88,8 +88,9 @@ MARKER = ".evalrunner-env.json"  # written last into a complete environment
 CONTROLLER_PTH = "_evalrunner_controller.pth"
 BUILD_DIR = ".evalrunner-build"  # inputs of the build inside the environment, removed after
 STUB_INSTALLER = "evalrunner-controller-stub"
-BUILD_LIMITS = Limits(wall_seconds=900.0, cpu_seconds=1800, memory_bytes=4 * 1024**3, pids=256,
-                      output_files=8, output_bytes=4 * 1024**2)
+BUILD_LIMITS = Limits(
+    wall_seconds=900.0, cpu_seconds=1800, memory_bytes=4 * 1024**3, pids=256, output_files=8, output_bytes=4 * 1024**2
+)
 
 KIND_LOCK = "uv.lock"
 KIND_PYPROJECT = "pyproject"
@@ -104,8 +105,15 @@ class EnvironmentBuildError(DiscoveryError):
     """A repository's dependencies could not be installed; the message names the file and the
     package. ``infrastructure`` is True when the sandbox or the index, not the repository, failed."""
 
-    def __init__(self, message: str, *, source: str = "", package: str | None = None,
-                 infrastructure: bool = False, log_tail: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str = "",
+        package: str | None = None,
+        infrastructure: bool = False,
+        log_tail: str = "",
+    ) -> None:
         super().__init__(message)
         self.source = source
         self.package = package
@@ -155,9 +163,18 @@ def controller_site_dirs() -> list[str]:
 
 def _digest(kind: str, files: dict[str, bytes], repo: str) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps({"kind": kind, "repo": repo, "python": sys.version.split()[0],
-                         "implementation": sys.implementation.name,
-                         "platform": f"{sys.platform}-{platform.machine()}"}, sort_keys=True).encode())
+    h.update(
+        json.dumps(
+            {
+                "kind": kind,
+                "repo": repo,
+                "python": sys.version.split()[0],
+                "implementation": sys.implementation.name,
+                "platform": f"{sys.platform}-{platform.machine()}",
+            },
+            sort_keys=True,
+        ).encode()
+    )
     h.update(hashlib.sha256(controller_constraints().encode()).digest())
     for rel in sorted(files):
         h.update(f"{rel}\0{len(files[rel])}\0".encode())
@@ -169,8 +186,9 @@ def _read_pyproject(root: Path, source: str) -> dict[str, Any]:
     try:
         return tomllib.loads((root / "pyproject.toml").read_text("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise EnvironmentBuildError(f"pyproject.toml: cannot be read as TOML ({exc}); needed for {source}",
-                                    source="pyproject.toml") from None
+        raise EnvironmentBuildError(
+            f"pyproject.toml: cannot be read as TOML ({exc}); needed for {source}", source="pyproject.toml"
+        ) from None
 
 
 def _inside(root: Path, rel: str) -> Path:
@@ -180,8 +198,9 @@ def _inside(root: Path, rel: str) -> Path:
         raise EnvironmentBuildError(f"environment file {rel!r} is absolute or leaves the repository", source=rel)
     p = root / posixpath.normpath(rel)
     if p.is_symlink() or not p.is_file():
-        raise EnvironmentBuildError(f"{rel}: no such regular file in the repository (named as the "
-                                    "environment's dependencies)", source=rel)
+        raise EnvironmentBuildError(
+            f"{rel}: no such regular file in the repository (named as the environment's dependencies)", source=rel
+        )
     return p
 
 
@@ -201,8 +220,9 @@ def spec_for_file(export: RepoExport | str | Path, rel: str) -> EnvSpec:
     files = {rel: path.read_bytes()}
     if name in ("uv.lock", "pyproject.toml"):
         if rel not in ("uv.lock", "pyproject.toml"):
-            raise EnvironmentBuildError(f"{rel}: a uv.lock or pyproject.toml is read at the repository root only",
-                                        source=rel)
+            raise EnvironmentBuildError(
+                f"{rel}: a uv.lock or pyproject.toml is read at the repository root only", source=rel
+            )
         py = _read_pyproject(root, rel)
         project = py.get("project") or {}
         install_project = "build-system" in py
@@ -245,14 +265,17 @@ def _lock_conflicts(spec: EnvSpec) -> None:
         try:
             req = Requirement(text)
         except InvalidRequirement as exc:
-            raise EnvironmentBuildError(f"pyproject.toml: dependency {text!r} is not a valid requirement: {exc}",
-                                        source="pyproject.toml") from None
+            raise EnvironmentBuildError(
+                f"pyproject.toml: dependency {text!r} is not a valid requirement: {exc}", source="pyproject.toml"
+            ) from None
         got = dists.get(_canonical(req.name))
         if got is not None and req.specifier and not req.specifier.contains(got[1], prereleases=True):
             raise EnvironmentBuildError(
                 f"pyproject.toml: requires `{req.name}{req.specifier}` but evalrunner runs {got[0]} {got[1]} "
                 f"(the sandboxes use evalrunner's own {got[0]}); widen the requirement to admit {got[1]}",
-                source="pyproject.toml", package=req.name)
+                source="pyproject.toml",
+                package=req.name,
+            )
 
 
 # --- built environments ---------------------------------------------------------------------
@@ -297,8 +320,13 @@ class IndexProxy(UnixService):
     socket_name = "proxy.sock"
     backlog = 64
 
-    def __init__(self, hosts: set[str], *, ports: set[int] = frozenset({80, 443}),  # type: ignore[assignment]
-                 socket_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        hosts: set[str],
+        *,
+        ports: set[int] = frozenset({80, 443}),  # type: ignore[assignment]
+        socket_dir: str | None = None,
+    ) -> None:
         self.hosts = {h.lower() for h in hosts}
         self.ports = set(ports)
         self.refused: list[str] = []
@@ -358,12 +386,18 @@ def _index_access(url: str) -> tuple[Any, tuple[Channel, ...], dict[str, str]]:
         fwd = UnixForwarder("127.0.0.1", port)
         return fwd, (fwd.channel(port),), {}
     extra = os.environ.get(PACKAGE_HOSTS_ENV)
-    hosts = {host} | ({h.strip() for h in extra.split(",") if h.strip()} if extra is not None
-                      else (set(PYPI_FILE_HOSTS) if host == "pypi.org" else set()))
+    hosts = {host} | (
+        {h.strip() for h in extra.split(",") if h.strip()}
+        if extra is not None
+        else (set(PYPI_FILE_HOSTS) if host == "pypi.org" else set())
+    )
     proxy = IndexProxy(hosts)
     proxy_url = f"http://127.0.0.1:{PROXY_PORT}"
-    return proxy, (proxy.channel(PROXY_PORT),), {"HTTPS_PROXY": proxy_url, "HTTP_PROXY": proxy_url,
-                                                 "UV_NATIVE_TLS": "1"}
+    return (
+        proxy,
+        (proxy.channel(PROXY_PORT),),
+        {"HTTPS_PROXY": proxy_url, "HTTP_PROXY": proxy_url, "UV_NATIVE_TLS": "1"},
+    )
 
 
 def _site_packages(env: Path) -> Path:
@@ -382,8 +416,12 @@ def _write_stubs(site: Path) -> list[str]:
         if stub.exists():
             continue
         stub.mkdir()
-        (stub / "METADATA").write_text(d.read_text("METADATA") or f"Metadata-Version: 2.1\nName: {name}\nVersion: {d.version}\n")
-        (stub / "WHEEL").write_text(d.read_text("WHEEL") or "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        (stub / "METADATA").write_text(
+            d.read_text("METADATA") or f"Metadata-Version: 2.1\nName: {name}\nVersion: {d.version}\n"
+        )
+        (stub / "WHEEL").write_text(
+            d.read_text("WHEEL") or "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         (stub / "INSTALLER").write_text(STUB_INSTALLER + "\n")
         (stub / "RECORD").write_text("")
         names.append(stub.name)
@@ -394,8 +432,10 @@ def _remove_stubs(site: Path, names: list[str]) -> None:
     for name in names:
         p = site / name
         if p.is_symlink() or not p.is_dir() or (p / "INSTALLER").read_text().strip() != STUB_INSTALLER:
-            raise EnvironmentBuildError(f"the build replaced evalrunner's own {name} (a controller package); "
-                                        "refusing the environment", infrastructure=False)
+            raise EnvironmentBuildError(
+                f"the build replaced evalrunner's own {name} (a controller package); refusing the environment",
+                infrastructure=False,
+            )
         shutil.rmtree(p)
 
 
@@ -405,12 +445,20 @@ def finish_environment(env: Path, stubs: list[str], plan: dict[str, Any]) -> dic
     site = _site_packages(env)
     _remove_stubs(site, stubs)
     (site / CONTROLLER_PTH).write_text(
-        "".join(f"import site; site.addsitedir({d!r})\n" for d in controller_site_dirs()))
-    record = {"digest": plan.get("digest", ""), "kind": plan["kind"], "source": plan["source"],
-              "install_project": plan["install_project"], "packages": _installed(site),
-              "index": plan["index"], "python": sys.version.split()[0],
-              "platform": f"{sys.platform}-{platform.machine()}", "built_from": plan.get("built_from", ""),
-              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        "".join(f"import site; site.addsitedir({d!r})\n" for d in controller_site_dirs())
+    )
+    record = {
+        "digest": plan.get("digest", ""),
+        "kind": plan["kind"],
+        "source": plan["source"],
+        "install_project": plan["install_project"],
+        "packages": _installed(site),
+        "index": plan["index"],
+        "python": sys.version.split()[0],
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "built_from": plan.get("built_from", ""),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     (env / MARKER).write_text(json.dumps(record, indent=2, sort_keys=True))
     return record
 
@@ -436,27 +484,48 @@ _CONFLICT = re.compile(r"you require ([A-Za-z0-9][\w.-]*)(\S*) and \1(\S*)")
 def explain_failure(source: str, index: str, step: str, log: str) -> EnvironmentBuildError:
     """One line naming the file, the package and the cause, from the installer's output."""
     text = " ".join(line.strip() for line in log.splitlines())
-    cause = next((ln.strip() for ln in reversed(log.splitlines())
-                  if ln.strip().startswith(("error:", "cause:", "×", "╰─▶")) or "Because" in ln), "")
+    cause = next(
+        (
+            ln.strip()
+            for ln in reversed(log.splitlines())
+            if ln.strip().startswith(("error:", "cause:", "×", "╰─▶")) or "Because" in ln
+        ),
+        "",
+    )
     detail = re.sub(r"\s+", " ", cause)[:400] or text[-400:]
     m = _NOT_FOUND.search(text)
     if m:
-        return EnvironmentBuildError(f"{source}: no version of `{m.group(1)}` on the package index {index}: {detail}",
-                                     source=source, package=m.group(1), log_tail=log[-4000:])
+        return EnvironmentBuildError(
+            f"{source}: no version of `{m.group(1)}` on the package index {index}: {detail}",
+            source=source,
+            package=m.group(1),
+            log_tail=log[-4000:],
+        )
     m = _CONFLICT.search(text)
     if m and _canonical(m.group(1)) in controller_distributions():
         name, ver = controller_distributions()[_canonical(m.group(1))]
         return EnvironmentBuildError(
             f"{source}: requires `{m.group(1)}{m.group(2)}` but evalrunner runs {name} {ver} (sandboxes use "
-            f"evalrunner's own {name}); admit {ver} in {source}", source=source, package=m.group(1),
-            log_tail=log[-4000:])
+            f"evalrunner's own {name}); admit {ver} in {source}",
+            source=source,
+            package=m.group(1),
+            log_tail=log[-4000:],
+        )
     m = _NO_VERSION.search(text)
     if m:
-        return EnvironmentBuildError(f"{source}: no version of `{m.group(1)}{m.group(2)}` on the package index "
-                                     f"{index}: {detail}", source=source, package=m.group(1), log_tail=log[-4000:])
+        return EnvironmentBuildError(
+            f"{source}: no version of `{m.group(1)}{m.group(2)}` on the package index {index}: {detail}",
+            source=source,
+            package=m.group(1),
+            log_tail=log[-4000:],
+        )
     infra = bool(re.search(r"Connection refused|tcp connect error|dns error|timed out|403 Forbidden", text))
-    return EnvironmentBuildError(f"{source}: installing the repository's dependencies failed ({step}): {detail}",
-                                 source=source, infrastructure=infra, log_tail=log[-4000:])
+    return EnvironmentBuildError(
+        f"{source}: installing the repository's dependencies failed ({step}): {detail}",
+        source=source,
+        infrastructure=infra,
+        log_tail=log[-4000:],
+    )
 
 
 def _sweep(root: Path) -> None:
@@ -497,11 +566,13 @@ class EnvironmentStore:
         if not marker.is_file():
             return None
         rec = json.loads(marker.read_text())
-        return BuiltEnvironment(spec.digest, str(path), spec.kind, spec.source, reused=True,
-                                packages=tuple(rec.get("packages", ())))
+        return BuiltEnvironment(
+            spec.digest, str(path), spec.kind, spec.source, reused=True, packages=tuple(rec.get("packages", ()))
+        )
 
-    def ensure(self, backend: SandboxBackend, export: RepoExport, spec: EnvSpec,
-               cancel: threading.Event | None = None) -> BuiltEnvironment:
+    def ensure(
+        self, backend: SandboxBackend, export: RepoExport, spec: EnvSpec, cancel: threading.Event | None = None
+    ) -> BuiltEnvironment:
         """The environment of ``spec``, built (in ``backend``) unless it exists."""
         found = self.find(spec)
         if found is not None:
@@ -514,7 +585,9 @@ class EnvironmentStore:
             raise EnvironmentBuildError(
                 f"{spec.source}: the repository declares dependencies, and installing them needs the "
                 f"bubblewrap backend (the {getattr(backend, 'name', backend)!r} backend cannot build "
-                "repository environments yet)", source=spec.source)
+                "repository environments yet)",
+                source=spec.source,
+            )
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / f".{spec.digest}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent builders of one digest: one builds
@@ -524,40 +597,61 @@ class EnvironmentStore:
             _sweep(self.root)
             return self._build(backend, export, spec, cancel)
 
-    def _build(self, backend: SandboxBackend, export: RepoExport, spec: EnvSpec,
-               cancel: threading.Event | None) -> BuiltEnvironment:
+    def _build(
+        self, backend: SandboxBackend, export: RepoExport, spec: EnvSpec, cancel: threading.Event | None
+    ) -> BuiltEnvironment:
         final = self.path(spec.digest)
         tmp = self.root / f".{spec.digest}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         started = time.monotonic()
         try:
             uv = shutil.which("uv", path=os.path.join(sys.prefix, "bin")) or shutil.which("uv")
             if uv is None:
-                raise EnvironmentBuildError("uv is not installed in evalrunner's environment; reinstall evalrunner",
-                                            infrastructure=True)
-            subprocess.run([uv, "venv", "--quiet", "--no-config", "--python", sys.executable, str(tmp)],
-                           check=True, capture_output=True, timeout=120,
-                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "UV_NO_CACHE": "1"})
+                raise EnvironmentBuildError(
+                    "uv is not installed in evalrunner's environment; reinstall evalrunner", infrastructure=True
+                )
+            subprocess.run(
+                [uv, "venv", "--quiet", "--no-config", "--python", sys.executable, str(tmp)],
+                check=True,
+                capture_output=True,
+                timeout=120,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "UV_NO_CACHE": "1"},
+            )
             site = _site_packages(tmp)
             stubs = _write_stubs(site)
             build = tmp / BUILD_DIR
             build.mkdir()
             (build / "constraints.txt").write_text(controller_constraints())
-            plan = {"kind": spec.kind, "source": spec.source, "install_project": spec.install_project,
-                    "index": self.index, "env": str(final), "constraints": str(final / BUILD_DIR / "constraints.txt"),
-                    "controller_packages": sorted(n for n, _ in controller_distributions().values())}
+            plan = {
+                "kind": spec.kind,
+                "source": spec.source,
+                "install_project": spec.install_project,
+                "index": self.index,
+                "env": str(final),
+                "constraints": str(final / BUILD_DIR / "constraints.txt"),
+                "controller_packages": sorted(n for n, _ in controller_distributions().values()),
+            }
             # The project's build writes into its source tree (egg-info): it gets a throwaway copy,
             # seen at the same /work/repo as every sandbox sees its commit.
             source = tmp.parent / f"{tmp.name}-src"
             shutil.copytree(export.path, source, symlinks=True)
-            scratch = RepoExport(repo=export.repo, commit=export.commit, path=str(source),
-                                 tree_digest=export.tree_digest)
+            scratch = RepoExport(
+                repo=export.repo, commit=export.commit, path=str(source), tree_digest=export.tree_digest
+            )
             service, channels, env = _index_access(self.index)
             try:
                 request = SandboxRequest(
                     argv=("python", "-m", "evalrunner_assets.execution._env_build", json.dumps(plan)),
-                    export=scratch, repo_writable=True, env={**env, "UV_CACHE_DIR": "/work/home/uv-cache", "UV_LINK_MODE": "copy",
-                                        "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"},
-                    limits=BUILD_LIMITS, channels=channels,
+                    export=scratch,
+                    repo_writable=True,
+                    env={
+                        **env,
+                        "UV_CACHE_DIR": "/work/home/uv-cache",
+                        "UV_LINK_MODE": "copy",
+                        "UV_PYTHON_DOWNLOADS": "never",
+                        "UV_NO_PROGRESS": "1",
+                    },
+                    limits=BUILD_LIMITS,
+                    channels=channels,
                     writable=(WritableMount(str(tmp), str(final)),),
                     labels={"repo": export.repo, "commit": export.commit, "step": "environment"},
                 )
@@ -571,13 +665,16 @@ class EnvironmentStore:
                     raise EnvironmentBuildError(
                         f"{spec.source}: the environment build did not finish ({result.status.value}: "
                         f"{result.detail or 'exit ' + str(result.exit_code)}); stderr ends: "
-                        f"{result.stderr_tail.strip()[-400:]}", source=spec.source,
+                        f"{result.stderr_tail.strip()[-400:]}",
+                        source=spec.source,
                         infrastructure=result.status is not SandboxStatus.EXIT_NONZERO,
-                        log_tail=result.stderr_tail)
+                        log_tail=result.stderr_tail,
+                    )
                 raise explain_failure(spec.source, self.index, str(report.get("step")), str(report.get("log", "")))
             shutil.rmtree(build)
-            record = finish_environment(tmp, stubs, {**plan, "digest": spec.digest,
-                                                     "built_from": f"{export.repo}@{export.commit}"})
+            record = finish_environment(
+                tmp, stubs, {**plan, "digest": spec.digest, "built_from": f"{export.repo}@{export.commit}"}
+            )
             packages = tuple(record["packages"])
             build_s = time.monotonic() - started
             record["build_s"] = round(build_s, 3)
@@ -592,8 +689,9 @@ class EnvironmentStore:
             from lake import LAYOUT
 
             self.lake.write_bytes(LAYOUT.env_record(spec.digest), json.dumps(record, indent=2, sort_keys=True).encode())
-        return BuiltEnvironment(spec.digest, str(final), spec.kind, spec.source, reused=False,
-                                build_s=build_s, packages=packages)
+        return BuiltEnvironment(
+            spec.digest, str(final), spec.kind, spec.source, reused=False, build_s=build_s, packages=packages
+        )
 
 
 def _report(raw: bytes | None) -> dict[str, Any] | None:
@@ -618,9 +716,8 @@ class EnvironmentInfo:
     packages: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, built: BuiltEnvironment) -> "EnvironmentInfo":
-        return cls(built.digest, built.kind, built.source, built.reused, round(built.build_s, 3),
-                   list(built.packages))
+    def of(cls, built: BuiltEnvironment) -> EnvironmentInfo:
+        return cls(built.digest, built.kind, built.source, built.reused, round(built.build_s, 3), list(built.packages))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

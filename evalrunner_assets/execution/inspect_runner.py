@@ -55,17 +55,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from evalrunner_assets.execution.environment import runtime_with_env
 from evalrunner_assets.execution.sandbox import (
+    SANDBOX_OUT_DIR,
     Limits,
     RepoExport,
     SandboxBackend,
     SandboxRequest,
     SandboxResult,
     SandboxStatus,
-    SANDBOX_OUT_DIR,
     WarmSession,
 )
-from evalrunner_assets.execution.environment import runtime_with_env
 from evalrunner_assets.stats import seeded_order
 from lake.batch import BatchKey, canonical_json
 from lake.layout import Window
@@ -121,7 +121,7 @@ def sample_order(sample_ids: list[str], seed: int) -> list[str]:
 
 def window_ids(sample_ids: list[str], seed: int, window: Window) -> list[str]:
     """The ids of ``window`` in the seeded order (shorter at the end of the dataset)."""
-    return sample_order(sample_ids, seed)[window.start:window.stop]
+    return sample_order(sample_ids, seed)[window.start : window.stop]
 
 
 # --- config digest --------------------------------------------------------------------------
@@ -225,27 +225,62 @@ def window_ids_digest(ids: list[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
 
 
-def make_batch_key(repo: str, commit: str, *, task: str, spec: str, model: str, model_args: dict[str, Any],
-                   task_args: dict[str, Any], seed: int, epochs: int, window: Window, ids: list[str],
-                   config_digest: str, backend_name: str, runtime_digest: str) -> BatchKey:
+def make_batch_key(
+    repo: str,
+    commit: str,
+    *,
+    task: str,
+    spec: str,
+    model: str,
+    model_args: dict[str, Any],
+    task_args: dict[str, Any],
+    seed: int,
+    epochs: int,
+    window: Window,
+    ids: list[str],
+    config_digest: str,
+    backend_name: str,
+    runtime_digest: str,
+) -> BatchKey:
     """The one construction of a batch key (the runner and the planner both call it)."""
     extra = [("window_ids", window_ids_digest(ids))]
     if task_args:
         extra.append(("task_args", canonical_json(task_args)))
     return BatchKey(
-        repo=repo, commit=commit, task=task, spec=spec, model=model, window=window, seed=seed,
-        epochs=epochs, model_args=canonical_json(model_args), config_digest=config_digest,
-        backend=backend_name, runtime_digest=runtime_digest, extra=tuple(sorted(extra)),
+        repo=repo,
+        commit=commit,
+        task=task,
+        spec=spec,
+        model=model,
+        window=window,
+        seed=seed,
+        epochs=epochs,
+        model_args=canonical_json(model_args),
+        config_digest=config_digest,
+        backend=backend_name,
+        runtime_digest=runtime_digest,
+        extra=tuple(sorted(extra)),
     )
 
 
-def batch_key(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, window: Window,
-              ids: list[str]) -> BatchKey:
+def batch_key(
+    backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, window: Window, ids: list[str]
+) -> BatchKey:
     return make_batch_key(
-        cfg.repo, export.commit, task=cfg.task, spec=cfg.spec, model=cfg.model, model_args=cfg.model_args,
-        task_args=cfg.task_args, seed=cfg.seed, epochs=cfg.epochs, window=window, ids=ids,
+        cfg.repo,
+        export.commit,
+        task=cfg.task,
+        spec=cfg.spec,
+        model=cfg.model,
+        model_args=cfg.model_args,
+        task_args=cfg.task_args,
+        seed=cfg.seed,
+        epochs=cfg.epochs,
+        window=window,
+        ids=ids,
         config_digest=config_digest(export.path, cfg.workdir, cfg.spec),
-        backend_name=backend.name, runtime_digest=runtime_with_env(backend.runtime_digest(), cfg.env_digest),
+        backend_name=backend.name,
+        runtime_digest=runtime_with_env(backend.runtime_digest(), cfg.env_digest),
     )
 
 
@@ -255,8 +290,9 @@ def _parse_ids(result: SandboxResult) -> SampleListing:
     raw = result.outputs.get(IDS_FILE)
     if raw is None:
         why = result.rejected_outputs.get(IDS_FILE, "never written")
-        raise InspectRunError(f"listing sample ids wrote no {IDS_FILE} ({why}); stderr ends: "
-                              f"{result.stderr_tail.strip()[-600:]}")
+        raise InspectRunError(
+            f"listing sample ids wrote no {IDS_FILE} ({why}); stderr ends: {result.stderr_tail.strip()[-600:]}"
+        )
     try:
         data = json.loads(raw)
         name, ids = str(data["task"]), [str(i) for i in data["ids"]]
@@ -268,22 +304,24 @@ def _parse_ids(result: SandboxResult) -> SampleListing:
     # A worker that predates input digests lists none (unknown: pairing then relies on the
     # digests the landed rows carry); a listing that has them has one per id.
     if digests and (len(digests) != len(ids) or not all(_DIGEST.fullmatch(d) for d in digests)):
-        raise InspectRunError(f"{IDS_FILE} from the sandbox is malformed: expected one hex input digest per id "
-                              f"({len(ids)} ids, {len(digests)} digests)")
+        raise InspectRunError(
+            f"{IDS_FILE} from the sandbox is malformed: expected one hex input digest per id "
+            f"({len(ids)} ids, {len(digests)} digests)"
+        )
     sample_order(ids, 0)  # raises on duplicates
     return SampleListing(name, ids, digests)
 
 
-def _classify(result: SandboxResult, expected: list[str], epochs: int) -> tuple[
-        str | None, str | None, bytes | None, str | None, str | None, int, float | None]:
+def _classify(
+    result: SandboxResult, expected: list[str], epochs: int
+) -> tuple[str | None, str | None, bytes | None, str | None, str | None, int, float | None]:
     """(failure_kind, cause, log bytes, log name, log status, sample rows, in-Inspect seconds)."""
     from inspect_ai.log import read_eval_log, read_eval_log_sample_summaries
 
     from lake.ingest import log_error_is_sample_error
 
     # The sandbox's own end comes first: a timeout also means "no log", but the timeout is the cause.
-    if result.status in (SandboxStatus.TIMEOUT, SandboxStatus.CANCELLED, SandboxStatus.KILLED,
-                         SandboxStatus.CRASHED):
+    if result.status in (SandboxStatus.TIMEOUT, SandboxStatus.CANCELLED, SandboxStatus.KILLED, SandboxStatus.CRASHED):
         return f"sandbox_{result.status.value}", result.detail or result.status.value, None, None, None, 0, None
     logs = {k: v for k, v in result.outputs.items() if k.endswith(".eval")}
     rejected_logs = {k: v for k, v in result.rejected_outputs.items() if k.endswith(".eval")}
@@ -293,7 +331,15 @@ def _classify(result: SandboxResult, expected: list[str], epochs: int) -> tuple[
     if not logs:
         tail = result.stderr_tail.strip()[-600:]
         how = f"exit code {result.exit_code}" if result.exit_code is not None else "no exit code"
-        return NO_LOG, f"no Inspect log was written ({how}); stderr ends: {tail or '(empty)'}", None, None, None, 0, None
+        return (
+            NO_LOG,
+            f"no Inspect log was written ({how}); stderr ends: {tail or '(empty)'}",
+            None,
+            None,
+            None,
+            0,
+            None,
+        )
     if len(logs) > 1:
         return MULTIPLE_LOGS, f"expected one log, found {len(logs)}: {sorted(logs)[:5]}", None, None, None, 0, None
     name, data = next(iter(logs.items()))
@@ -307,7 +353,15 @@ def _classify(result: SandboxResult, expected: list[str], epochs: int) -> tuple[
             header = read_eval_log(path, header_only=True)
             summaries = read_eval_log_sample_summaries(path)
         except Exception as exc:  # the format is Inspect's; any failure to read is "not a log"
-            return INVALID_LOG, f"log {name!r} is not a valid Inspect log: {type(exc).__name__}: {str(exc)[:300]}", data, name, None, 0, None
+            return (
+                INVALID_LOG,
+                f"log {name!r} is not a valid Inspect log: {type(exc).__name__}: {str(exc)[:300]}",
+                data,
+                name,
+                None,
+                0,
+                None,
+            )
     run_s: float | None = None
     try:
         from datetime import datetime
@@ -324,61 +378,109 @@ def _classify(result: SandboxResult, expected: list[str], epochs: int) -> tuple[
         pass
     elif status != "success":
         msg = header.error.message if header.error is not None else ""
-        return LOG_STATUS, f"log {name!r} has status {status!r}{': ' + msg[:400] if msg else ''}", data, name, status, len(summaries), run_s
+        return (
+            LOG_STATUS,
+            f"log {name!r} has status {status!r}{': ' + msg[:400] if msg else ''}",
+            data,
+            name,
+            status,
+            len(summaries),
+            run_s,
+        )
     got = sorted({str(s.id) for s in summaries})
     if got != sorted(expected) or len(summaries) != len(expected) * epochs:
-        return (SAMPLE_MISMATCH, f"log {name!r} holds samples {got[:5]}… ({len(summaries)} rows), "
-                f"expected the window's {len(expected)} ids × {epochs} epochs", data, name, status, len(summaries), run_s)
+        return (
+            SAMPLE_MISMATCH,
+            f"log {name!r} holds samples {got[:5]}… ({len(summaries)} rows), "
+            f"expected the window's {len(expected)} ids × {epochs} epochs",
+            data,
+            name,
+            status,
+            len(summaries),
+            run_s,
+        )
     return None, None, data, name, status, len(summaries), run_s
 
 
-def _window_run(key: BatchKey, mode: str, result: SandboxResult, expected: list[str], epochs: int,
-                timings: dict[str, float], extra_cause: str | None = None) -> WindowRun:
+def _window_run(
+    key: BatchKey,
+    mode: str,
+    result: SandboxResult,
+    expected: list[str],
+    epochs: int,
+    timings: dict[str, float],
+    extra_cause: str | None = None,
+) -> WindowRun:
     kind, cause, data, name, status, rows, run_s = _classify(result, expected, epochs)
     if kind is None and extra_cause:
         kind, cause = "worker_error", extra_cause
     refused = int((result.gateway_usage or {}).get("budget_refusals") or 0)
     if refused:
         # Whatever the log says, samples that lost model calls to the budget are not evidence.
-        kind, cause = BUDGET_SPENT, (f"the model budget was spent: the gateway refused {refused} model "
-                                     "call(s) of this window")
+        kind, cause = (
+            BUDGET_SPENT,
+            (f"the model budget was spent: the gateway refused {refused} model call(s) of this window"),
+        )
     t = dict(timings)
     t["total_s"] = result.duration_s
     if run_s is not None:
         t["run_s"] = run_s
         t["inspect_start_s"] = max(0.0, result.duration_s - run_s)
     return WindowRun(
-        key=key, mode=mode, status="ok" if kind is None else "infra_failure",
-        failure_kind=kind, failure_cause=cause, log_bytes=data, log_name=name, log_status=status,
-        sample_ids=list(expected), sample_count=rows, duration_s=result.duration_s, timings=t,
-        exit_code=result.exit_code, stderr_tail=result.stderr_tail[-2000:],
-        rejected_outputs=dict(result.rejected_outputs), gateway_usage=result.gateway_usage,
+        key=key,
+        mode=mode,
+        status="ok" if kind is None else "infra_failure",
+        failure_kind=kind,
+        failure_cause=cause,
+        log_bytes=data,
+        log_name=name,
+        log_status=status,
+        sample_ids=list(expected),
+        sample_count=rows,
+        duration_s=result.duration_s,
+        timings=t,
+        exit_code=result.exit_code,
+        stderr_tail=result.stderr_tail[-2000:],
+        rejected_outputs=dict(result.rejected_outputs),
+        gateway_usage=result.gateway_usage,
     )
 
 
-def _request(export: RepoExport, cfg: TaskRunConfig, argv: tuple[str, ...], wall: float | None = None,
-             labels: dict[str, str] | None = None) -> SandboxRequest:
+def _request(
+    export: RepoExport,
+    cfg: TaskRunConfig,
+    argv: tuple[str, ...],
+    wall: float | None = None,
+    labels: dict[str, str] | None = None,
+) -> SandboxRequest:
     limits = cfg.limits if wall is None else replace(cfg.limits, wall_seconds=wall)
     limits = replace(limits, output_bytes=min(limits.output_bytes, MAX_LOG_BYTES))
-    return SandboxRequest(argv=argv, export=export, workdir=cfg.workdir, env=dict(cfg.env),
-                          limits=limits, python_env=cfg.python_env, labels={"repo": cfg.repo, "commit": export.commit,
-                                                 "task": cfg.task, **(labels or {})})
+    return SandboxRequest(
+        argv=argv,
+        export=export,
+        workdir=cfg.workdir,
+        env=dict(cfg.env),
+        limits=limits,
+        python_env=cfg.python_env,
+        labels={"repo": cfg.repo, "commit": export.commit, "task": cfg.task, **(labels or {})},
+    )
 
 
 # --- cold -----------------------------------------------------------------------------------
 
 
-def list_sample_ids(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig,
-                    cancel: threading.Event | None = None) -> SampleListing:
+def list_sample_ids(
+    backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, cancel: threading.Event | None = None
+) -> SampleListing:
     """The task's samples (:class:`SampleListing`), listed in a fresh sandbox."""
     argv = ("python", "-m", WORKER, "ids", cfg.spec, json.dumps(cfg.task_args))
     result = backend.run(_request(export, cfg, argv, labels={"step": "ids"}), cancel=cancel)
     return _parse_ids(result)
 
 
-def list_sample_ids_many(backend: SandboxBackend, export: RepoExport, cfgs: list[TaskRunConfig],
-                         cancel: threading.Event | None = None
-                         ) -> dict[str, SampleListing | InspectRunError]:
+def list_sample_ids_many(
+    backend: SandboxBackend, export: RepoExport, cfgs: list[TaskRunConfig], cancel: threading.Event | None = None
+) -> dict[str, SampleListing | InspectRunError]:
     """Sample ids of several tasks of one commit, listed in one warm sandbox per workdir (one
     interpreter and one Inspect import instead of one per task). Per task: its
     :class:`SampleListing`, or the error that listing it raised. Backends without warm sessions list cold."""
@@ -404,8 +506,9 @@ def list_sample_ids_many(backend: SandboxBackend, export: RepoExport, cfgs: list
             continue
         with runner:
             for cfg in group:
-                result = runner.session.call({"op": "ids", "spec": cfg.spec, "task_args": cfg.task_args},
-                                             timeout=120.0, cancel=cancel)
+                result = runner.session.call(
+                    {"op": "ids", "spec": cfg.spec, "task_args": cfg.task_args}, timeout=120.0, cancel=cancel
+                )
                 try:
                     out[cfg.task] = _parse_ids(result)
                 except InspectRunError as exc:
@@ -419,14 +522,37 @@ def cold_argv(cfg: TaskRunConfig, task_name: str, ids: list[str]) -> tuple[str, 
 
     bad = [i for i in ids if "," in i]
     if bad:
-        raise InspectRunError(f"sample ids with ',' cannot be selected on the inspect command line: {bad[:3]}; use warm mode")
+        raise InspectRunError(
+            f"sample ids with ',' cannot be selected on the inspect command line: {bad[:3]}; use warm mode"
+        )
     selectors = ",".join(str(exact_selector(task_name, int(i) if i.isdigit() else i)) for i in ids)
     # ``python -m inspect_ai``: the interpreter on PATH, which is the repository environment's
     # when there is one (the ``inspect`` script would run evalrunner's own interpreter).
-    argv = ["python", "-m", "inspect_ai", "eval", cfg.spec, "--model", cfg.model, "--sample-id", selectors,
-            "--log-dir", SANDBOX_OUT_DIR, "--log-format", "eval", "--seed", str(cfg.seed),
-            "--epochs", str(cfg.epochs), "--display", "none", "--log-level", "warning",
-            "--no-log-realtime", "--no-fail-on-error"]
+    argv = [
+        "python",
+        "-m",
+        "inspect_ai",
+        "eval",
+        cfg.spec,
+        "--model",
+        cfg.model,
+        "--sample-id",
+        selectors,
+        "--log-dir",
+        SANDBOX_OUT_DIR,
+        "--log-format",
+        "eval",
+        "--seed",
+        str(cfg.seed),
+        "--epochs",
+        str(cfg.epochs),
+        "--display",
+        "none",
+        "--log-level",
+        "warning",
+        "--no-log-realtime",
+        "--no-fail-on-error",
+    ]
     for k, v in sorted(cfg.model_args.items()):
         argv += ["-M", f"{k}={json.dumps(v)}"]
     for k, v in sorted(cfg.task_args.items()):
@@ -434,9 +560,16 @@ def cold_argv(cfg: TaskRunConfig, task_name: str, ids: list[str]) -> tuple[str, 
     return tuple(argv)
 
 
-def run_window_cold(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, window: Window,
-                    *, sample_ids: list[str] | None = None, task_name: str | None = None,
-                    cancel: threading.Event | None = None) -> WindowRun:
+def run_window_cold(
+    backend: SandboxBackend,
+    export: RepoExport,
+    cfg: TaskRunConfig,
+    window: Window,
+    *,
+    sample_ids: list[str] | None = None,
+    task_name: str | None = None,
+    cancel: threading.Event | None = None,
+) -> WindowRun:
     """One ``inspect eval`` process in a fresh sandbox for ``window``."""
     if sample_ids is None or task_name is None:
         task_name, sample_ids, _ = list_sample_ids(backend, export, cfg, cancel)
@@ -444,8 +577,9 @@ def run_window_cold(backend: SandboxBackend, export: RepoExport, cfg: TaskRunCon
     if not ids:
         raise InspectRunError(f"window {window.name} is past the end of {len(sample_ids)} samples")
     key = batch_key(backend, export, cfg, window, ids)
-    result = backend.run(_request(export, cfg, cold_argv(cfg, task_name, ids), labels={"window": window.name}),
-                         cancel=cancel)
+    result = backend.run(
+        _request(export, cfg, cold_argv(cfg, task_name, ids), labels={"window": window.name}), cancel=cancel
+    )
     return _window_run(key, "cold", result, ids, cfg.epochs, {})
 
 
@@ -457,12 +591,14 @@ class WarmTaskRunner:
 
     Use as a context manager; the session is closed (its process group killed) on exit."""
 
-    def __init__(self, backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig,
-                 *, session_timeout: float = 120.0) -> None:
+    def __init__(
+        self, backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, *, session_timeout: float = 120.0
+    ) -> None:
         self.backend, self.export, self.cfg = backend, export, cfg
         started = time.monotonic()
         self.session: WarmSession = backend.open_session(
-            _request(export, cfg, ("python", "-m", WORKER, "serve"), labels={"step": "warm"}))
+            _request(export, cfg, ("python", "-m", WORKER, "serve"), labels={"step": "warm"})
+        )
         self.timings: dict[str, float] = {}
         self.listing: SampleListing | None = None
         self._ready(session_timeout)
@@ -472,29 +608,38 @@ class WarmTaskRunner:
         result = self.session.call({"op": "ping"}, timeout=timeout)
         if result.status is not SandboxStatus.OK:
             self.close()
-            raise InspectRunError(f"warm worker did not start: {result.status.value}: {result.detail}; "
-                                  f"stderr ends: {result.stderr_tail.strip()[-600:]}")
+            raise InspectRunError(
+                f"warm worker did not start: {result.status.value}: {result.detail}; "
+                f"stderr ends: {result.stderr_tail.strip()[-600:]}"
+            )
 
     def list_ids(self, timeout: float = 120.0, cancel: threading.Event | None = None) -> SampleListing:
         if self.listing is None:
-            result = self._call({"op": "ids", "spec": self.cfg.spec, "task_args": self.cfg.task_args},
-                                timeout, cancel)
+            result = self._call({"op": "ids", "spec": self.cfg.spec, "task_args": self.cfg.task_args}, timeout, cancel)
             self.listing = _parse_ids(result)
         return self.listing
 
     def _call(self, payload: dict[str, Any], timeout: float, cancel: threading.Event | None) -> SandboxResult:
         return self.session.call(payload, timeout=timeout, cancel=cancel)
 
-    def run_window(self, window: Window, *, timeout: float | None = None,
-                   cancel: threading.Event | None = None) -> WindowRun:
+    def run_window(
+        self, window: Window, *, timeout: float | None = None, cancel: threading.Event | None = None
+    ) -> WindowRun:
         sample_ids = self.list_ids(cancel=cancel).ids
         ids = window_ids(sample_ids, self.cfg.seed, window)
         if not ids:
             raise InspectRunError(f"window {window.name} is past the end of {len(sample_ids)} samples")
         key = batch_key(self.backend, self.export, self.cfg, window, ids)
-        payload = {"op": "eval", "spec": self.cfg.spec, "model": self.cfg.model,
-                   "model_args": self.cfg.model_args, "task_args": self.cfg.task_args,
-                   "sample_ids": ids, "seed": self.cfg.seed, "epochs": self.cfg.epochs}
+        payload = {
+            "op": "eval",
+            "spec": self.cfg.spec,
+            "model": self.cfg.model,
+            "model_args": self.cfg.model_args,
+            "task_args": self.cfg.task_args,
+            "sample_ids": ids,
+            "seed": self.cfg.seed,
+            "epochs": self.cfg.epochs,
+        }
         result = self._call(payload, timeout or self.cfg.limits.wall_seconds, cancel)
         reply_error = None
         eval_s = None
@@ -520,7 +665,7 @@ class WarmTaskRunner:
     def close(self) -> None:
         self.session.close()
 
-    def __enter__(self) -> "WarmTaskRunner":
+    def __enter__(self) -> WarmTaskRunner:
         return self
 
     def __exit__(self, *exc: object) -> None:

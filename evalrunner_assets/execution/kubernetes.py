@@ -84,34 +84,78 @@ class KubernetesSandboxConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    namespace: str = Field("evalrunner-sandbox", description="Dedicated namespace for sandbox pods (PSA restricted, deny-all network).")
-    image: str = Field(description="Sandbox image; pin it by digest (repo@sha256:...) so the runtime digest means something.")
+    namespace: str = Field(
+        "evalrunner-sandbox", description="Dedicated namespace for sandbox pods (PSA restricted, deny-all network)."
+    )
+    image: str = Field(
+        description="Sandbox image; pin it by digest (repo@sha256:...) so the runtime digest means something."
+    )
     image_pull_policy: str = Field("IfNotPresent", description="Container imagePullPolicy.")
-    service_account: str = Field("evalrunner-sandbox", description="Service account of sandbox pods: no RBAC, token not mounted.")
+    service_account: str = Field(
+        "evalrunner-sandbox", description="Service account of sandbox pods: no RBAC, token not mounted."
+    )
     run_as_user: int = Field(10001, gt=0, description="Non-root uid of every container.")
-    run_as_group: int = Field(10001, gt=0, description="Non-root gid of every container and the fsGroup of the volumes.")
+    run_as_group: int = Field(
+        10001, gt=0, description="Non-root gid of every container and the fsGroup of the volumes."
+    )
     cpu_request: str = Field("500m", description="CPU request of the sandbox container.")
     cpu_limit: str = Field("2", description="CPU limit of the sandbox container.")
-    memory_request_fraction: float = Field(1.0, gt=0, le=1, description="Memory request as a fraction of Limits.memory_bytes (1.0: Guaranteed QoS, least likely evicted).")
-    repo_size_limit_bytes: int = Field(1 << 30, gt=0, description="Largest repository export accepted (tarball bytes) and the repo emptyDir sizeLimit.")
+    memory_request_fraction: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Memory request as a fraction of Limits.memory_bytes (1.0: Guaranteed QoS, least likely evicted).",
+    )
+    repo_size_limit_bytes: int = Field(
+        1 << 30, gt=0, description="Largest repository export accepted (tarball bytes) and the repo emptyDir sizeLimit."
+    )
     tmp_size_limit_bytes: int = Field(512 << 20, gt=0, description="emptyDir sizeLimit of /tmp.")
-    startup_slack_seconds: float = Field(300.0, ge=0, description="Pod deadline allowance for scheduling, image pull and delivery.")
-    collect_slack_seconds: float = Field(120.0, ge=0, description="Pod deadline allowance for collecting outputs after the child exited.")
-    image_pull_timeout_seconds: float = Field(120.0, gt=0, description="How long ErrImagePull/ImagePullBackOff may last before the request is CRASHED.")
-    schedule_timeout_seconds: float = Field(600.0, gt=0, description="How long a pod may stay unschedulable before the request is CRASHED.")
-    quota_wait_seconds: float = Field(900.0, ge=0, description="How long to retry pod creation while the namespace ResourceQuota (the cluster-wide cap) is full.")
-    max_concurrent_pods: int = Field(8, gt=0, description="Pods this controller process runs at once; the namespace ResourceQuota caps the cluster.")
+    startup_slack_seconds: float = Field(
+        300.0, ge=0, description="Pod deadline allowance for scheduling, image pull and delivery."
+    )
+    collect_slack_seconds: float = Field(
+        120.0, ge=0, description="Pod deadline allowance for collecting outputs after the child exited."
+    )
+    image_pull_timeout_seconds: float = Field(
+        120.0, gt=0, description="How long ErrImagePull/ImagePullBackOff may last before the request is CRASHED."
+    )
+    schedule_timeout_seconds: float = Field(
+        600.0, gt=0, description="How long a pod may stay unschedulable before the request is CRASHED."
+    )
+    quota_wait_seconds: float = Field(
+        900.0,
+        ge=0,
+        description="How long to retry pod creation while the namespace ResourceQuota (the cluster-wide cap) is full.",
+    )
+    max_concurrent_pods: int = Field(
+        8, gt=0, description="Pods this controller process runs at once; the namespace ResourceQuota caps the cluster."
+    )
     poll_interval_seconds: float = Field(2.0, gt=0, description="Seconds between pod status reads.")
-    in_cluster: bool | None = Field(None, description="Use the in-cluster service account; None: in-cluster when KUBERNETES_SERVICE_HOST is set and no kubeconfig is given.")
+    in_cluster: bool | None = Field(
+        None,
+        description="Use the in-cluster service account; None: in-cluster when KUBERNETES_SERVICE_HOST is set and no kubeconfig is given.",
+    )
     kubeconfig: str | None = Field(None, description="Kubeconfig file for out-of-cluster use (the CLI).")
     kube_context: str | None = Field(None, description="Kubeconfig context.")
-    model_egress_cidr: str | None = Field(None, description="CIDR of the model endpoint the model-egress NetworkPolicy allows (must match deploy/k8s).")
+    model_egress_cidr: str | None = Field(
+        None, description="CIDR of the model endpoint the model-egress NetworkPolicy allows (must match deploy/k8s)."
+    )
     model_egress_port: int | None = Field(None, description="TCP port of the model endpoint.")
-    runtime_class_name: str | None = Field(None, description="Optional RuntimeClass (e.g. gVisor 'gvisor') for a second isolation layer.")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="nodeSelector for sandbox pods (e.g. a dedicated node pool).")
+    runtime_class_name: str | None = Field(
+        None, description="Optional RuntimeClass (e.g. gVisor 'gvisor') for a second isolation layer."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="nodeSelector for sandbox pods (e.g. a dedicated node pool)."
+    )
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations for sandbox pods.")
-    use_pipes: bool = Field(True, description="Launch through dagster_k8s.PipesK8sClient when a Dagster context is bound.")
-    session_max_seconds: float = Field(4 * 3600.0, gt=0, description="Longest life of a warm session pod (its activeDeadlineSeconds, plus the slacks); the warm pool closes sessions of decided tasks long before.")
+    use_pipes: bool = Field(
+        True, description="Launch through dagster_k8s.PipesK8sClient when a Dagster context is bound."
+    )
+    session_max_seconds: float = Field(
+        4 * 3600.0,
+        gt=0,
+        description="Longest life of a warm session pod (its activeDeadlineSeconds, plus the slacks); the warm pool closes sessions of decided tasks long before.",
+    )
 
 
 class KubernetesSandboxError(RuntimeError):
@@ -216,26 +260,42 @@ def build_sandbox_pod(
         labels[name] = sanitize_label_value(str(value))
         annotations[name] = str(value)  # the full value; labels only carry a selector-safe form
 
-    common = {"image": config.image, "imagePullPolicy": config.image_pull_policy, "securityContext": _container_security(config)}
+    common = {
+        "image": config.image,
+        "imagePullPolicy": config.image_pull_policy,
+        "securityContext": _container_security(config),
+    }
     mem_limit = limits.memory_bytes
     out_size = limits.output_bytes + (64 << 20)
     control_size = limits.stdout_bytes + (64 << 20) + (0 if request.stdin is None else len(request.stdin))
-    small = {"requests": {"cpu": "50m", "memory": "64Mi", "ephemeral-storage": "16Mi"}, "limits": {"cpu": "250m", "memory": "256Mi", "ephemeral-storage": "64Mi"}}
+    small = {
+        "requests": {"cpu": "50m", "memory": "64Mi", "ephemeral-storage": "16Mi"},
+        "limits": {"cpu": "250m", "memory": "256Mi", "ephemeral-storage": "64Mi"},
+    }
     ephemeral = limits.scratch_bytes + config.tmp_size_limit_bytes + out_size + control_size
     deadline = pod_deadline_seconds(request, config, session=session)
     run_args = [
         "serve" if session else "run",
-        "--repo", MOUNTS["repo"],
-        "--out", MOUNTS["out"],
-        "--scratch", MOUNTS["scratch"],
-        "--tmp", MOUNTS["tmp"],
-        "--control", MOUNTS["control"],
+        "--repo",
+        MOUNTS["repo"],
+        "--out",
+        MOUNTS["out"],
+        "--scratch",
+        MOUNTS["scratch"],
+        "--tmp",
+        MOUNTS["tmp"],
+        "--control",
+        MOUNTS["control"],
         *(["--inbox", MOUNTS["inbox"]] if session else []),
-        "--workdir", request.workdir,
+        "--workdir",
+        request.workdir,
         *([] if session else ["--wall-seconds", f"{limits.wall_seconds:g}"]),
-        "--cpu-seconds", str(limits.cpu_seconds),
-        "--file-size-bytes", str(limits.file_size_bytes),
-        "--stdout-bytes", str(limits.stdout_bytes),
+        "--cpu-seconds",
+        str(limits.cpu_seconds),
+        "--file-size-bytes",
+        str(limits.file_size_bytes),
+        "--stdout-bytes",
+        str(limits.stdout_bytes),
     ]
     for name, value in sorted(request.env.items()):
         run_args += ["--env", f"{name}={value}"]
@@ -264,7 +324,15 @@ def build_sandbox_pod(
                 **common,
                 "name": INIT_CONTAINER,
                 "command": _wrapper_command(),
-                "args": ["receive", "--repo", MOUNTS["repo"], "--control", MOUNTS["control"], "--max-bytes", str(config.repo_size_limit_bytes + (0 if request.stdin is None else len(request.stdin)))],
+                "args": [
+                    "receive",
+                    "--repo",
+                    MOUNTS["repo"],
+                    "--control",
+                    MOUNTS["control"],
+                    "--max-bytes",
+                    str(config.repo_size_limit_bytes + (0 if request.stdin is None else len(request.stdin))),
+                ],
                 "stdin": True,
                 "stdinOnce": True,  # the attach session that delivers the payload is the only writer
                 "tty": False,
@@ -287,8 +355,16 @@ def build_sandbox_pod(
                 "args": run_args,
                 "workingDir": MOUNTS["scratch"],
                 "resources": {
-                    "requests": {"cpu": config.cpu_request, "memory": _quantity(int(mem_limit * config.memory_request_fraction)), "ephemeral-storage": _quantity(ephemeral)},
-                    "limits": {"cpu": config.cpu_limit, "memory": _quantity(mem_limit), "ephemeral-storage": _quantity(ephemeral)},
+                    "requests": {
+                        "cpu": config.cpu_request,
+                        "memory": _quantity(int(mem_limit * config.memory_request_fraction)),
+                        "ephemeral-storage": _quantity(ephemeral),
+                    },
+                    "limits": {
+                        "cpu": config.cpu_limit,
+                        "memory": _quantity(mem_limit),
+                        "ephemeral-storage": _quantity(ephemeral),
+                    },
                 },
                 "volumeMounts": [
                     {"name": "repo", "mountPath": MOUNTS["repo"], "readOnly": True},
@@ -318,7 +394,11 @@ def build_sandbox_pod(
             {"name": "scratch", "emptyDir": {"sizeLimit": _quantity(limits.scratch_bytes)}},
             {"name": "control", "emptyDir": {"sizeLimit": _quantity(control_size)}},
             {"name": "tmp", "emptyDir": {"sizeLimit": _quantity(config.tmp_size_limit_bytes)}},
-            *([{"name": "inbox", "emptyDir": {"sizeLimit": _quantity(2 * pod_wrapper.MAX_REQUEST_BYTES)}}] if session else []),
+            *(
+                [{"name": "inbox", "emptyDir": {"sizeLimit": _quantity(2 * pod_wrapper.MAX_REQUEST_BYTES)}}]
+                if session
+                else []
+            ),
         ],
     }
     if config.runtime_class_name:
@@ -361,7 +441,9 @@ def build_repo_tarball(export_path: str, max_bytes: int) -> bytes:
                     with open(path, "rb") as fh:
                         tar.addfile(info, fh)
                 else:
-                    raise KubernetesSandboxError(f"export {export_path!r} holds {rel!r}, which is neither a file, a directory nor a symlink")
+                    raise KubernetesSandboxError(
+                        f"export {export_path!r} holds {rel!r}, which is neither a file, a directory nor a symlink"
+                    )
                 if buf.tell() > max_bytes:
                     raise KubernetesSandboxError(f"export {export_path!r} exceeds repo_size_limit_bytes={max_bytes}")
     return buf.getvalue()
@@ -386,14 +468,26 @@ def _get(obj: Any, *path: str) -> Any:
     return obj
 
 
-def observe_pod(pod: Any, *, pull_error_since: float | None, unschedulable_since: float | None, now: float, config: KubernetesSandboxConfig) -> PodObservation:
+def observe_pod(
+    pod: Any,
+    *,
+    pull_error_since: float | None,
+    unschedulable_since: float | None,
+    now: float,
+    config: KubernetesSandboxConfig,
+) -> PodObservation:
     """Classify one pod status (a ``V1Pod``). Time-bounded states use the ``*_since`` stamps
     the caller keeps; pure otherwise."""
     phase = _get(pod, "status", "phase") or "Pending"
     reason = _get(pod, "status", "reason") or ""
     message = _get(pod, "status", "message") or ""
     if phase == "Failed" and reason == "DeadlineExceeded":
-        return PodObservation("failed", SandboxStatus.TIMEOUT, f"pod deadline exceeded (activeDeadlineSeconds): {message}".strip(": "), reason=reason)
+        return PodObservation(
+            "failed",
+            SandboxStatus.TIMEOUT,
+            f"pod deadline exceeded (activeDeadlineSeconds): {message}".strip(": "),
+            reason=reason,
+        )
     if phase == "Failed" and reason == "Evicted":
         return PodObservation("failed", SandboxStatus.CRASHED, f"pod evicted: {message}".strip(": "), reason=reason)
     init = {s.name: s for s in (_get(pod, "status", "init_container_statuses") or [])}
@@ -405,29 +499,58 @@ def observe_pod(pod: Any, *, pull_error_since: float | None, unschedulable_since
             bounded = pull_error_since is not None and now - pull_error_since >= config.image_pull_timeout_seconds
             if wreason in FATAL_PULL_ERRORS or bounded:
                 return PodObservation(
-                    "failed", SandboxStatus.CRASHED,
-                    f"image pull failed for {_get(status, 'image') or config.image!r} in container {status.name!r}: {wreason}: {_get(waiting, 'message') or ''}".rstrip(": "),
+                    "failed",
+                    SandboxStatus.CRASHED,
+                    f"image pull failed for {_get(status, 'image') or config.image!r} in container {status.name!r}: {wreason}: {_get(waiting, 'message') or ''}".rstrip(
+                        ": "
+                    ),
                     reason=wreason,
                 )
             return PodObservation("waiting", reason=wreason)
-        if wreason in CONFIG_ERRORS and pull_error_since is not None and now - pull_error_since >= config.image_pull_timeout_seconds:
-            return PodObservation("failed", SandboxStatus.CRASHED, f"container {status.name!r} cannot start: {wreason}: {_get(waiting, 'message') or ''}", reason=wreason)
+        if (
+            wreason in CONFIG_ERRORS
+            and pull_error_since is not None
+            and now - pull_error_since >= config.image_pull_timeout_seconds
+        ):
+            return PodObservation(
+                "failed",
+                SandboxStatus.CRASHED,
+                f"container {status.name!r} cannot start: {wreason}: {_get(waiting, 'message') or ''}",
+                reason=wreason,
+            )
     receive = init.get(INIT_CONTAINER)
     terminated = _get(receive, "state", "terminated")
     if terminated is not None and terminated.exit_code != 0:
-        return PodObservation("failed", SandboxStatus.CRASHED, f"repository delivery failed: init container exited {terminated.exit_code} ({terminated.reason or ''} {terminated.message or ''})".strip(), reason="InitFailed")
+        return PodObservation(
+            "failed",
+            SandboxStatus.CRASHED,
+            f"repository delivery failed: init container exited {terminated.exit_code} ({terminated.reason or ''} {terminated.message or ''})".strip(),
+            reason="InitFailed",
+        )
     sandbox = main.get(SANDBOX_CONTAINER)
     sterm = _get(sandbox, "state", "terminated")
     if sterm is not None:
-        return PodObservation("main-exited", exit_code=sterm.exit_code, reason=sterm.reason or "", detail=sterm.message or "")
+        return PodObservation(
+            "main-exited", exit_code=sterm.exit_code, reason=sterm.reason or "", detail=sterm.message or ""
+        )
     if phase == "Failed":
-        return PodObservation("failed", SandboxStatus.CRASHED, f"pod failed: {reason or 'unknown reason'} {message}".strip(), reason=reason)
+        return PodObservation(
+            "failed",
+            SandboxStatus.CRASHED,
+            f"pod failed: {reason or 'unknown reason'} {message}".strip(),
+            reason=reason,
+        )
     if _get(receive, "state", "running") is not None:
         return PodObservation("deliver")
     for cond in _get(pod, "status", "conditions") or []:
         if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":
             if unschedulable_since is not None and now - unschedulable_since >= config.schedule_timeout_seconds:
-                return PodObservation("failed", SandboxStatus.CRASHED, f"pod unschedulable for {config.schedule_timeout_seconds:g}s: {cond.message or ''}", reason="Unschedulable")
+                return PodObservation(
+                    "failed",
+                    SandboxStatus.CRASHED,
+                    f"pod unschedulable for {config.schedule_timeout_seconds:g}s: {cond.message or ''}",
+                    reason="Unschedulable",
+                )
             return PodObservation("waiting", reason="Unschedulable")
     if _get(sandbox, "state", "running") is not None:
         return PodObservation("running")
@@ -454,7 +577,9 @@ def verify_collected(
     stdout, pipes = records[1][1], records[2][1]
     expected = pod_wrapper.result_mac(key, result, stdout)
     if not hmac.compare_digest(str(result.get("mac", "")), expected):
-        raise KubernetesSandboxError("result.json does not carry this pod's signature: written by something other than the wrapper")
+        raise KubernetesSandboxError(
+            "result.json does not carry this pod's signature: written by something other than the wrapper"
+        )
     if hashlib.sha256(pipes).hexdigest() != result.get("pipes_sha256"):
         raise KubernetesSandboxError("pipes.jsonl differs from what the wrapper signed")
     outputs: dict[str, bytes] = {}
@@ -498,8 +623,10 @@ class _Cancelled(Exception):
     pass
 
 
-_NO_CHANNELS = ("channels (model gateway, package index) are not supported "
-                "by the kubernetes backend yet; use the bubblewrap backend")
+_NO_CHANNELS = (
+    "channels (model gateway, package index) are not supported "
+    "by the kubernetes backend yet; use the bubblewrap backend"
+)
 
 
 class KubernetesBackend(SandboxBackend):
@@ -528,7 +655,7 @@ class KubernetesBackend(SandboxBackend):
         self._counts: dict[str, int] = {"cold_pods": 0, "session_pods": 0, "session_calls": 0}
         self._counts_lock = threading.Lock()
 
-    def bind_context(self, context: Any) -> "KubernetesBackend":
+    def bind_context(self, context: Any) -> KubernetesBackend:
         """The same backend (sharing its concurrency slots and pod counts), launching through
         PipesK8sClient with ``context`` (an asset/op execution context)."""
         bound = KubernetesBackend(self.config, api_client=self._api_client, dagster_context=context, _slots=self._slots)
@@ -586,7 +713,7 @@ class KubernetesBackend(SandboxBackend):
         finally:
             self._slots.release()
 
-    def open_session(self, request: SandboxRequest) -> "KubernetesWarmSession":
+    def open_session(self, request: SandboxRequest) -> KubernetesWarmSession:
         """A warm session pod for one (commit, task): ``request.argv`` is the worker, started
         once; each :meth:`KubernetesWarmSession.call` is one JSON request line and one reply.
 
@@ -607,9 +734,19 @@ class KubernetesBackend(SandboxBackend):
         return kubernetes.client.CoreV1Api(self._api_client)
 
     def _result(self, status: SandboxStatus, started: float, **kw: Any) -> SandboxResult:
-        base = dict(exit_code=None, stdout=b"", stdout_truncated=False, stderr_tail="", outputs={}, rejected_outputs={}, detail="")
+        base = dict(
+            exit_code=None,
+            stdout=b"",
+            stdout_truncated=False,
+            stderr_tail="",
+            outputs={},
+            rejected_outputs={},
+            detail="",
+        )
         base.update(kw)
-        return SandboxResult(status=status, duration_s=round(time.monotonic() - started, 3), backend=BACKEND_NAME, **base)
+        return SandboxResult(
+            status=status, duration_s=round(time.monotonic() - started, 3), backend=BACKEND_NAME, **base
+        )
 
 
 def make_api_client(config: KubernetesSandboxConfig):
@@ -624,9 +761,13 @@ def make_api_client(config: KubernetesSandboxConfig):
         if in_cluster:
             kubernetes.config.load_incluster_config(client_configuration=cfg)
         else:
-            kubernetes.config.load_kube_config(config_file=config.kubeconfig, context=config.kube_context, client_configuration=cfg)
+            kubernetes.config.load_kube_config(
+                config_file=config.kubeconfig, context=config.kube_context, client_configuration=cfg
+            )
     except Exception as exc:
-        where = "the in-cluster service account" if in_cluster else f"kubeconfig {config.kubeconfig or '~/.kube/config'!r}"
+        where = (
+            "the in-cluster service account" if in_cluster else f"kubeconfig {config.kubeconfig or '~/.kube/config'!r}"
+        )
         raise SandboxUnavailable(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
     return kubernetes.client.ApiClient(cfg)
 
@@ -634,7 +775,14 @@ def make_api_client(config: KubernetesSandboxConfig):
 class _PodRun:
     """One request's pod, from creation to deletion."""
 
-    def __init__(self, backend: KubernetesBackend, request: SandboxRequest, tarball: bytes, cancel: threading.Event, started: float):
+    def __init__(
+        self,
+        backend: KubernetesBackend,
+        request: SandboxRequest,
+        tarball: bytes,
+        cancel: threading.Event,
+        started: float,
+    ):
         self.backend, self.config = backend, backend.config
         self.request, self.tarball, self.cancel, self.started = request, tarball, cancel, started
         self.core = backend._core()
@@ -657,9 +805,15 @@ class _PodRun:
         try:
             self._create(manifest)
         except _Cancelled:
-            return self.backend._result(SandboxStatus.CANCELLED, self.started, detail="cancelled before the pod was created")
+            return self.backend._result(
+                SandboxStatus.CANCELLED, self.started, detail="cancelled before the pod was created"
+            )
         except kubernetes.client.ApiException as exc:
-            return self.backend._result(SandboxStatus.CRASHED, self.started, detail=f"pod creation refused: {exc.status} {exc.reason}: {_api_message(exc)}")
+            return self.backend._result(
+                SandboxStatus.CRASHED,
+                self.started,
+                detail=f"pod creation refused: {exc.status} {exc.reason}: {_api_message(exc)}",
+            )
         try:
             return self._wait_and_collect()
         finally:
@@ -714,7 +868,11 @@ class _PodRun:
             obs = observe_pod(pod, pull_error_since=0.0, unschedulable_since=0.0, now=time.time(), config=self.config)
             if obs.phase == "failed":
                 return self.backend._result(obs.status, self.started, detail=obs.detail)
-            return self.backend._result(SandboxStatus.CRASHED, self.started, detail=self.delivery_error or pipes_error or f"pod ended in state {obs.phase}")
+            return self.backend._result(
+                SandboxStatus.CRASHED,
+                self.started,
+                detail=self.delivery_error or pipes_error or f"pod ended in state {obs.phase}",
+            )
         finally:
             self._delete()
 
@@ -746,7 +904,12 @@ class _PodRun:
             pod = self._find_pod()
             if pod is None:
                 continue
-            if observe_pod(pod, pull_error_since=None, unschedulable_since=None, now=time.time(), config=self.config).phase == "deliver":
+            if (
+                observe_pod(
+                    pod, pull_error_since=None, unschedulable_since=None, now=time.time(), config=self.config
+                ).phase
+                == "deliver"
+            ):
                 self._deliver()
 
     # -- steps
@@ -761,7 +924,9 @@ class _PodRun:
                 raise _Cancelled()
             try:
                 self.core.create_namespaced_pod(self.config.namespace, manifest)
-                self.backend._count("session_pods" if manifest["metadata"]["labels"].get(ROLE_LABEL) == "session" else "cold_pods")
+                self.backend._count(
+                    "session_pods" if manifest["metadata"]["labels"].get(ROLE_LABEL) == "session" else "cold_pods"
+                )
                 return
             except kubernetes.client.ApiException as exc:
                 # A full ResourceQuota is the cluster-wide concurrency cap: wait for a slot.
@@ -779,9 +944,15 @@ class _PodRun:
                 return self.backend._result(SandboxStatus.CANCELLED, self.started, detail="cancelled; pod deleted")
             pod = self._read_pod()
             if pod is None:
-                return self.backend._result(SandboxStatus.CRASHED, self.started, detail="pod disappeared before it finished (deleted from outside?)")
+                return self.backend._result(
+                    SandboxStatus.CRASHED,
+                    self.started,
+                    detail="pod disappeared before it finished (deleted from outside?)",
+                )
             now = time.time()
-            obs = observe_pod(pod, pull_error_since=pull_since, unschedulable_since=unsched_since, now=now, config=self.config)
+            obs = observe_pod(
+                pod, pull_error_since=pull_since, unschedulable_since=unsched_since, now=now, config=self.config
+            )
             if obs.phase == "waiting" and obs.reason in PULL_ERRORS | CONFIG_ERRORS:
                 pull_since = pull_since if pull_since is not None else now
             elif obs.phase == "waiting" and obs.reason == "Unschedulable":
@@ -795,7 +966,9 @@ class _PodRun:
                     return self.backend._result(SandboxStatus.CRASHED, self.started, detail=self.delivery_error)
                 continue
             if time.monotonic() > give_up:
-                return self.backend._result(SandboxStatus.TIMEOUT, self.started, detail="pod did not finish within its deadline plus 60s")
+                return self.backend._result(
+                    SandboxStatus.TIMEOUT, self.started, detail="pod did not finish within its deadline plus 60s"
+                )
             self.cancel.wait(self.config.poll_interval_seconds)
 
     def _deliver(self) -> bool:
@@ -837,9 +1010,17 @@ class _PodRun:
         self._pipes_bytes = b""
         if obs.exit_code != 0:
             if obs.reason == "OOMKilled":
-                return self.backend._result(SandboxStatus.KILLED, self.started, detail="sandbox container OOMKilled (memory limit)")
-            cause = {pod_wrapper.EXIT_NOT_DELIVERED: "the repository was never delivered"}.get(obs.exit_code, "the wrapper failed")
-            return self.backend._result(SandboxStatus.CRASHED, self.started, detail=f"sandbox container exited {obs.exit_code} ({obs.reason}): {cause}; {self._log_tail()}")
+                return self.backend._result(
+                    SandboxStatus.KILLED, self.started, detail="sandbox container OOMKilled (memory limit)"
+                )
+            cause = {pod_wrapper.EXIT_NOT_DELIVERED: "the repository was never delivered"}.get(
+                obs.exit_code, "the wrapper failed"
+            )
+            return self.backend._result(
+                SandboxStatus.CRASHED,
+                self.started,
+                detail=f"sandbox container exited {obs.exit_code} ({obs.reason}): {cause}; {self._log_tail()}",
+            )
         try:
             raw = self._exec_collect()
             result, stdout, outputs, rejected, self._pipes_bytes = verify_collected(raw, self.key, self.request)
@@ -860,11 +1041,28 @@ class _PodRun:
 
     def _exec_collect(self) -> bytes:
         limits = self.request.limits
-        command = [*_wrapper_command(), "collect", "--out", MOUNTS["out"], "--control", MOUNTS["control"], "--max-files", str(limits.output_files), "--max-bytes", str(limits.output_bytes)]
+        command = [
+            *_wrapper_command(),
+            "collect",
+            "--out",
+            MOUNTS["out"],
+            "--control",
+            MOUNTS["control"],
+            "--max-files",
+            str(limits.output_files),
+            "--max-bytes",
+            str(limits.output_bytes),
+        ]
         return self._exec_records(command)
 
-    def _exec_records(self, command: list[str], *, stdin: bytes | None = None, wait_seconds: float = 0.0,
-                      cancel: threading.Event | None = None) -> bytes:
+    def _exec_records(
+        self,
+        command: list[str],
+        *,
+        stdin: bytes | None = None,
+        wait_seconds: float = 0.0,
+        cancel: threading.Event | None = None,
+    ) -> bytes:
         """Run a wrapper command in the collector through the exec API; its stdout (records).
         Raises :class:`_Cancelled` when ``cancel`` is set while it runs."""
         limits = self.request.limits
@@ -892,7 +1090,9 @@ class _PodRun:
                 if cancel is not None and cancel.is_set():
                     raise _Cancelled()
                 if time.monotonic() > deadline:
-                    raise KubernetesSandboxError(f"{command[len(_wrapper_command())]} did not finish within {wait_seconds:g}s + collect_slack_seconds={self.config.collect_slack_seconds:g}")
+                    raise KubernetesSandboxError(
+                        f"{command[len(_wrapper_command())]} did not finish within {wait_seconds:g}s + collect_slack_seconds={self.config.collect_slack_seconds:g}"
+                    )
                 ws.update(timeout=0.2 if cancel is not None else 1)
                 out += ws.read_channel(1, timeout=0)
                 if len(out) > cap:
@@ -904,7 +1104,9 @@ class _PodRun:
         if status_raw:
             status = json.loads(status_raw)
             if status.get("status") != "Success":
-                raise KubernetesSandboxError(f"{command[len(_wrapper_command())]} exited unsuccessfully: {status.get('message') or status}")
+                raise KubernetesSandboxError(
+                    f"{command[len(_wrapper_command())]} exited unsuccessfully: {status.get('message') or status}"
+                )
         return bytes(out)
 
     def wait_running(self) -> tuple[SandboxStatus, str] | None:
@@ -919,7 +1121,9 @@ class _PodRun:
             if pod is None:
                 return SandboxStatus.CRASHED, "session pod disappeared while starting (deleted from outside?)"
             now = time.time()
-            obs = observe_pod(pod, pull_error_since=pull_since, unschedulable_since=unsched_since, now=now, config=self.config)
+            obs = observe_pod(
+                pod, pull_error_since=pull_since, unschedulable_since=unsched_since, now=now, config=self.config
+            )
             if obs.phase == "waiting" and obs.reason in PULL_ERRORS | CONFIG_ERRORS:
                 pull_since = pull_since if pull_since is not None else now
             elif obs.phase == "waiting" and obs.reason == "Unschedulable":
@@ -927,7 +1131,10 @@ class _PodRun:
             if obs.phase == "failed":
                 return obs.status or SandboxStatus.CRASHED, obs.detail
             if obs.phase == "main-exited":
-                return SandboxStatus.CRASHED, f"session wrapper exited {obs.exit_code} before serving: {self._log_tail()}"
+                return (
+                    SandboxStatus.CRASHED,
+                    f"session wrapper exited {obs.exit_code} before serving: {self._log_tail()}",
+                )
             if obs.phase == "running" and self.delivered:
                 return None
             if obs.phase == "deliver" and not self.delivered:
@@ -935,7 +1142,10 @@ class _PodRun:
                     return SandboxStatus.CRASHED, self.delivery_error
                 continue
             if time.monotonic() > give_up:
-                return SandboxStatus.CRASHED, f"session pod not running within startup_slack_seconds={self.config.startup_slack_seconds:g} + 60s"
+                return (
+                    SandboxStatus.CRASHED,
+                    f"session pod not running within startup_slack_seconds={self.config.startup_slack_seconds:g} + 60s",
+                )
             self.cancel.wait(self.config.poll_interval_seconds)
 
     def failure_cause(self) -> str:
@@ -980,7 +1190,9 @@ class _PodRun:
             raise
 
     def _find_pod(self):
-        pods = self.core.list_namespaced_pod(self.config.namespace, label_selector=f"{SANDBOX_ID_LABEL}={self.sandbox_id}").items
+        pods = self.core.list_namespaced_pod(
+            self.config.namespace, label_selector=f"{SANDBOX_ID_LABEL}={self.sandbox_id}"
+        ).items
         if pods:
             self.pod_name = pods[0].metadata.name  # PipesK8sClient names the pod itself
             self.pod_seen = True
@@ -989,7 +1201,9 @@ class _PodRun:
 
     def _log_tail(self) -> str:
         try:
-            text = self.core.read_namespaced_pod_log(self.pod_name, self.config.namespace, container=SANDBOX_CONTAINER, tail_lines=5, _preload_content=False).data
+            text = self.core.read_namespaced_pod_log(
+                self.pod_name, self.config.namespace, container=SANDBOX_CONTAINER, tail_lines=5, _preload_content=False
+            ).data
             return "log: " + text.decode("utf-8", "replace").strip()[-1000:]
         except Exception:
             return "log unavailable"
@@ -1025,11 +1239,15 @@ class KubernetesWarmSession:
         started = time.monotonic()
         tarball = build_repo_tarball(request.export.path, backend.config.repo_size_limit_bytes)
         self.pod = _PodRun(backend, request, tarball, threading.Event(), started)
-        manifest = build_sandbox_pod(request, backend.config, sandbox_id=self.pod.sandbox_id, pod_name=self.pod.pod_name, session=True)
+        manifest = build_sandbox_pod(
+            request, backend.config, sandbox_id=self.pod.sandbox_id, pod_name=self.pod.pod_name, session=True
+        )
         try:
             self.pod._create(manifest)
         except kubernetes.client.ApiException as exc:
-            raise KubernetesSandboxError(f"session pod creation refused: {exc.status} {exc.reason}: {_api_message(exc)}") from exc
+            raise KubernetesSandboxError(
+                f"session pod creation refused: {exc.status} {exc.reason}: {_api_message(exc)}"
+            ) from exc
         try:
             failed = self.pod.wait_running()
         except BaseException:
@@ -1053,19 +1271,39 @@ class KubernetesWarmSession:
         self.backend._count("session_calls")
         line = json.dumps(payload, separators=(",", ":")).encode()
         limits = self.request.limits
-        command = [*_wrapper_command(), "call", "--inbox", MOUNTS["inbox"], "--out", MOUNTS["out"], "--control", MOUNTS["control"],
-                   "--seq", str(self.seq), "--timeout", f"{timeout:g}",
-                   "--max-files", str(limits.output_files), "--max-bytes", str(limits.output_bytes)]
+        command = [
+            *_wrapper_command(),
+            "call",
+            "--inbox",
+            MOUNTS["inbox"],
+            "--out",
+            MOUNTS["out"],
+            "--control",
+            MOUNTS["control"],
+            "--seq",
+            str(self.seq),
+            "--timeout",
+            f"{timeout:g}",
+            "--max-files",
+            str(limits.output_files),
+            "--max-bytes",
+            str(limits.output_bytes),
+        ]
         try:
-            raw = self.pod._exec_records(command, stdin=f"{len(line)}\n".encode() + line, wait_seconds=timeout, cancel=cancel)
+            raw = self.pod._exec_records(
+                command, stdin=f"{len(line)}\n".encode() + line, wait_seconds=timeout, cancel=cancel
+            )
         except _Cancelled:
             self._die("cancelled")
             return result(SandboxStatus.CANCELLED, started, detail="cancelled by the caller; session pod deleted")
         except Exception as exc:
             cause = self.pod.failure_cause() or f"{type(exc).__name__}: {exc}"
             self._die(cause)
-            return result(SandboxStatus.TIMEOUT if "deadline exceeded" in cause else SandboxStatus.CRASHED, started,
-                          detail=f"warm session call failed: {cause}")
+            return result(
+                SandboxStatus.TIMEOUT if "deadline exceeded" in cause else SandboxStatus.CRASHED,
+                started,
+                detail=f"warm session call failed: {cause}",
+            )
         try:
             records = pod_wrapper.read_records(raw)
         except pod_wrapper.PayloadError as exc:
@@ -1088,8 +1326,16 @@ class KubernetesWarmSession:
             status = status if status is SandboxStatus.KILLED else SandboxStatus.CRASHED
             detail = f"warm worker ended: {detail}"
             self._die(detail)
-        return result(status, started, exit_code=reply.get("exit_code"), stdout=stdout, stderr_tail=str(reply.get("stderr_tail", "")),
-                      outputs=outputs, rejected_outputs=rejected, detail=detail)
+        return result(
+            status,
+            started,
+            exit_code=reply.get("exit_code"),
+            stdout=stdout,
+            stderr_tail=str(reply.get("stderr_tail", "")),
+            outputs=outputs,
+            rejected_outputs=rejected,
+            detail=detail,
+        )
 
     def _die(self, why: str) -> None:
         self.dead = self.dead or why
@@ -1098,14 +1344,14 @@ class KubernetesWarmSession:
     def close(self) -> None:
         self._die("closed")
 
-    def __enter__(self) -> "KubernetesWarmSession":
+    def __enter__(self) -> KubernetesWarmSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _CollectedMessageReader(run: "_PodRun"):
+def _CollectedMessageReader(run: _PodRun):
     """A Pipes message reader that does not parse the pod log: the wrapper writes its messages
     to a file whose digest it signs, and they are read through the collector after the sandbox
     container exited, inside the Pipes session (before PipesK8sClient.run returns).

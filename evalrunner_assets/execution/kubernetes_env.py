@@ -37,13 +37,18 @@ def claim_name(digest: str) -> str:
     return f"evalrunner-env-{digest}"
 
 
-def environment_claim(spec: EnvSpec, config: KubernetesSandboxConfig, *, size: str = "2Gi",
-                      storage_class: str | None = None) -> dict[str, Any]:
+def environment_claim(
+    spec: EnvSpec, config: KubernetesSandboxConfig, *, size: str = "2Gi", storage_class: str | None = None
+) -> dict[str, Any]:
     """The volume one environment is built into (written once, then mounted read-only)."""
     claim: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": claim_name(spec.digest), "namespace": config.namespace,
-                     "labels": {"app.kubernetes.io/name": "evalrunner-env", "evalrunner.dev/env-digest": spec.digest}},
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": claim_name(spec.digest),
+            "namespace": config.namespace,
+            "labels": {"app.kubernetes.io/name": "evalrunner-env", "evalrunner.dev/env-digest": spec.digest},
+        },
         "spec": {"accessModes": ["ReadWriteOnce", "ReadOnlyMany"], "resources": {"requests": {"storage": size}}},
     }
     if storage_class:
@@ -58,18 +63,31 @@ def environment_volume(digest: str, *, read_only: bool = True) -> tuple[dict[str
     return volume, mount
 
 
-def build_environment_job(spec: EnvSpec, export: RepoExport, config: KubernetesSandboxConfig, *,
-                          index: str, index_proxy: str | None = None) -> dict[str, Any]:
+def build_environment_job(
+    spec: EnvSpec, export: RepoExport, config: KubernetesSandboxConfig, *, index: str, index_proxy: str | None = None
+) -> dict[str, Any]:
     """The build Job of ``spec``'s environment for ``export`` (one commit with that digest)."""
-    plan = {"kind": spec.kind, "source": spec.source, "install_project": spec.install_project,
-            "index": index, "env": env_mount_path(spec.digest), "standalone": True}
-    env = {"UV_CACHE_DIR": "/work/home/uv-cache", "UV_LINK_MODE": "copy", "UV_PYTHON_DOWNLOADS": "never",
-           "UV_NO_PROGRESS": "1"}
+    plan = {
+        "kind": spec.kind,
+        "source": spec.source,
+        "install_project": spec.install_project,
+        "index": index,
+        "env": env_mount_path(spec.digest),
+        "standalone": True,
+    }
+    env = {
+        "UV_CACHE_DIR": "/work/home/uv-cache",
+        "UV_LINK_MODE": "copy",
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_NO_PROGRESS": "1",
+    }
     if index_proxy:
         env.update(HTTPS_PROXY=index_proxy, HTTP_PROXY=index_proxy, UV_NATIVE_TLS="1")
     request = SandboxRequest(
         argv=("python", "-m", "evalrunner_assets.execution._env_build", json.dumps(plan, sort_keys=True)),
-        export=export, env=env, limits=replace(BUILD_LIMITS),
+        export=export,
+        env=env,
+        limits=replace(BUILD_LIMITS),
         labels={"step": "environment", "env-digest": spec.digest},
     )
     name = f"evalrunner-env-{spec.digest}"[:63]
@@ -89,31 +107,47 @@ def build_environment_job(spec: EnvSpec, export: RepoExport, config: KubernetesS
     labels = dict(pod["metadata"]["labels"])
     labels[NETWORK_LABEL] = PACKAGE_INDEX_NETWORK
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": config.namespace, "labels": labels,
-                     "annotations": pod["metadata"]["annotations"]},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": config.namespace,
+            "labels": labels,
+            "annotations": pod["metadata"]["annotations"],
+        },
         "spec": {
             "backoffLimit": 0,  # a failed install is a finding, not a flake to retry
             "ttlSecondsAfterFinished": 3600,
             "activeDeadlineSeconds": pod_spec["activeDeadlineSeconds"],
-            "template": {"metadata": {"labels": labels, "annotations": pod["metadata"]["annotations"]},
-                         "spec": pod_spec},
+            "template": {
+                "metadata": {"labels": labels, "annotations": pod["metadata"]["annotations"]},
+                "spec": pod_spec,
+            },
         },
     }
 
 
-def package_index_network_policy(config: KubernetesSandboxConfig, *, proxy_cidr: str, proxy_port: int) -> dict[str, Any]:
+def package_index_network_policy(
+    config: KubernetesSandboxConfig, *, proxy_cidr: str, proxy_port: int
+) -> dict[str, Any]:
     """Build pods may reach the package-index proxy (and DNS), nothing else."""
     return {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
         "metadata": {"name": "package-index-egress", "namespace": config.namespace},
         "spec": {
             "podSelector": {"matchLabels": {NETWORK_LABEL: PACKAGE_INDEX_NETWORK}},
             "policyTypes": ["Egress"],
             "egress": [
-                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                },
                 {"to": [{"ipBlock": {"cidr": proxy_cidr}}], "ports": [{"protocol": "TCP", "port": proxy_port}]},
             ],
         },

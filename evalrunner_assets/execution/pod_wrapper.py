@@ -286,7 +286,10 @@ def _child_cwd(args: argparse.Namespace) -> Path | None:
     repo = Path(args.repo).resolve()
     cwd = (repo / args.workdir).resolve()
     if cwd != repo and repo not in cwd.parents:
-        print(json.dumps({"event": "evalrunner-sandbox-error", "detail": f"workdir {args.workdir!r} leaves the repo"}), flush=True)
+        print(
+            json.dumps({"event": "evalrunner-sandbox-error", "detail": f"workdir {args.workdir!r} leaves the repo"}),
+            flush=True,
+        )
         return None
     return cwd
 
@@ -470,7 +473,7 @@ class _Lines(threading.Thread):
         import queue
 
         self.pipe, self.cap = pipe, cap
-        self.lines: "queue.Queue[bytes | None]" = queue.Queue()
+        self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.violation = ""
 
     def run(self) -> None:
@@ -504,12 +507,20 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     try:
         child = subprocess.Popen(
-            list(args.argv), cwd=cwd, env=_child_env(args),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, preexec_fn=_child_limits(args.cpu_seconds, args.file_size_bytes),
+            list(args.argv),
+            cwd=cwd,
+            env=_child_env(args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_child_limits(args.cpu_seconds, args.file_size_bytes),
         )
     except OSError as exc:
-        print(json.dumps({"event": "evalrunner-sandbox-error", "detail": f"could not start {args.argv[0]!r}: {exc}"}), flush=True)
+        print(
+            json.dumps({"event": "evalrunner-sandbox-error", "detail": f"could not start {args.argv[0]!r}: {exc}"}),
+            flush=True,
+        )
         return EXIT_WRAPPER_ERROR
     replies = _Lines(child.stdout, args.stdout_bytes)
     err = _Capture(child.stderr, tail=args.stderr_tail_bytes)
@@ -589,7 +600,10 @@ def serve(args: argparse.Namespace) -> int:
             _atomic_write(control / REPLY_OUT_FILE.format(seq=seq), reply)
             _atomic_write(control / REPLY_FILE.format(seq=seq), json.dumps(result, sort_keys=True).encode())
         except OSError as exc:
-            print(json.dumps({"event": "evalrunner-sandbox-error", "detail": f"could not write reply {seq}: {exc}"}), flush=True)
+            print(
+                json.dumps({"event": "evalrunner-sandbox-error", "detail": f"could not write reply {seq}: {exc}"}),
+                flush=True,
+            )
             status = "crashed"
     _kill_leftovers(child.pid)
     child.wait()
@@ -613,7 +627,9 @@ def _read_request(stdin) -> bytes:
     return data
 
 
-def call(inbox: Path, out_dir: Path, control: Path, seq: int, timeout: float, max_files: int, max_bytes: int, stdin, sink) -> int:
+def call(
+    inbox: Path, out_dir: Path, control: Path, seq: int, timeout: float, max_files: int, max_bytes: int, stdin, sink
+) -> int:
     request = _read_request(stdin)
     try:
         (inbox / REQUEST_FILE.format(seq=seq - 1)).unlink()  # answered: the controller got its reply
@@ -626,13 +642,22 @@ def call(inbox: Path, out_dir: Path, control: Path, seq: int, timeout: float, ma
     deadline = time.monotonic() + timeout
     while not reply.exists():
         if time.monotonic() >= deadline:
-            write_record(sink, {"kind": "result", "missing": True, "timeout": True, "reason": f"no reply within {timeout:g}s"})
+            write_record(
+                sink, {"kind": "result", "missing": True, "timeout": True, "reason": f"no reply within {timeout:g}s"}
+            )
             write_record(sink, {"kind": "end", "files": 0, "bytes": 0})
             sink.flush()
             return EXIT_OK
         time.sleep(0.02)
-    return collect(out_dir, control, max_files, max_bytes, sink,
-                   result_name=REPLY_FILE.format(seq=seq), stdout_name=REPLY_OUT_FILE.format(seq=seq))
+    return collect(
+        out_dir,
+        control,
+        max_files,
+        max_bytes,
+        sink,
+        result_name=REPLY_FILE.format(seq=seq),
+        stdout_name=REPLY_OUT_FILE.format(seq=seq),
+    )
 
 
 # --- hold / collect ---------------------------------------------------------------------
@@ -662,8 +687,15 @@ def _read_regular(path: Path, limit: int) -> tuple[bytes | None, str]:
         return data, ""
 
 
-def collect(out_dir: Path, control: Path, max_files: int, max_bytes: int, sink,
-            result_name: str = RESULT_FILE, stdout_name: str = STDOUT_FILE) -> int:
+def collect(
+    out_dir: Path,
+    control: Path,
+    max_files: int,
+    max_bytes: int,
+    sink,
+    result_name: str = RESULT_FILE,
+    stdout_name: str = STDOUT_FILE,
+) -> int:
     result, why = _read_regular(control / result_name, 1 << 20)
     write_record(sink, {"kind": "result", "missing": result is None, "reason": why}, result or b"")
     stdout, _ = _read_regular(control / stdout_name, 1 << 30)
@@ -767,8 +799,17 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.cmd == "call":
         try:
-            return call(Path(args.inbox), Path(args.out), Path(args.control), args.seq, args.timeout,
-                        args.max_files, args.max_bytes, sys.stdin.buffer, sys.stdout.buffer)
+            return call(
+                Path(args.inbox),
+                Path(args.out),
+                Path(args.control),
+                args.seq,
+                args.timeout,
+                args.max_files,
+                args.max_bytes,
+                sys.stdin.buffer,
+                sys.stdout.buffer,
+            )
         except PayloadError as exc:
             print(f"call: {exc}", file=sys.stderr, flush=True)
             return EXIT_BAD_PAYLOAD

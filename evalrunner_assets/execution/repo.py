@@ -58,8 +58,14 @@ class RefNotFound(RepoError):
     """A branch, tag or other ref does not exist in the repository."""
 
 
-def _git(args: list[str], *, cwd: str | None = None, git_dir: str | None = None,
-         input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def _git(
+    args: list[str],
+    *,
+    cwd: str | None = None,
+    git_dir: str | None = None,
+    input: bytes | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.devnull, **_GIT_ENV}
     cmd = ["git"]
     if git_dir is not None:
@@ -174,9 +180,13 @@ class RepoSource:
         want = commit.lower()
         if len(want) > 40:
             raise CommitNotFound(f"commit {commit!r} is longer than a SHA-1 object name")
-        proc = _git(["rev-parse", "--verify", "--quiet", "--disambiguate=" + want]
-                    if len(want) < 40 else ["cat-file", "-t", want],
-                    git_dir=self._git_dir, check=False)
+        proc = _git(
+            ["rev-parse", "--verify", "--quiet", "--disambiguate=" + want]
+            if len(want) < 40
+            else ["cat-file", "-t", want],
+            git_dir=self._git_dir,
+            check=False,
+        )
         if len(want) == 40:
             if proc.returncode != 0 or proc.stdout.decode().strip() != "commit":
                 raise CommitNotFound(f"commit {commit!r} is not a commit in {self.repo}")
@@ -206,8 +216,11 @@ class RepoSource:
                 return self.resolve_commit(ref)
             except CommitNotFound:
                 pass  # a branch may be named like hex; fall through to the ref lookup
-        proc = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
-                    git_dir=self._git_dir, check=False)
+        proc = _git(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+            git_dir=self._git_dir,
+            check=False,
+        )
         if proc.returncode != 0:
             raise RefNotFound(f"ref {ref!r} does not name a commit in {self.repo}")
         return proc.stdout.decode().strip()
@@ -224,8 +237,7 @@ class RepoSource:
         First parents only: a branch's own line of commits (merges count once, as the merge
         commit), which is what a main-branch series is plotted over."""
         tip = self.resolve_ref(ref)
-        proc = _git(["log", "--first-parent", "--reverse", "--format=%H%x1f%cI%x1f%s", tip],
-                    git_dir=self._git_dir)
+        proc = _git(["log", "--first-parent", "--reverse", "--format=%H%x1f%cI%x1f%s", tip], git_dir=self._git_dir)
         out = []
         for line in proc.stdout.decode("utf-8", "replace").splitlines():
             sha, when, subject = (line.split("\x1f") + ["", ""])[:3]

@@ -14,7 +14,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-
 # Where things are inside every sandbox, whatever the backend: commands refer to these paths
 # (or to the same values in the EVALRUNNER_REPO / EVALRUNNER_OUT environment variables).
 SANDBOX_REPO_DIR = "/work/repo"  # the read-only export of the commit

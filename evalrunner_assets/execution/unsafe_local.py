@@ -72,24 +72,29 @@ class UnsafeLocalBackend(LocalBackend):
         tmp = staging.root / "tmp"
         home.mkdir()
         tmp.mkdir()
-        mapping = {SANDBOX_REPO_DIR: os.path.abspath(request.export.path),
-                   SANDBOX_OUT_DIR: str(staging.out), SANDBOX_HOME_DIR: str(home)}
-        pattern = re.compile(
-            r"(?<![\w./-])(" + "|".join(re.escape(k) for k in mapping) + r")(?=/|$|[^\w.-])"
-        )
+        mapping = {
+            SANDBOX_REPO_DIR: os.path.abspath(request.export.path),
+            SANDBOX_OUT_DIR: str(staging.out),
+            SANDBOX_HOME_DIR: str(home),
+        }
+        pattern = re.compile(r"(?<![\w./-])(" + "|".join(re.escape(k) for k in mapping) + r")(?=/|$|[^\w.-])")
         for mount in request.writable:
             # Without mount namespaces a directory cannot appear at another path.
             if os.path.realpath(mount.host_path) != mount.sandbox_path:
                 raise SandboxRequestError(
                     f"the unsafe-local backend cannot show {mount.host_path!r} at {mount.sandbox_path!r}; "
-                    "repository environments are built with the bubblewrap backend")
+                    "repository environments are built with the bubblewrap backend"
+                )
         argv = [pattern.sub(lambda m: mapping[m.group(1)], part) for part in request.argv]
         if request.channels:  # host loopback ports: a port already in use fails the relay
-            argv = relay_prefix(sys.executable, request.channels,
-                                [ch.socket_path for ch in request.channels]) + argv
-        env = sandbox_env(request, home=str(home), tmp=str(tmp), repo=mapping[SANDBOX_REPO_DIR],
-                          out=str(staging.out), path=sandbox_path(check_python_env(request.python_env)))
+            argv = relay_prefix(sys.executable, request.channels, [ch.socket_path for ch in request.channels]) + argv
+        env = sandbox_env(
+            request,
+            home=str(home),
+            tmp=str(tmp),
+            repo=mapping[SANDBOX_REPO_DIR],
+            out=str(staging.out),
+            path=sandbox_path(check_python_env(request.python_env)),
+        )
         cwd = os.path.join(mapping[SANDBOX_REPO_DIR], workdir)
         return argv, env, cwd, ()
-
-

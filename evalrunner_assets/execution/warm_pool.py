@@ -59,8 +59,7 @@ class WarmPool:
 
     @staticmethod
     def _key(backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig) -> tuple:
-        return (backend.name, backend.runtime_digest(), export.commit, export.path, export.tree_digest,
-                _config_id(cfg))
+        return (backend.name, backend.runtime_digest(), export.commit, export.path, export.tree_digest, _config_id(cfg))
 
     @contextmanager
     def session(self, backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig) -> Iterator[WarmTaskRunner]:
@@ -135,8 +134,9 @@ class WarmPool:
             gone = [k for k, e in self._entries.items() if not e.in_use and (e.commit, e.task) not in keep]
             closing = [self._entries.pop(k) for k in gone]
         if closing:
-            closer = threading.Thread(target=lambda: [e.runner.close() for e in closing],
-                                      name="evalrunner-close", daemon=True)
+            closer = threading.Thread(
+                target=lambda: [e.runner.close() for e in closing], name="evalrunner-close", daemon=True
+            )
             with self._lock:
                 self._closers = [t for t in self._closers if t.is_alive()] + [closer]
             closer.start()

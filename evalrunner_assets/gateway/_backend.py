@@ -39,8 +39,11 @@ def _port_for(backend: SandboxBackend) -> int:
 
 
 def _scoped(request: SandboxRequest, scope: Scope, port: int) -> SandboxRequest:
-    return replace(request, channels=tuple(request.channels) + (scope.channel(port),),
-                   gateway_env={**request.gateway_env, **scope.sandbox_env(port)})
+    return replace(
+        request,
+        channels=tuple(request.channels) + (scope.channel(port),),
+        gateway_env={**request.gateway_env, **scope.sandbox_env(port)},
+    )
 
 
 class GatewayBackend(SandboxBackend):

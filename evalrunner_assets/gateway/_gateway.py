@@ -80,23 +80,39 @@ class Provider:
 
 PROVIDERS: dict[str, Provider] = {
     "openai": Provider(
-        name="openai", key_env="OPENAI_API_KEY", base_env="OPENAI_BASE_URL",
+        name="openai",
+        key_env="OPENAI_API_KEY",
+        base_env="OPENAI_BASE_URL",
         default_base="https://api.openai.com/v1",
         paths=("/chat/completions", "/responses", "/responses/input_tokens", "/embeddings"),
-        sandbox_base_env="OPENAI_BASE_URL", sandbox_base_suffix="/openai/v1", sandbox_key_env="OPENAI_API_KEY",
+        sandbox_base_env="OPENAI_BASE_URL",
+        sandbox_base_suffix="/openai/v1",
+        sandbox_key_env="OPENAI_API_KEY",
     ),
     "anthropic": Provider(
-        name="anthropic", key_env="ANTHROPIC_API_KEY", base_env="ANTHROPIC_BASE_URL",
+        name="anthropic",
+        key_env="ANTHROPIC_API_KEY",
+        base_env="ANTHROPIC_BASE_URL",
         default_base="https://api.anthropic.com",
         paths=("/v1/messages", "/v1/messages/count_tokens"),
-        sandbox_base_env="ANTHROPIC_BASE_URL", sandbox_base_suffix="/anthropic", sandbox_key_env="ANTHROPIC_API_KEY",
+        sandbox_base_env="ANTHROPIC_BASE_URL",
+        sandbox_base_suffix="/anthropic",
+        sandbox_key_env="ANTHROPIC_API_KEY",
     ),
 }
 # Every variable the gateway may set in a sandbox (the sandbox backends allow exactly these).
 GATEWAY_ENV_NAMES = frozenset(n for p in PROVIDERS.values() for n in (p.sandbox_base_env, p.sandbox_key_env))
 # Request headers passed upstream (everything else, credentials included, is dropped).
-_FORWARD_HEADERS = ("content-type", "accept", "openai-beta", "anthropic-version", "anthropic-beta",
-                    "user-agent", "openai-organization", "openai-project")
+_FORWARD_HEADERS = (
+    "content-type",
+    "accept",
+    "openai-beta",
+    "anthropic-version",
+    "anthropic-beta",
+    "user-agent",
+    "openai-organization",
+    "openai-project",
+)
 _RESPONSE_HEADERS = ("content-type", "retry-after", "request-id", "x-request-id")
 _RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 MAX_BODY_BYTES = 64 * 1024**2
@@ -122,7 +138,7 @@ class GatewaySettings:
     prices: PriceTable | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **kw: Any) -> "GatewaySettings":
+    def from_env(cls, env: Mapping[str, str] | None = None, **kw: Any) -> GatewaySettings:
         env = os.environ if env is None else env
         keys = {p.name: env[p.key_env] for p in PROVIDERS.values() if env.get(p.key_env)}
         bases = {p.name: env.get(p.base_env) or p.default_base for p in PROVIDERS.values()}
@@ -156,8 +172,9 @@ class GatewayUsage:
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # model -> tokens, cost_usd
 
     def add_tokens(self, model: str, tokens: dict[str, int], cost: float | None) -> None:
-        m = self.models.setdefault(model, {"requests": 0, "input_tokens": 0, "output_tokens": 0,
-                                           "total_tokens": 0, "cost_usd": 0.0})
+        m = self.models.setdefault(
+            model, {"requests": 0, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_usd": 0.0}
+        )
         m["requests"] += 1
         for k in ("input_tokens", "output_tokens", "total_tokens"):
             m[k] += int(tokens.get(k, 0))
@@ -169,13 +186,19 @@ class GatewayUsage:
         return None if any(c is None for c in costs) else round(sum(costs), 9)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"requests": self.requests, "retries": self.retries,
-                "retry_wait_s": round(self.retry_wait_s, 3), "upstream_errors": self.upstream_errors,
-                "budget_refusals": self.budget_refusals, "refused": self.refused,
-                "input_tokens": sum(m["input_tokens"] for m in self.models.values()),
-                "output_tokens": sum(m["output_tokens"] for m in self.models.values()),
-                "total_tokens": sum(m["total_tokens"] for m in self.models.values()),
-                "cost_usd": self.cost_usd, "models": {k: dict(v) for k, v in sorted(self.models.items())}}
+        return {
+            "requests": self.requests,
+            "retries": self.retries,
+            "retry_wait_s": round(self.retry_wait_s, 3),
+            "upstream_errors": self.upstream_errors,
+            "budget_refusals": self.budget_refusals,
+            "refused": self.refused,
+            "input_tokens": sum(m["input_tokens"] for m in self.models.values()),
+            "output_tokens": sum(m["output_tokens"] for m in self.models.values()),
+            "total_tokens": sum(m["total_tokens"] for m in self.models.values()),
+            "cost_usd": self.cost_usd,
+            "models": {k: dict(v) for k, v in sorted(self.models.items())},
+        }
 
 
 class _Budget:
@@ -253,7 +276,7 @@ class _StreamUsage:
 class Scope:
     """One sandbox's access to the gateway: its own socket, its own token, its own meter."""
 
-    def __init__(self, gateway: "ModelGateway", labels: Mapping[str, str]) -> None:
+    def __init__(self, gateway: ModelGateway, labels: Mapping[str, str]) -> None:
         self.gateway = gateway
         self.labels = dict(labels)
         self.token = "evgw-" + secrets.token_urlsafe(24)
@@ -264,8 +287,9 @@ class Scope:
         self._window = GatewayUsage()
         self.total = GatewayUsage()
         self._server = _UnixHTTPServer(self.socket_path, _Handler, self)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="evalrunner-gateway", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="evalrunner-gateway", daemon=True
+        )
         self._thread.start()
 
     # -- what the sandbox gets -----------------------------------------------------------------
@@ -313,7 +337,7 @@ class Scope:
             pass
         self.gateway._forget(self)
 
-    def __enter__(self) -> "Scope":
+    def __enter__(self) -> Scope:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -369,14 +393,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if auth.lower().startswith("bearer "):
             token = auth[7:].strip()
         if not scope.authorised(token):
-            self._refuse(401, "invalid or expired gateway token (tokens are valid only in their own "
-                              "sandbox while a window runs)")
+            self._refuse(
+                401, "invalid or expired gateway token (tokens are valid only in their own sandbox while a window runs)"
+            )
             return
         route, _, rest = self.path.lstrip("/").partition("/")
         provider = PROVIDERS.get(route)
         sub = "/" + rest.split("?", 1)[0]
         if provider is not None and provider.name == "openai":
-            sub = sub[len("/v1"):] if sub.startswith("/v1/") else "?"
+            sub = sub[len("/v1") :] if sub.startswith("/v1/") else "?"
         if provider is None or sub not in provider.paths:
             self._refuse(404, f"the model gateway does not forward {self.path!r}")
             return
@@ -386,8 +411,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _refuse(self, status: int, message: str, *, count: bool = True, budget: bool = False) -> None:
         if count:
-            self.server.scope.record(lambda u: setattr(u, "budget_refusals" if budget else "refused",
-                                                       getattr(u, "budget_refusals" if budget else "refused") + 1))
+            self.server.scope.record(
+                lambda u: setattr(
+                    u,
+                    "budget_refusals" if budget else "refused",
+                    getattr(u, "budget_refusals" if budget else "refused") + 1,
+                )
+            )
         err_type = "budget_exceeded" if budget else "gateway_error"
         body = json.dumps({"type": "error", "error": {"message": message, "type": err_type, "code": err_type}}).encode()
         self.send_response(status)
@@ -400,8 +430,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class ModelGateway:
     """The controller's model gateway (see the module docstring). Use as a context manager."""
 
-    def __init__(self, settings: GatewaySettings | None = None, *, socket_dir: str | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings | None = None,
+        *,
+        socket_dir: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.settings = settings or GatewaySettings.from_env()
         self.prices = self.settings.prices or PriceTable.default()
         self.budget = _Budget(self.settings.budget_usd)
@@ -410,8 +445,10 @@ class ModelGateway:
         os.chmod(self.socket_dir, 0o700)
         self._sleep = sleep
         self._slots = {name: threading.BoundedSemaphore(self.settings.max_concurrency) for name in PROVIDERS}
-        self._clients = {name: httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False,
-                                            trust_env=False) for name in PROVIDERS}
+        self._clients = {
+            name: httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False, trust_env=False)
+            for name in PROVIDERS
+        }
         self._scopes: set[Scope] = set()
         self._lock = threading.Lock()
         self.total = GatewayUsage()  # every scope's usage, for the comparison's summary
@@ -424,14 +461,19 @@ class ModelGateway:
         """Raise :class:`GatewayError` (saying how to fix it) if ``model`` cannot be served."""
         provider = provider_of(model)
         if provider is None:
-            raise GatewayError(f"model {model!r} is not served by the model gateway "
-                               f"(providers: {', '.join(sorted(PROVIDERS))})")
+            raise GatewayError(
+                f"model {model!r} is not served by the model gateway (providers: {', '.join(sorted(PROVIDERS))})"
+            )
         if provider.name not in self.settings.keys:
-            raise GatewayError(f"model {model!r} needs {provider.key_env} set where evalrunner runs "
-                               "(the gateway holds it; sandboxes never see it)")
+            raise GatewayError(
+                f"model {model!r} needs {provider.key_env} set where evalrunner runs "
+                "(the gateway holds it; sandboxes never see it)"
+            )
         if self.settings.budget_usd is not None and self.prices.price(model) is None:
-            raise GatewayError(f"a dollar budget needs a price for {model!r}: add it to the price table "
-                               "($EVALRUNNER_PRICES, a JSON file {\"" + model + "\": {\"input\": …, \"output\": …}} in $/Mtok)")
+            raise GatewayError(
+                f"a dollar budget needs a price for {model!r}: add it to the price table "
+                '($EVALRUNNER_PRICES, a JSON file {"' + model + '": {"input": …, "output": …}} in $/Mtok)'
+            )
 
     def open_scope(self, labels: Mapping[str, str] | None = None) -> Scope:
         scope = Scope(self, labels or {})
@@ -449,11 +491,14 @@ class ModelGateway:
             for k in ("requests", "retries", "retry_wait_s", "upstream_errors", "budget_refusals", "refused"):
                 setattr(t, k, getattr(t, k) + getattr(s, k))
             for model, m in s.models.items():
-                tm = t.models.setdefault(model, {"requests": 0, "input_tokens": 0, "output_tokens": 0,
-                                                 "total_tokens": 0, "cost_usd": 0.0})
+                tm = t.models.setdefault(
+                    model, {"requests": 0, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_usd": 0.0}
+                )
                 for k in ("requests", "input_tokens", "output_tokens", "total_tokens"):
                     tm[k] += m[k]
-                tm["cost_usd"] = None if tm["cost_usd"] is None or m["cost_usd"] is None else tm["cost_usd"] + m["cost_usd"]
+                tm["cost_usd"] = (
+                    None if tm["cost_usd"] is None or m["cost_usd"] is None else tm["cost_usd"] + m["cost_usd"]
+                )
 
     @property
     def budget_spent(self) -> bool:
@@ -472,7 +517,7 @@ class ModelGateway:
             c.close()
         shutil.rmtree(self.socket_dir, ignore_errors=True)
 
-    def __enter__(self) -> "ModelGateway":
+    def __enter__(self) -> ModelGateway:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -494,14 +539,15 @@ class ModelGateway:
             except ValueError:
                 wait = None  # an HTTP date: fall back to our own backoff
         if wait is None:
-            wait = self.settings.backoff_base_s * (2 ** attempt) * (0.5 + random.random() / 2)
+            wait = self.settings.backoff_base_s * (2**attempt) * (0.5 + random.random() / 2)
         return min(wait, self.settings.max_retry_wait_s)
 
     def forward(self, h: _Handler, scope: Scope, provider: Provider, sub: str, body: bytes) -> None:
         key = self.settings.keys.get(provider.name)
         if key is None:
-            h._refuse(503, f"the model gateway has no key for {provider.name} "
-                           f"(set {provider.key_env} where evalrunner runs)")
+            h._refuse(
+                503, f"the model gateway has no key for {provider.name} (set {provider.key_env} where evalrunner runs)"
+            )
             return
         try:
             req_json = json.loads(body) if body else {}
@@ -511,13 +557,17 @@ class ModelGateway:
         model = f"{provider.name}/{req_model}"
         stream = isinstance(req_json, dict) and bool(req_json.get("stream"))
         if self.settings.budget_usd is not None and self.prices.price(model) is None:
-            h._refuse(400, f"model {model!r} has no price, so the budget cannot be enforced; add it to "
-                           "$EVALRUNNER_PRICES")
+            h._refuse(
+                400, f"model {model!r} has no price, so the budget cannot be enforced; add it to $EVALRUNNER_PRICES"
+            )
             return
         if self.budget.spent_out():
-            h._refuse(BUDGET_STATUS, f"evalrunner model budget of ${self.settings.budget_usd:g} is spent "
-                                     f"(${self.budget.spent:.4f} used); no more model calls in this comparison",
-                      budget=True)
+            h._refuse(
+                BUDGET_STATUS,
+                f"evalrunner model budget of ${self.settings.budget_usd:g} is spent "
+                f"(${self.budget.spent:.4f} used); no more model calls in this comparison",
+                budget=True,
+            )
             return
         headers = {k: v for k, v in h.headers.items() if k.lower() in _FORWARD_HEADERS}
         headers.update(provider.upstream_headers(key))
@@ -536,8 +586,9 @@ class ModelGateway:
                         attempt += 1
                         continue
                     scope.record(lambda u: setattr(u, "upstream_errors", u.upstream_errors + 1))
-                    h._refuse(502, f"the model gateway could not reach {provider.name}: {type(exc).__name__}",
-                              count=False)
+                    h._refuse(
+                        502, f"the model gateway could not reach {provider.name}: {type(exc).__name__}", count=False
+                    )
                     return
                 if resp.status_code in _RETRY_STATUSES and attempt < self.settings.max_retries:
                     wait = self._backoff(attempt, resp.headers.get("retry-after"))
@@ -553,8 +604,9 @@ class ModelGateway:
             finally:
                 resp.close()
 
-    def _relay(self, h: _Handler, scope: Scope, provider: Provider, model: str, resp: httpx.Response,
-               stream: bool) -> None:
+    def _relay(
+        self, h: _Handler, scope: Scope, provider: Provider, model: str, resp: httpx.Response, stream: bool
+    ) -> None:
         # The meter is updated before the answer's last byte is sent: once the sandbox has its
         # answer, the window's usage already counts it (the window may end right after).
         ok = resp.status_code < 400
@@ -607,10 +659,11 @@ class ModelGateway:
         def meter(u: GatewayUsage) -> None:
             u.requests += 1
             u.add_tokens(model, tokens, cost)
+
         scope.record(meter)
 
     class _SlotCtx:
-        def __init__(self, gw: "ModelGateway", name: str) -> None:
+        def __init__(self, gw: ModelGateway, name: str) -> None:
             self.gw, self.name = gw, name
 
         def __enter__(self) -> None:
@@ -624,7 +677,7 @@ class ModelGateway:
                 self.gw.in_flight[self.name] -= 1
             self.gw._slots[self.name].release()
 
-    def _slot(self, name: str) -> "ModelGateway._SlotCtx":
+    def _slot(self, name: str) -> ModelGateway._SlotCtx:
         return ModelGateway._SlotCtx(self, name)
 
 
@@ -639,8 +692,10 @@ def start_gateway(model: str, budget_usd: float | None, wanted: bool | None = No
     use = provider_of(model) is not None if wanted is None else wanted
     if not use:
         if budget_usd is not None:
-            raise GatewayError("a dollar budget (--budget-usd) is enforced by the model gateway: use an "
-                               "openai/… or anthropic/… model, or --model-gateway")
+            raise GatewayError(
+                "a dollar budget (--budget-usd) is enforced by the model gateway: use an "
+                "openai/… or anthropic/… model, or --model-gateway"
+            )
         return None
     gateway = ModelGateway(GatewaySettings.from_env(budget_usd=budget_usd))
     try:

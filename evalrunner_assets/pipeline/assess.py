@@ -18,7 +18,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from evalrunner_assets import stats
@@ -89,8 +89,11 @@ def run_settings(request: ComparisonRequest) -> RunSettings:
 
 def stats_params(request: ComparisonRequest) -> stats.StatsParams:
     return stats.StatsParams(
-        alpha=request.alpha, margin=request.margin, min_pairs=request.min_pairs,
-        cap=request.cap + request.extra_samples, batch_size=FIRST_WINDOW,
+        alpha=request.alpha,
+        margin=request.margin,
+        min_pairs=request.min_pairs,
+        cap=request.cap + request.extra_samples,
+        batch_size=FIRST_WINDOW,
     )
 
 
@@ -159,6 +162,7 @@ class AssessCache:
         self.tasks: dict[tuple[Any, ...], tuple[stats.TaskDecision, dict[str, Any], float | None]] = {}
         self.hits = 0  # task results reused (for measurements)
         self.con: Any = None  # a DuckDB connection, opened on first use
+
     def bind(self, request: ComparisonRequest, prices: PriceTable, runtime: tuple[str, ...]) -> None:
         if self.request != request or self.prices != prices or self.runtime != runtime:
             if self.con is not None:
@@ -269,8 +273,16 @@ def assess(
             w = window_bounds(start, p.limit)
             states = {}
             for arm, f in (("head", hf), ("base", bf)):
-                key = _batch_key(cache, request.repo, commits[arm], f, settings, w,
-                                 backend_name=backend_name, runtime_digest=runtime_digest)
+                key = _batch_key(
+                    cache,
+                    request.repo,
+                    commits[arm],
+                    f,
+                    settings,
+                    w,
+                    backend_name=backend_name,
+                    runtime_digest=runtime_digest,
+                )
                 if cache is not None and key.digest in cache.committed:
                     states[arm] = (key, "committed")
                     continue
@@ -289,8 +301,7 @@ def assess(
                 p.landed, p.windows = w.stop, p.windows + 1
                 start = w.stop
                 continue
-            p.pending = [PlannedWindow(arm, commits[arm], task, w)
-                         for arm, (_, s) in states.items() if s == "absent"]
+            p.pending = [PlannedWindow(arm, commits[arm], task, w) for arm, (_, s) in states.items() if s == "absent"]
             break
         progress[task] = p
 
@@ -306,8 +317,15 @@ def assess(
         if cache is not None:
             cache.committed.clear()
             cache.rows.clear()
-        return assess(lake, request, backend_name=backend_name, runtime_digest=runtime_digest,
-                      prices=prices, detail=detail, cache=cache)
+        return assess(
+            lake,
+            request,
+            backend_name=backend_name,
+            runtime_digest=runtime_digest,
+            prices=prices,
+            detail=detail,
+            cache=cache,
+        )
     n_tasks = max(1, len(compared))
     samples_run = len(rows)
     budget = None
@@ -322,16 +340,35 @@ def assess(
     for task in compared:
         p = progress[task]
         budget_exhausted = budget_left is not None and budget_left <= 0
-        memo = (task, tuple(k.digest for k in p.keys["head"]), tuple(k.digest for k in p.keys["base"]),
-                p.n_samples, p.limit, tuple(sorted(p.failures.items())), budget_exhausted, n_tasks,
-                touched[task], detail)
+        memo = (
+            task,
+            tuple(k.digest for k in p.keys["head"]),
+            tuple(k.digest for k in p.keys["base"]),
+            p.n_samples,
+            p.limit,
+            tuple(sorted(p.failures.items())),
+            budget_exhausted,
+            n_tasks,
+            touched[task],
+            detail,
+        )
         if cache is not None and memo in cache.tasks:
             decision, doc, cost_per_pair = cache.tasks[memo]
             cache.hits += 1
         else:
             decision, doc, cost_per_pair = _assess_task(
-                task, p, head_facts.tasks[task], base_facts.tasks[task], rows, request, params, n_tasks,
-                budget_exhausted=budget_exhausted, touched=touched[task], prices=prices, detail=detail,
+                task,
+                p,
+                head_facts.tasks[task],
+                base_facts.tasks[task],
+                rows,
+                request,
+                params,
+                n_tasks,
+                budget_exhausted=budget_exhausted,
+                touched=touched[task],
+                prices=prices,
+                detail=detail,
                 budget_samples=budget,
             )
             if cache is not None:
@@ -344,7 +381,9 @@ def assess(
             failures[task] = f"failed on the base: {p.failures['base']}"
         if decision.label == "continue" and not p.failures and p.pending:
             plan_states[task] = stats.TaskPlanState(
-                next_start=p.landed, n_samples=p.limit, label="continue",
+                next_start=p.landed,
+                n_samples=p.limit,
+                label="continue",
                 cost_per_sample=cost_per_pair,
             )
 
@@ -353,7 +392,8 @@ def assess(
     # What next: the stats planner picks which undecided tasks get their next window (budget,
     # affinity order); the window itself is the fixed window at that position.
     planned = stats.plan_next_windows(
-        plan_states, params=params,
+        plan_states,
+        params=params,
         budget_remaining=None if budget_left is None else stats.Budget(samples=budget_left),
         affinity_order=order,
     )
@@ -377,7 +417,9 @@ def assess(
         "removed_tasks": sorted(set(base_facts.tasks) - set(head_facts.tasks)),
         "samples_run": samples_run,
         "samples_possible": possible,
-        "spend_usd": round(sum(s for s in spend if s is not None), 6) if spend and all(s is not None for s in spend) else None,
+        "spend_usd": round(sum(s for s in spend if s is not None), 6)
+        if spend and all(s is not None for s in spend)
+        else None,
         "spend_known": bool(spend) and all(s is not None for s in spend),
         # Money spent is money spent: windows that failed on infrastructure landed no samples,
         # but what their logs say they used is counted here (unknown when no log was readable).
@@ -385,32 +427,49 @@ def assess(
         "next_windows": [
             {"arm": w.arm, "commit": w.commit, "task": w.task, "window": w.window.name} for w in next_windows
         ],
-        "trajectories": {
-            arm: lake.url(LAYOUT.raw_prefix(request.repo, commits[arm])) for arm in ("head", "base")
-        },
-        "computed_at": datetime.now(timezone.utc).isoformat(),
+        "trajectories": {arm: lake.url(LAYOUT.raw_prefix(request.repo, commits[arm])) for arm in ("head", "base")},
+        "computed_at": datetime.now(UTC).isoformat(),
     }
     if next_windows:
         result["final_verdict"]["verdict"] = "RUNNING"
     return Assessment(request, [], next_windows, result)
 
 
-def _batch_key(cache: AssessCache | None, repo: str, commit: str, facts: TaskFacts, settings: RunSettings,
-               window: Window, *, backend_name: str, runtime_digest: str) -> BatchKey:
+def _batch_key(
+    cache: AssessCache | None,
+    repo: str,
+    commit: str,
+    facts: TaskFacts,
+    settings: RunSettings,
+    window: Window,
+    *,
+    backend_name: str,
+    runtime_digest: str,
+) -> BatchKey:
     memo = (commit, facts.task, window.name)
     if cache is not None and memo in cache.keys:
         return cache.keys[memo]
-    key = batch_key_for(repo, commit, facts, settings, window, backend_name=backend_name,
-                        runtime_digest=runtime_digest)
+    key = batch_key_for(repo, commit, facts, settings, window, backend_name=backend_name, runtime_digest=runtime_digest)
     if cache is not None:
         cache.keys[memo] = key
     return key
 
 
 def _assess_task(
-    task: str, p: TaskProgress, hf: TaskFacts, bf: TaskFacts, rows: list[dict[str, Any]],
-    request: ComparisonRequest, params: stats.StatsParams, n_tasks: int, *, budget_exhausted: bool,
-    touched: bool, prices: PriceTable, detail: bool, budget_samples: int | None = None,
+    task: str,
+    p: TaskProgress,
+    hf: TaskFacts,
+    bf: TaskFacts,
+    rows: list[dict[str, Any]],
+    request: ComparisonRequest,
+    params: stats.StatsParams,
+    n_tasks: int,
+    *,
+    budget_exhausted: bool,
+    touched: bool,
+    prices: PriceTable,
+    detail: bool,
+    budget_samples: int | None = None,
 ) -> tuple[stats.TaskDecision, dict[str, Any], float | None]:
     """One task's decision, its document and the mean cost of a pair, from its committed
     batches alone."""
@@ -419,7 +478,9 @@ def _assess_task(
     seq = sample_order(sorted(set(hf.sample_ids) | set(bf.sample_ids)), request.seed)
     pairing = stats.pair_task(head_rows, base_rows, order=seq)
     decision = stats.decide_task(
-        pairing, params, n_tasks,
+        pairing,
+        params,
+        n_tasks,
         at_cap=p.landed >= p.limit,
         budget_exhausted=budget_exhausted,
         head_failed="head" in p.failures,
@@ -505,7 +566,7 @@ def _waiting(request: ComparisonRequest, lake: Lake) -> dict[str, Any]:
             arm: lake.url(LAYOUT.raw_prefix(request.repo, sha))
             for arm, sha in (("head", request.head_sha), ("base", request.base_sha))
         },
-        "computed_at": datetime.now(timezone.utc).isoformat(),
+        "computed_at": datetime.now(UTC).isoformat(),
     }
 
 

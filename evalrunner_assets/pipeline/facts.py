@@ -33,9 +33,9 @@ from evalrunner_assets.execution.environment import (
 )
 from evalrunner_assets.execution.inspect_runner import (
     InspectRunError,
+    SampleListing,
     TaskRunConfig,
     config_digest,
-    SampleListing,
     list_sample_ids_many,
 )
 from evalrunner_assets.execution.repo import RepoSource
@@ -43,8 +43,7 @@ from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from lake import LAYOUT, Lake
 
 # Lists the given tasks' samples: per task, its SampleListing or the listing's error.
-IdLister = Callable[[list[TaskRunConfig], "threading.Event | None"],
-                    dict[str, "SampleListing | InspectRunError"]]
+IdLister = Callable[[list[TaskRunConfig], "threading.Event | None"], dict[str, "SampleListing | InspectRunError"]]
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ class TaskFacts:
     env_source: str = ""  # the file its dependencies come from (to rebuild it on another machine)
     input_digests: tuple[str, ...] = ()  # one per sample id, same order (empty: not known)
 
-    def changed_inputs(self, other: "TaskFacts") -> list[str]:
+    def changed_inputs(self, other: TaskFacts) -> list[str]:
         """Ids listed on both commits whose input digests differ (none when either listing has
         no digests: facts learnt before digests were listed)."""
         if not self.input_digests or not other.input_digests:
@@ -86,11 +85,17 @@ class CommitFacts:
         return json.dumps(rec, indent=2, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "CommitFacts":
+    def from_json(cls, data: bytes) -> CommitFacts:
         rec = json.loads(data)
         tasks = {
-            k: TaskFacts(**{**v, "paths": tuple(v["paths"]), "sample_ids": tuple(v["sample_ids"]),
-                            "input_digests": tuple(v.get("input_digests") or ())})
+            k: TaskFacts(
+                **{
+                    **v,
+                    "paths": tuple(v["paths"]),
+                    "sample_ids": tuple(v["sample_ids"]),
+                    "input_digests": tuple(v.get("input_digests") or ()),
+                }
+            )
             for k, v in rec.pop("tasks").items()
         }
         return cls(tasks=tasks, **rec)
@@ -167,8 +172,15 @@ def learn_commit(
     lake.write_bytes(LAYOUT.manifest(export.repo, export.commit), result.manifest.to_json_bytes())
     env_fields = _env_fields(env)
     cfgs = [
-        TaskRunConfig(repo=export.repo, task=e.id, spec=e.spec, model=model, workdir=e.workdir,
-                      env_digest=env_fields["env_digest"], python_env=env.path if env else None)
+        TaskRunConfig(
+            repo=export.repo,
+            task=e.id,
+            spec=e.spec,
+            model=model,
+            workdir=e.workdir,
+            env_digest=env_fields["env_digest"],
+            python_env=env.path if env else None,
+        )
         for e in result.manifest.tasks
     ]
     if lister is None:
@@ -183,15 +195,24 @@ def learn_commit(
         else:
             (name, ids, digests), failure = got, None
         tasks[entry.id] = TaskFacts(
-            task=entry.id, spec=entry.spec, workdir=entry.workdir, cohort=entry.cohort,
-            paths=tuple(entry.paths), inspect_task=name, sample_ids=tuple(ids),
-            config_digest=config_digest(export.path, entry.workdir, entry.spec), failure=failure,
+            task=entry.id,
+            spec=entry.spec,
+            workdir=entry.workdir,
+            cohort=entry.cohort,
+            paths=tuple(entry.paths),
+            inspect_task=name,
+            sample_ids=tuple(ids),
+            config_digest=config_digest(export.path, entry.workdir, entry.spec),
+            failure=failure,
             input_digests=tuple(digests),
             **env_fields,
         )
     facts = CommitFacts(
-        repo=export.repo, commit=export.commit, tree_digest=export.tree_digest,
-        discovery_source=result.source, tasks=tasks,
+        repo=export.repo,
+        commit=export.commit,
+        tree_digest=export.tree_digest,
+        discovery_source=result.source,
+        tasks=tasks,
         environment=EnvironmentInfo.of(env).to_dict() if env is not None else None,
     )
     lake.write_bytes(LAYOUT.commit_tasks(export.repo, export.commit), facts.to_json())
@@ -202,8 +223,13 @@ def _env_fields(env: BuiltEnvironment | None) -> dict[str, str]:
     return {"env_digest": env.digest if env else "", "env_source": env.source if env else ""}
 
 
-def task_environment(backend: SandboxBackend, export: RepoExport, facts: TaskFacts,
-                     envs: EnvironmentStore | None = None, cancel: threading.Event | None = None) -> str | None:
+def task_environment(
+    backend: SandboxBackend,
+    export: RepoExport,
+    facts: TaskFacts,
+    envs: EnvironmentStore | None = None,
+    cancel: threading.Event | None = None,
+) -> str | None:
     """The directory of the task's environment on this machine (built again from the commit's
     files when this machine has not got it), or None when the commit has none."""
     if not facts.env_digest:
@@ -217,8 +243,10 @@ def task_environment(backend: SandboxBackend, export: RepoExport, facts: TaskFac
         raise EnvironmentBuildError(
             f"{facts.env_source}: the environment recorded for {export.repo}@{export.commit[:12]} "
             f"({facts.env_digest}) is not what this controller builds ({spec.digest}): evalrunner's own "
-            "packages or Python differ from the ones that learnt the commit", source=facts.env_source,
-            infrastructure=True)
+            "packages or Python differ from the ones that learnt the commit",
+            source=facts.env_source,
+            infrastructure=True,
+        )
     return envs.ensure(backend, export, spec, cancel).path
 
 

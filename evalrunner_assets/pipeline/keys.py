@@ -30,7 +30,5 @@ def comparison_key(repo: str, pr: str | int, head: str) -> str:
 def parse_comparison_key(key: str) -> tuple[str, str, str]:
     m = _COMPARISON_KEY.match(key)
     if not m:
-        raise ValueError(
-            f"comparison partition key {key!r} is not of the form owner/repo#<pr>@<40-hex head sha>"
-        )
+        raise ValueError(f"comparison partition key {key!r} is not of the form owner/repo#<pr>@<40-hex head sha>")
     return m.group("repo"), m.group("pr"), m.group("head")

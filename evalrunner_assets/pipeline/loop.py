@@ -50,12 +50,21 @@ def next_steps(assessment: Assessment, saved: dict[str, Any] | None) -> list[Ste
             groups[(w.commit, w.task)].append(w.window.name)
     for (commit, task), windows in groups.items():
         ck = commit_key(request.repo, commit)
-        steps.append(Step("samples", f"samples:{key}:{ck}:{task}:{','.join(windows)}",
-                          commit=ck, task=task, windows=tuple(windows)))
+        steps.append(
+            Step(
+                "samples",
+                f"samples:{key}:{ck}:{task}:{','.join(windows)}",
+                commit=ck,
+                task=task,
+                windows=tuple(windows),
+            )
+        )
     result = assessment.result
     if result_changed(result, saved):
-        steps.append(Step(
-            "compare",
-            f"compare:{key}:{result['status']}:{result['samples_run']}:{result['params'].get('cap')}",
-        ))
+        steps.append(
+            Step(
+                "compare",
+                f"compare:{key}:{result['status']}:{result['samples_run']}:{result['params'].get('cap')}",
+            )
+        )
     return steps

@@ -25,7 +25,7 @@ class PriceTable:
     prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # model -> ($/Mtok in, out)
 
     @classmethod
-    def default(cls) -> "PriceTable":
+    def default(cls) -> PriceTable:
         from evalrunner_assets.simagent import SIMAGENT_PRICE
 
         prices = {"simagent/*": (SIMAGENT_PRICE.input_usd_per_mtok, SIMAGENT_PRICE.output_usd_per_mtok)}
@@ -35,7 +35,7 @@ class PriceTable:
         return cls(prices)
 
     @classmethod
-    def from_file(cls, path: str) -> "PriceTable":
+    def from_file(cls, path: str) -> PriceTable:
         try:
             with open(path, encoding="utf-8") as fh:
                 raw = json.load(fh)
@@ -77,8 +77,15 @@ def usage_accounting(usages: Iterable[Mapping[str, Any] | None], prices: PriceTa
     """Samples, tokens and cost of windows that landed no rows (failed or cancelled), from the
     usage their logs recorded (``windows.log_usage``; None when no log was readable). A window
     whose use or price is unknown makes the total cost unknown (None), never $0.00."""
-    out: dict[str, Any] = {"windows": 0, "samples": 0, "input_tokens": 0, "output_tokens": 0,
-                           "total_tokens": 0, "cost_usd": 0.0, "unknown_windows": 0}
+    out: dict[str, Any] = {
+        "windows": 0,
+        "samples": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "total_tokens": 0,
+        "cost_usd": 0.0,
+        "unknown_windows": 0,
+    }
     for usage in usages:
         out["windows"] += 1
         costs = [prices.cost({"model": m, **u}) for m, u in ((usage or {}).get("models") or {}).items()]

@@ -116,8 +116,10 @@ class BreakerTrip:
             kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
         what = ", ".join(f"{n}× {k}" for k, n in sorted(kinds.items()))
         last = self.failures[-1]
-        return (f"outage breaker tripped after {len(self.failures)} consecutive infrastructure failures "
-                f"({what}); last: {last['task']} @ {last['commit'][:7]} {last['window']}: {last['cause'][:300]}")
+        return (
+            f"outage breaker tripped after {len(self.failures)} consecutive infrastructure failures "
+            f"({what}); last: {last['task']} @ {last['commit'][:7]} {last['window']}: {last['cause'][:300]}"
+        )
 
 
 class OutageBreaker:
@@ -135,7 +137,9 @@ class OutageBreaker:
         """A finished unit's breaker events in order: ("fail", info) or ("ok", None)."""
         events: list[tuple[str, dict[str, Any] | None]] = []
         if unit.error is not None:
-            events.append(("fail", {"kind": unit.error_kind, "cause": unit.error, "window": ",".join(unit.step.windows)}))
+            events.append(
+                ("fail", {"kind": unit.error_kind, "cause": unit.error, "window": ",".join(unit.step.windows)})
+            )
         for o in unit.outcomes:
             for kind, cause in o.failed_attempts:  # fresh attempts only (empty for reused/recorded)
                 events.append(("fail", {"kind": kind, "cause": cause, "window": o.key.window.name}))
@@ -152,8 +156,9 @@ class OutageBreaker:
                 self.streak = []
                 continue
             assert info is not None
-            self.streak.append({"step": unit.seq, "commit": unit.step.commit.split("@")[-1],
-                                "task": unit.step.task, **info})
+            self.streak.append(
+                {"step": unit.seq, "commit": unit.step.commit.split("@")[-1], "task": unit.step.task, **info}
+            )
             if len(self.streak) >= self.threshold:
                 self.trip = BreakerTrip(self.threshold, list(self.streak), unit.seq)
                 return True
@@ -249,8 +254,9 @@ class PackedScheduler:
     def run(self) -> None:
         """Until the planner has nothing left, the breaker trips, or ``stop`` is set.
         Re-raises ``KeyboardInterrupt`` after cancelling and joining everything."""
-        executor = self.executor or cf.ThreadPoolExecutor(max_workers=self.workers,
-                                                          thread_name_prefix="evalrunner-window")
+        executor = self.executor or cf.ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix="evalrunner-window"
+        )
         in_flight = self.in_flight
         try:
             while True:
@@ -260,8 +266,11 @@ class PackedScheduler:
                     self._submit(executor, in_flight)
                 if not in_flight:
                     break
-                done, _ = cf.wait([u.future for u in in_flight.values()], timeout=0.25,  # type: ignore[misc]
-                                  return_when=cf.FIRST_COMPLETED)
+                done, _ = cf.wait(
+                    [u.future for u in in_flight.values()],
+                    timeout=0.25,  # type: ignore[misc]
+                    return_when=cf.FIRST_COMPLETED,
+                )
                 if not done:
                     if self.on_idle is not None:
                         self.on_idle()
@@ -301,7 +310,7 @@ class PackedScheduler:
                 break
             # The overshoot bound (module docstring): hold at most `workers` unfolded steps
             # only while one of them could still trip the breaker.
-            if self._unfolded() >= self.workers and self.breaker.could_trip(self.units[self._fold_next:]):
+            if self._unfolded() >= self.workers and self.breaker.could_trip(self.units[self._fold_next :]):
                 break
             unit = Unit(seq=len(self.units), step=step, windows=len(step.windows), submitted_at=time.monotonic())
             self.units.append(unit)
@@ -340,9 +349,16 @@ class PackedScheduler:
             if self.breaker.fold(unit):
                 trip = self.breaker.trip
                 assert trip is not None
-                later = self.units[unit.seq + 1:]
-                trip.overshoot_steps = [{"step": u.seq, "task": u.step.task, "commit": u.step.commit.split("@")[-1],
-                                         "windows": list(u.step.windows)} for u in later]
+                later = self.units[unit.seq + 1 :]
+                trip.overshoot_steps = [
+                    {
+                        "step": u.seq,
+                        "task": u.step.task,
+                        "commit": u.step.commit.split("@")[-1],
+                        "windows": list(u.step.windows),
+                    }
+                    for u in later
+                ]
                 trip.overshoot_bound = self.workers - 1
                 self.stop.set()
         return folded
@@ -381,8 +397,11 @@ class PackedScheduler:
             "max_in_flight": self.max_in_flight,
             "windows": status,
             "failed_attempts": sum(len(o.failed_attempts) for o in outs) + sum(1 for u in self.units if u.error),
-            "cancelled_windows": [{"task": o.key.task, "commit": o.key.commit, "window": o.key.window.name}
-                                  for o in outs if o.status == "cancelled"],
+            "cancelled_windows": [
+                {"task": o.key.task, "commit": o.key.commit, "window": o.key.window.name}
+                for o in outs
+                if o.status == "cancelled"
+            ],
             "not_landed": window_accounting(outs),
         }
 

@@ -22,7 +22,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -74,8 +74,7 @@ class SeriesSettings:
             raise SeriesError(f"epochs {self.epochs!r} must be at least 1")
 
     def run_settings(self) -> RunSettings:
-        return RunSettings(model=self.model, model_args=dict(self.model_args), seed=self.seed,
-                           epochs=self.epochs)
+        return RunSettings(model=self.model, model_args=dict(self.model_args), seed=self.seed, epochs=self.epochs)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,8 +90,9 @@ class MainCommit:
     position: int
 
 
-def select_commits(history: Sequence[MainCommit], *, since: str | None = None, last: int | None = None,
-                   every: int | None = None) -> list[MainCommit]:
+def select_commits(
+    history: Sequence[MainCommit], *, since: str | None = None, last: int | None = None, every: int | None = None
+) -> list[MainCommit]:
     """The commits a backfill measures, oldest first: those committed at or after ``since``
     (an ISO date), then the newest ``last``, then every ``every``-th counted back from the tip
     (so the newest commit is always a point)."""
@@ -116,17 +116,25 @@ def select_commits(history: Sequence[MainCommit], *, since: str | None = None, l
 
 def _parse_time(text: str) -> datetime:
     value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 # --- one point ------------------------------------------------------------------------------
 
 
-def _task_keys(repo: str, commit: str, facts: TaskFacts, settings: SeriesSettings, windows: Sequence[Window],
-               backend_name: str, runtime: str) -> list[Any]:
+def _task_keys(
+    repo: str,
+    commit: str,
+    facts: TaskFacts,
+    settings: SeriesSettings,
+    windows: Sequence[Window],
+    backend_name: str,
+    runtime: str,
+) -> list[Any]:
     rs = settings.run_settings()
-    return [batch_key_for(repo, commit, facts, rs, w, backend_name=backend_name, runtime_digest=runtime)
-            for w in windows]
+    return [
+        batch_key_for(repo, commit, facts, rs, w, backend_name=backend_name, runtime_digest=runtime) for w in windows
+    ]
 
 
 def _input_values(rows: list[dict[str, Any]], order: Sequence[str]) -> tuple[list[str], list[float], int]:
@@ -135,12 +143,30 @@ def _input_values(rows: list[dict[str, Any]], order: Sequence[str]) -> tuple[lis
     return ids, [means[sid] for sid in ids], errored
 
 
-def _measure_task(lake: Lake, backend: SandboxBackend, export: RepoExport, facts: TaskFacts,
-                  settings: SeriesSettings, runtime: str, pool: Any, cancel: threading.Event | None,
-                  on_window: Callable[[Any], None] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"cohort": facts.cohort, "mean": None, "interval": None, "inputs": 0,
-                           "samples": 0, "errored": 0, "windows": [], "windows_run": 0,
-                           "windows_reused": 0, "stop": None, "failure": None}
+def _measure_task(
+    lake: Lake,
+    backend: SandboxBackend,
+    export: RepoExport,
+    facts: TaskFacts,
+    settings: SeriesSettings,
+    runtime: str,
+    pool: Any,
+    cancel: threading.Event | None,
+    on_window: Callable[[Any], None] | None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "cohort": facts.cohort,
+        "mean": None,
+        "interval": None,
+        "inputs": 0,
+        "samples": 0,
+        "errored": 0,
+        "windows": [],
+        "windows_run": 0,
+        "windows_reused": 0,
+        "stop": None,
+        "failure": None,
+    }
     if facts.failure or not facts.sample_ids:
         out["failure"] = facts.failure or "the task has no samples"
         out["stop"] = "failed"
@@ -154,8 +180,17 @@ def _measure_task(lake: Lake, backend: SandboxBackend, export: RepoExport, facts
         if cancel is not None and cancel.is_set():
             out["stop"] = "cancelled"
             break
-        outcome = run_task_windows(lake, backend, export, facts, settings.run_settings(), [window],
-                                   pool=pool, cancel=cancel, retry_transient=True)[0]
+        outcome = run_task_windows(
+            lake,
+            backend,
+            export,
+            facts,
+            settings.run_settings(),
+            [window],
+            pool=pool,
+            cancel=cancel,
+            retry_transient=True,
+        )[0]
         if on_window is not None:
             on_window(outcome)
         if outcome.status not in ("landed", "reused"):
@@ -164,16 +199,18 @@ def _measure_task(lake: Lake, backend: SandboxBackend, export: RepoExport, facts
             break
         out["windows_run" if outcome.status == "landed" else "windows_reused"] += 1
         done.append(window)
-        rows = _load_rows(lake, _task_keys(export.repo, export.commit, facts, settings, done,
-                                           backend.name, runtime))
+        rows = _load_rows(lake, _task_keys(export.repo, export.commit, facts, settings, done, backend.name, runtime))
         ids, values, errored = _input_values(rows, order)
         lo, hi = stats.mean_sequence_interval(values, settings.alpha, looks=_looks(done, ids, order))
         if values and (hi - lo) / 2.0 <= settings.half_width:
             out["stop"] = f"interval within ±{settings.half_width:g}"
             break
     else:
-        out["stop"] = (f"dataset exhausted ({dataset} samples)" if limit == dataset
-                       else f"reached the per-task cap of {settings.cap} inputs")
+        out["stop"] = (
+            f"dataset exhausted ({dataset} samples)"
+            if limit == dataset
+            else f"reached the per-task cap of {settings.cap} inputs"
+        )
     if pool is not None:
         # The session's thread ends with this point; a later point never needs it.
         pool.discard(backend, export, task_session_config(backend, export, facts, settings.run_settings()))
@@ -202,9 +239,13 @@ def _pool(tasks: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> dict[
     inputs = sum(t["inputs"] for t in measured)
     total = sum(t["mean"] * t["inputs"] for t in measured)
     interval = stats.wilson_interval(total, inputs)
-    return {"tasks": sorted(names), "measured_tasks": len(measured), "inputs": inputs,
-            "mean": (total / inputs) if inputs else None,
-            "interval": list(interval) if interval else None}
+    return {
+        "tasks": sorted(names),
+        "measured_tasks": len(measured),
+        "inputs": inputs,
+        "mean": (total / inputs) if inputs else None,
+        "interval": list(interval) if interval else None,
+    }
 
 
 def summarise_point(tasks: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -234,8 +275,12 @@ def measure_point(
     runtime = backend.runtime_digest()
     names = sorted(facts.tasks)
     with cf.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="evalrunner-series") as ex:
-        futures = {n: ex.submit(_measure_task, lake, backend, export, facts.tasks[n], settings, runtime,
-                                pool, cancel, on_window) for n in names}
+        futures = {
+            n: ex.submit(
+                _measure_task, lake, backend, export, facts.tasks[n], settings, runtime, pool, cancel, on_window
+            )
+            for n in names
+        }
         tasks = {n: futures[n].result() for n in names}
     cohorts, combined = summarise_point(tasks)
     return {
@@ -246,7 +291,7 @@ def measure_point(
         "committed_at": commit.committed_at,
         "subject": commit.subject,
         "position": commit.position,
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "settings": settings.to_dict(),
         "backend": backend.name,
         "runtime_digest": runtime,
@@ -268,26 +313,31 @@ def measure_point(
 # --- flags between points --------------------------------------------------------------------
 
 
-def compare_points(lake: Lake, earlier: Mapping[str, Any], later: Mapping[str, Any],
-                   settings: SeriesSettings) -> dict[str, Any]:
+def compare_points(
+    lake: Lake, earlier: Mapping[str, Any], later: Mapping[str, Any], settings: SeriesSettings
+) -> dict[str, Any]:
     """Pairwise comparison of two points of one repository (any two, not only neighbours):
     per shared task the PR statistics on the inputs both measured; per cohort a status; and
     the annotations for cohorts and tasks that appear or disappear."""
-    shared = sorted(t for t in later["tasks"] if t in earlier["tasks"]
-                    and later["tasks"][t]["mean"] is not None and earlier["tasks"][t]["mean"] is not None)
-    params = stats.StatsParams(alpha=settings.alpha, margin=settings.margin, min_pairs=8,
-                               cap=max(8, settings.cap))
+    shared = sorted(
+        t
+        for t in later["tasks"]
+        if t in earlier["tasks"] and later["tasks"][t]["mean"] is not None and earlier["tasks"][t]["mean"] is not None
+    )
+    params = stats.StatsParams(alpha=settings.alpha, margin=settings.margin, min_pairs=8, cap=max(8, settings.cap))
     task_flags: dict[str, Any] = {}
     for name in shared:
         head = _point_rows(lake, later, name)
         base = _point_rows(lake, earlier, name)
         order = sorted({str(r["sample_id"]) for r in head} | {str(r["sample_id"]) for r in base})
         order = sample_order(order, settings.seed)
-        decision = stats.decide_task(stats.pair_task(head, base, order=order), params, len(shared),
-                                     forecast=False)
+        decision = stats.decide_task(stats.pair_task(head, base, order=order), params, len(shared), forecast=False)
         task_flags[name] = {
-            "label": decision.label, "pairs": decision.pairs, "delta": decision.delta,
-            "interval": list(decision.anytime_interval), "cohort": later["tasks"][name]["cohort"],
+            "label": decision.label,
+            "pairs": decision.pairs,
+            "delta": decision.delta,
+            "interval": list(decision.anytime_interval),
+            "cohort": later["tasks"][name]["cohort"],
         }
     cohorts_before = set(earlier["cohorts"])
     annotations: list[dict[str, Any]] = []
@@ -295,14 +345,26 @@ def compare_points(lake: Lake, earlier: Mapping[str, Any], later: Mapping[str, A
     for cohort, pool in later["cohorts"].items():
         if cohort not in cohorts_before:
             n = len(pool["tasks"])
-            annotations.append({"kind": "cohort_added", "cohort": cohort, "tasks": pool["tasks"],
-                                "text": f"{n} eval{'s' if n != 1 else ''} added (new cohort {cohort})"})
+            annotations.append(
+                {
+                    "kind": "cohort_added",
+                    "cohort": cohort,
+                    "tasks": pool["tasks"],
+                    "text": f"{n} eval{'s' if n != 1 else ''} added (new cohort {cohort})",
+                }
+            )
             status[cohort] = f"{n} eval{'s' if n != 1 else ''} added"
             continue
         added = sorted(set(pool["tasks"]) - set(earlier["cohorts"][cohort]["tasks"]))
         if added:
-            annotations.append({"kind": "tasks_added", "cohort": cohort, "tasks": added,
-                                "text": f"{len(added)} eval{'s' if len(added) != 1 else ''} added to {cohort}"})
+            annotations.append(
+                {
+                    "kind": "tasks_added",
+                    "cohort": cohort,
+                    "tasks": added,
+                    "text": f"{len(added)} eval{'s' if len(added) != 1 else ''} added to {cohort}",
+                }
+            )
         labels = [f["label"] for t, f in task_flags.items() if f["cohort"] == cohort]
         if "regressed" in labels:
             status[cohort] = "regression flagged"
@@ -312,14 +374,31 @@ def compare_points(lake: Lake, earlier: Mapping[str, Any], later: Mapping[str, A
             status[cohort] = "no regression"
     removed = sorted(set(earlier["tasks"]) - set(later["tasks"]))
     if removed:
-        annotations.append({"kind": "tasks_removed", "tasks": removed,
-                            "text": f"{len(removed)} eval{'s' if len(removed) != 1 else ''} removed"})
+        annotations.append(
+            {
+                "kind": "tasks_removed",
+                "tasks": removed,
+                "text": f"{len(removed)} eval{'s' if len(removed) != 1 else ''} removed",
+            }
+        )
     flagged_tasks = sorted(t for t, f in task_flags.items() if f["label"] == "regressed")
     for t in flagged_tasks:
-        annotations.append({"kind": "regression", "cohort": task_flags[t]["cohort"], "tasks": [t],
-                            "text": f"{t} regressed ({_signed(task_flags[t]['delta'])})"})
-    return {"previous": earlier["commit"], "task_flags": task_flags, "cohort_status": status,
-            "flagged": bool(flagged_tasks), "flagged_tasks": flagged_tasks, "annotations": annotations}
+        annotations.append(
+            {
+                "kind": "regression",
+                "cohort": task_flags[t]["cohort"],
+                "tasks": [t],
+                "text": f"{t} regressed ({_signed(task_flags[t]['delta'])})",
+            }
+        )
+    return {
+        "previous": earlier["commit"],
+        "task_flags": task_flags,
+        "cohort_status": status,
+        "flagged": bool(flagged_tasks),
+        "flagged_tasks": flagged_tasks,
+        "annotations": annotations,
+    }
 
 
 def _signed(x: float | None) -> str:
@@ -335,16 +414,25 @@ def _point_rows(lake: Lake, point: Mapping[str, Any], task: str) -> list[dict[st
         return []
     settings = SeriesSettings(**point["settings"])
     windows = [Window.parse(w) for w in point["tasks"][task]["windows"]]
-    keys = _task_keys(point["repo"], point["commit"], facts.tasks[task], settings, windows,
-                      point["backend"], point["runtime_digest"])
+    keys = _task_keys(
+        point["repo"], point["commit"], facts.tasks[task], settings, windows, point["backend"], point["runtime_digest"]
+    )
     return _load_rows(lake, keys)
 
 
 def flag_point(lake: Lake, point: dict[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
     """``point`` with its comparison against ``previous`` (the point before it on the branch)."""
     if previous is None:
-        point.update({"previous": None, "task_flags": {}, "flagged": False, "flagged_tasks": [],
-                      "cohort_status": {c: "first point" for c in point["cohorts"]}, "annotations": []})
+        point.update(
+            {
+                "previous": None,
+                "task_flags": {},
+                "flagged": False,
+                "flagged_tasks": [],
+                "cohort_status": {c: "first point" for c in point["cohorts"]},
+                "annotations": [],
+            }
+        )
         return point
     settings = SeriesSettings(**point["settings"])
     point.update(compare_points(lake, previous, point, settings))
@@ -376,21 +464,59 @@ def point_rows(point: Mapping[str, Any]) -> pa.Table:
     for name, t in sorted(point["tasks"].items()):
         flag = point.get("task_flags", {}).get(name, {})
         iv = t["interval"] or [None, None]
-        rows.append({**base, "scope": "task", "name": name, "cohort": t["cohort"], "mean": t["mean"],
-                     "lo": iv[0], "hi": iv[1], "inputs": t["inputs"], "label": flag.get("label"),
-                     "status": t["stop"], "flagged": flag.get("label") == "regressed", "annotation": t["failure"]})
+        rows.append(
+            {
+                **base,
+                "scope": "task",
+                "name": name,
+                "cohort": t["cohort"],
+                "mean": t["mean"],
+                "lo": iv[0],
+                "hi": iv[1],
+                "inputs": t["inputs"],
+                "label": flag.get("label"),
+                "status": t["stop"],
+                "flagged": flag.get("label") == "regressed",
+                "annotation": t["failure"],
+            }
+        )
     for cohort, pool in point["cohorts"].items():
         iv = pool["interval"] or [None, None]
         status = point.get("cohort_status", {}).get(cohort)
-        rows.append({**base, "scope": "cohort", "name": cohort, "cohort": cohort, "mean": pool["mean"],
-                     "lo": iv[0], "hi": iv[1], "inputs": pool["inputs"], "label": None, "status": status,
-                     "flagged": status == "regression flagged", "annotation": notes.get(cohort)})
+        rows.append(
+            {
+                **base,
+                "scope": "cohort",
+                "name": cohort,
+                "cohort": cohort,
+                "mean": pool["mean"],
+                "lo": iv[0],
+                "hi": iv[1],
+                "inputs": pool["inputs"],
+                "label": None,
+                "status": status,
+                "flagged": status == "regression flagged",
+                "annotation": notes.get(cohort),
+            }
+        )
     pool = point["combined"]
     iv = pool["interval"] or [None, None]
-    rows.append({**base, "scope": "combined", "name": "combined", "cohort": None, "mean": pool["mean"],
-                 "lo": iv[0], "hi": iv[1], "inputs": pool["inputs"], "label": None,
-                 "status": "regression flagged" if point.get("flagged") else None,
-                 "flagged": bool(point.get("flagged")), "annotation": None})
+    rows.append(
+        {
+            **base,
+            "scope": "combined",
+            "name": "combined",
+            "cohort": None,
+            "mean": pool["mean"],
+            "lo": iv[0],
+            "hi": iv[1],
+            "inputs": pool["inputs"],
+            "label": None,
+            "status": "regression flagged" if point.get("flagged") else None,
+            "flagged": bool(point.get("flagged")),
+            "annotation": None,
+        }
+    )
     return pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
 
 
@@ -401,8 +527,10 @@ def save_point(lake: Lake, point: Mapping[str, Any]) -> str:
     buf = io.BytesIO()
     pq.write_table(point_rows(point), buf)
     lake.write_bytes(LAYOUT.series_point_rows(point["repo"], point["commit"]), buf.getvalue())
-    return lake.write_bytes(LAYOUT.series_point(point["repo"], point["commit"]),
-                            json.dumps(point, indent=2, sort_keys=True, default=str).encode())
+    return lake.write_bytes(
+        LAYOUT.series_point(point["repo"], point["commit"]),
+        json.dumps(point, indent=2, sort_keys=True, default=str).encode(),
+    )
 
 
 def load_point(lake: Lake, repo: str, commit: str) -> dict[str, Any] | None:
@@ -412,8 +540,9 @@ def load_point(lake: Lake, repo: str, commit: str) -> dict[str, Any] | None:
     try:
         return json.loads(lake.read_bytes(rel))
     except json.JSONDecodeError as exc:
-        raise SeriesError(f"series point {lake.url(rel)} is not valid JSON ({exc}); delete it to "
-                          "measure the commit again") from exc
+        raise SeriesError(
+            f"series point {lake.url(rel)} is not valid JSON ({exc}); delete it to measure the commit again"
+        ) from exc
 
 
 def load_series(lake: Lake, repo: str, branch: str | None = None) -> list[dict[str, Any]]:
@@ -426,12 +555,15 @@ def load_series(lake: Lake, repo: str, branch: str | None = None) -> list[dict[s
     return sorted(points, key=lambda p: (p["position"], p["committed_at"]))
 
 
-def point_matches(point: Mapping[str, Any] | None, settings: SeriesSettings, backend_name: str,
-                  runtime: str) -> bool:
+def point_matches(point: Mapping[str, Any] | None, settings: SeriesSettings, backend_name: str, runtime: str) -> bool:
     """A saved point is reusable only if measured the same way on the same runtime."""
-    return (point is not None and point.get("schema_version") == SCHEMA_VERSION
-            and point.get("settings") == settings.to_dict() and point.get("backend") == backend_name
-            and point.get("runtime_digest") == runtime)
+    return (
+        point is not None
+        and point.get("schema_version") == SCHEMA_VERSION
+        and point.get("settings") == settings.to_dict()
+        and point.get("backend") == backend_name
+        and point.get("runtime_digest") == runtime
+    )
 
 
 def previous_point(lake: Lake, repo: str, history: Sequence[MainCommit], commit: MainCommit) -> dict[str, Any] | None:
@@ -460,8 +592,10 @@ def load_settings(lake: Lake, repo: str) -> tuple[str, SeriesSettings]:
         doc = json.loads(lake.read_bytes(rel))
         return str(doc.get("branch") or "main"), SeriesSettings(**doc.get("settings", {}))
     except (json.JSONDecodeError, TypeError) as exc:
-        raise SeriesError(f"series settings {lake.url(rel)} are not valid ({exc}); delete the file or "
-                          "run `evalrunner backfill` again with the settings you want") from exc
+        raise SeriesError(
+            f"series settings {lake.url(rel)} are not valid ({exc}); delete the file or "
+            "run `evalrunner backfill` again with the settings you want"
+        ) from exc
 
 
 @dataclass
@@ -512,8 +646,9 @@ def run_series(
             fresh = False
         else:
             export = export_for(commit.sha)
-            point = measure_point(lake, backend, export, settings, commit, branch=branch, pool=pool,
-                                  workers=workers, cancel=cancel)
+            point = measure_point(
+                lake, backend, export, settings, commit, branch=branch, pool=pool, workers=workers, cancel=cancel
+            )
             if cancel is not None and cancel.is_set():
                 break  # a cancelled point is not saved: the next run measures it again
             point = flag_point(lake, point, previous)
@@ -530,5 +665,7 @@ def run_series(
 
 def history_of(rows: Sequence[tuple[str, str, str]]) -> list[MainCommit]:
     """``RepoSource.first_parent_history`` rows as :class:`MainCommit` (position 0 = oldest)."""
-    return [MainCommit(sha=sha, committed_at=when, subject=subject, position=i)
-            for i, (sha, when, subject) in enumerate(rows)]
+    return [
+        MainCommit(sha=sha, committed_at=when, subject=subject, position=i)
+        for i, (sha, when, subject) in enumerate(rows)
+    ]

@@ -11,9 +11,9 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from evalrunner_assets.pipeline.keys import comparison_key
 from lake import LAYOUT, Lake
 from lake.layout import check_commit, check_repo
-from evalrunner_assets.pipeline.keys import comparison_key
 
 DEFAULT_MODEL = "simagent/support-agent"
 AFFINITY_MODES = ("off", "order", "prune")
@@ -59,18 +59,18 @@ class ComparisonRequest:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(self.pr)):
             raise ComparisonRequestError(f"pr {self.pr!r} must be a number or a path-safe name")
         if self.affinity not in AFFINITY_MODES:
-            raise ComparisonRequestError(
-                f"affinity {self.affinity!r} must be one of {', '.join(AFFINITY_MODES)}"
-            )
+            raise ComparisonRequestError(f"affinity {self.affinity!r} must be one of {', '.join(AFFINITY_MODES)}")
         if not (0 < self.alpha < 1):
             raise ComparisonRequestError(f"alpha {self.alpha!r} must be in (0, 1)")
         if not (0 < self.margin < 1):
             raise ComparisonRequestError(f"margin {self.margin!r} must be in (0, 1)")
         if self.epochs < 1:
             raise ComparisonRequestError(f"epochs {self.epochs!r} must be at least 1")
-        if self.budget_usd is not None and (isinstance(self.budget_usd, bool)
-                                            or not isinstance(self.budget_usd, (int, float))
-                                            or not self.budget_usd >= 0):
+        if self.budget_usd is not None and (
+            isinstance(self.budget_usd, bool)
+            or not isinstance(self.budget_usd, (int, float))
+            or not self.budget_usd >= 0
+        ):
             raise ComparisonRequestError(f"budget_usd {self.budget_usd!r} must be a non-negative number of dollars")
         if self.cap < self.min_pairs:
             raise ComparisonRequestError(f"cap {self.cap} is below min_pairs {self.min_pairs}")
@@ -89,7 +89,7 @@ class ComparisonRequest:
         return json.dumps(rec, indent=2, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes | str) -> "ComparisonRequest":
+    def from_json(cls, data: bytes | str) -> ComparisonRequest:
         try:
             rec = json.loads(data)
         except json.JSONDecodeError as exc:
@@ -101,7 +101,7 @@ class ComparisonRequest:
             raise ComparisonRequestError(f"comparison request has unknown fields {sorted(unknown)}")
         return cls(**rec)
 
-    def with_extra_samples(self, n: int) -> "ComparisonRequest":
+    def with_extra_samples(self, n: int) -> ComparisonRequest:
         return replace(self, extra_samples=self.extra_samples + n)
 
 
@@ -133,10 +133,7 @@ def open_comparison(lake: Lake, request: ComparisonRequest) -> ComparisonRequest
 def latest_request(lake: Lake, repo: str, pr: str) -> ComparisonRequest | None:
     """The most recently requested comparison of a PR (its newest head)."""
     prefix = LAYOUT.comparison(repo, pr, "0" * 40).rsplit("/", 1)[0]
-    requests = [
-        ComparisonRequest.from_json(lake.read_bytes(rel))
-        for rel in lake.glob(f"{prefix}/*.request.json")
-    ]
+    requests = [ComparisonRequest.from_json(lake.read_bytes(rel)) for rel in lake.glob(f"{prefix}/*.request.json")]
     if not requests:
         return None
     return max(requests, key=lambda r: (r.requested_at, r.head_sha))

@@ -18,21 +18,21 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
+from evalrunner_assets.execution.environment import runtime_with_env
 from evalrunner_assets.execution.inspect_runner import (
     BUDGET_SPENT,
-    make_batch_key,
-    window_ids,
     TaskRunConfig,
     WarmTaskRunner,
     WindowRun,
+    make_batch_key,
     run_window_cold,
+    window_ids,
 )
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.warm_pool import WarmPool
-from evalrunner_assets.execution.environment import runtime_with_env
 from evalrunner_assets.pipeline.facts import TaskFacts, task_environment
 from lake import LAYOUT, Lake, Window
 from lake.batch import BatchKey
@@ -93,29 +93,66 @@ def batch_key_for(
     construction the runner uses when it lands the window)."""
     ids = window_ids(list(facts.sample_ids), settings.seed, window)
     return make_batch_key(
-        repo, commit, task=facts.task, spec=facts.spec, model=settings.model,
-        model_args=dict(settings.model_args), task_args={}, seed=settings.seed, epochs=settings.epochs,
-        window=window, ids=ids, config_digest=facts.config_digest,
-        backend_name=backend_name, runtime_digest=runtime_with_env(runtime_digest, facts.env_digest),
+        repo,
+        commit,
+        task=facts.task,
+        spec=facts.spec,
+        model=settings.model,
+        model_args=dict(settings.model_args),
+        task_args={},
+        seed=settings.seed,
+        epochs=settings.epochs,
+        window=window,
+        ids=ids,
+        config_digest=facts.config_digest,
+        backend_name=backend_name,
+        runtime_digest=runtime_with_env(runtime_digest, facts.env_digest),
     )
 
 
-def session_config(repo: str, task: str, spec: str, workdir: str, settings: RunSettings, *,
-                   env_digest: str = "", python_env: str | None = None) -> TaskRunConfig:
+def session_config(
+    repo: str,
+    task: str,
+    spec: str,
+    workdir: str,
+    settings: RunSettings,
+    *,
+    env_digest: str = "",
+    python_env: str | None = None,
+) -> TaskRunConfig:
     """The run configuration of a task's windows (and so the key of its warm sandbox)."""
     return TaskRunConfig(
-        repo=repo, task=task, spec=spec, model=settings.model, workdir=workdir,
-        model_args=dict(settings.model_args), seed=settings.seed, epochs=settings.epochs,
-        env_digest=env_digest, python_env=python_env,
+        repo=repo,
+        task=task,
+        spec=spec,
+        model=settings.model,
+        workdir=workdir,
+        model_args=dict(settings.model_args),
+        seed=settings.seed,
+        epochs=settings.epochs,
+        env_digest=env_digest,
+        python_env=python_env,
     )
 
 
-def task_session_config(backend: SandboxBackend, export: RepoExport, facts: TaskFacts, settings: RunSettings,
-                        *, cancel: threading.Event | None = None) -> TaskRunConfig:
+def task_session_config(
+    backend: SandboxBackend,
+    export: RepoExport,
+    facts: TaskFacts,
+    settings: RunSettings,
+    *,
+    cancel: threading.Event | None = None,
+) -> TaskRunConfig:
     """The run configuration of one task's windows at one commit, with its environment."""
-    return session_config(export.repo, facts.task, facts.spec, facts.workdir, settings,
-                          env_digest=facts.env_digest,
-                          python_env=task_environment(backend, export, facts, cancel=cancel))
+    return session_config(
+        export.repo,
+        facts.task,
+        facts.spec,
+        facts.workdir,
+        settings,
+        env_digest=facts.env_digest,
+        python_env=task_environment(backend, export, facts, cancel=cancel),
+    )
 
 
 def batch_state(lake: Lake, key: BatchKey) -> str:
@@ -177,8 +214,11 @@ def log_usage(log_bytes: bytes | None) -> dict[str, Any] | None:
         return None
     models: dict[str, dict[str, int]] = {}
     for model, u in ((log.stats.model_usage if log.stats else None) or {}).items():
-        models[model] = {"input_tokens": int(u.input_tokens or 0), "output_tokens": int(u.output_tokens or 0),
-                         "total_tokens": int(u.total_tokens or 0)}
+        models[model] = {
+            "input_tokens": int(u.input_tokens or 0),
+            "output_tokens": int(u.output_tokens or 0),
+            "total_tokens": int(u.total_tokens or 0),
+        }
     samples = log.samples or []
     return {
         "samples": len(samples),
@@ -211,7 +251,7 @@ def retire_failures(lake: Lake, repo: str, commits: Iterable[str]) -> list[str]:
     ``/eval more`` — gets one more try. Returns the retired failure records' paths."""
     from evalrunner_assets.pipeline.facts import load_facts
 
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     retired = []
     for commit in dict.fromkeys(commits):
         rels = lake.glob(LAYOUT.failure_glob(repo, commit))
@@ -238,7 +278,7 @@ def _record_failure(lake: Lake, key: BatchKey, kind: str, cause: str, run: Windo
         "key": key.as_record(),
         "kind": kind,
         "cause": cause,
-        "recorded_at": datetime.now(timezone.utc).isoformat(),
+        "recorded_at": datetime.now(UTC).isoformat(),
         "exit_code": None if run is None else run.exit_code,
         "stderr_tail": "" if run is None else run.stderr_tail[-4000:],
         "rejected_outputs": {} if run is None else run.rejected_outputs,
@@ -254,9 +294,14 @@ def record_gateway_usage(lake: Lake, run: WindowRun) -> None:
     if run.gateway_usage is None:
         return
     key = run.key
-    payload = {"batch": key.digest, "key": key.as_record(), "window_status": run.status,
-               "failure_kind": run.failure_kind, "recorded_at": datetime.now(timezone.utc).isoformat(),
-               "usage": run.gateway_usage}
+    payload = {
+        "batch": key.digest,
+        "key": key.as_record(),
+        "window_status": run.status,
+        "failure_kind": run.failure_kind,
+        "recorded_at": datetime.now(UTC).isoformat(),
+        "usage": run.gateway_usage,
+    }
     rel = LAYOUT.gateway_usage(key.repo, key.commit, key.task, key.window, key.digest)
     lake.write_bytes(rel, json.dumps(payload, indent=2, sort_keys=True, default=str).encode())
 
@@ -282,8 +327,10 @@ def _metered_usage(logged: dict[str, Any] | None, metered: dict[str, Any]) -> di
     """A stopped window's spend: the gateway metered every call, including those of samples
     whose log records no usage (an errored sample's model calls are easily lost)."""
     usage = dict(logged or {"samples": 0, "samples_errored": 0, "log_status": None})
-    models = {m: {k: int(u[k]) for k in ("input_tokens", "output_tokens", "total_tokens")}
-              for m, u in (metered.get("models") or {}).items()}
+    models = {
+        m: {k: int(u[k]) for k in ("input_tokens", "output_tokens", "total_tokens")}
+        for m, u in (metered.get("models") or {}).items()
+    }
     usage["models"] = models
     for k in ("input_tokens", "output_tokens", "total_tokens"):
         usage[k] = sum(m[k] for m in models.values())
@@ -305,9 +352,15 @@ def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowO
     if run.failure_kind == BUDGET_SPENT:
         # Neither the agent's failure nor the infrastructure's: nothing is recorded as a failure,
         # so the breaker never counts it and a later request (a larger budget) runs it again.
-        return WindowOutcome(key, "budget_stopped", failure=run.failure_cause, failure_kind=BUDGET_SPENT,
-                             duration_s=run.duration_s, timings=run.timings,
-                             usage=_metered_usage(log_usage(run.log_bytes), run.gateway_usage))
+        return WindowOutcome(
+            key,
+            "budget_stopped",
+            failure=run.failure_cause,
+            failure_kind=BUDGET_SPENT,
+            duration_s=run.duration_s,
+            timings=run.timings,
+            usage=_metered_usage(log_usage(run.log_bytes), run.gateway_usage),
+        )
     if (not run.ok or run.log_bytes is None) and cancel is not None and cancel.is_set():
         # Cancelled is not a finding about the infrastructure: nothing is recorded, so the
         # window runs again when the comparison resumes.
@@ -316,8 +369,15 @@ def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowO
         cause = run.failure_cause or "the sandbox produced no usable log"
         kind = run.failure_kind or "infra_failure"
         _record_failure(lake, key, kind, cause, run)
-        return WindowOutcome(key, "failed", failure=f"{run.failure_kind}: {cause}", failure_kind=kind,
-                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
+        return WindowOutcome(
+            key,
+            "failed",
+            failure=f"{run.failure_kind}: {cause}",
+            failure_kind=kind,
+            duration_s=run.duration_s,
+            timings=run.timings,
+            usage=log_usage(run.log_bytes),
+        )
     meta = {"mode": run.mode, "duration_s": round(run.duration_s, 3), "timings": run.timings}
     try:
         record = land_batch(lake, key, run.log_bytes, run_meta=meta)
@@ -327,23 +387,49 @@ def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowO
         return WindowOutcome(key, "reused", duration_s=run.duration_s, timings=run.timings, duplicate=True)
     except LakeUnavailable as exc:
         # The store is down: nothing can be recorded there either; the breaker counts it.
-        return WindowOutcome(key, "failed", failure=str(exc), failure_kind="lake_unavailable",
-                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
+        return WindowOutcome(
+            key,
+            "failed",
+            failure=str(exc),
+            failure_kind="lake_unavailable",
+            duration_s=run.duration_s,
+            timings=run.timings,
+            usage=log_usage(run.log_bytes),
+        )
     except LakeWriteError as exc:
         # Landing failed (e.g. the disk is full): the lake's fault, not the sandbox's.
         _record_failure_quietly(lake, key, "lake_write", str(exc), run)
-        return WindowOutcome(key, "failed", failure=str(exc), failure_kind="lake_write",
-                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
+        return WindowOutcome(
+            key,
+            "failed",
+            failure=str(exc),
+            failure_kind="lake_write",
+            duration_s=run.duration_s,
+            timings=run.timings,
+            usage=log_usage(run.log_bytes),
+        )
     except LogStatusError as exc:
-        return WindowOutcome(key, "failed", failure=str(exc), failure_kind="log_status",
-                             duration_s=run.duration_s, timings=run.timings, usage=log_usage(run.log_bytes))
+        return WindowOutcome(
+            key,
+            "failed",
+            failure=str(exc),
+            failure_kind="log_status",
+            duration_s=run.duration_s,
+            timings=run.timings,
+            usage=log_usage(run.log_bytes),
+        )
     except LogIngestError as exc:
         _record_failure(lake, key, "invalid_log", str(exc), run)
-        return WindowOutcome(key, "failed", failure=str(exc), failure_kind="invalid_log",
-                             duration_s=run.duration_s, timings=run.timings)
+        return WindowOutcome(
+            key, "failed", failure=str(exc), failure_kind="invalid_log", duration_s=run.duration_s, timings=run.timings
+        )
     return WindowOutcome(
-        key, "landed", samples=record.sample_rows, errored=record.errored_samples,
-        duration_s=run.duration_s, timings=run.timings,
+        key,
+        "landed",
+        samples=record.sample_rows,
+        errored=record.errored_samples,
+        duration_s=run.duration_s,
+        timings=run.timings,
     )
 
 
@@ -373,8 +459,9 @@ def run_task_windows(
     outcomes: list[WindowOutcome] = []
     todo: list[tuple[int, Window]] = []
     for i, window in enumerate(windows):
-        key = batch_key_for(export.repo, export.commit, facts, settings, window,
-                            backend_name=backend.name, runtime_digest=runtime)
+        key = batch_key_for(
+            export.repo, export.commit, facts, settings, window, backend_name=backend.name, runtime_digest=runtime
+        )
         state = batch_state(lake, key)
         if state == "committed":
             outcomes.append(WindowOutcome(key, "reused"))
@@ -404,12 +491,18 @@ def run_task_windows(
         return outcome
 
     def retry_worthy(run: WindowRun) -> bool:
-        return (retry_transient and not run.ok and run.mode == "warm" and not cancelled()
-                and run.failure_kind in TRANSIENT_KINDS)
+        return (
+            retry_transient
+            and not run.ok
+            and run.mode == "warm"
+            and not cancelled()
+            and run.failure_kind in TRANSIENT_KINDS
+        )
 
     def cold(window: Window) -> WindowRun:
-        return run_window_cold(backend, export, cfg, window, sample_ids=list(facts.sample_ids),
-                               task_name=facts.inspect_task, cancel=cancel)
+        return run_window_cold(
+            backend, export, cfg, window, sample_ids=list(facts.sample_ids), task_name=facts.inspect_task, cancel=cancel
+        )
 
     if pool is not None and warm and WarmPool.supports(backend):
         for i, window in todo:

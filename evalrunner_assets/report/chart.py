@@ -1,4 +1,4 @@
-""""How many samples until we know?": Δ and its anytime-valid interval against pairs run."""
+""" "How many samples until we know?": Δ and its anytime-valid interval against pairs run."""
 
 from __future__ import annotations
 
@@ -34,12 +34,12 @@ def comparison_chart(result: dict[str, Any]) -> alt.Chart:
     )
     line = path.mark_line().encode(y="delta:Q")
     zero = base.mark_rule(strokeDash=[4, 4]).encode(x=alt.value(0), x2=alt.value(260), y=alt.datum(0))
-    stop = base.transform_filter(alt.datum.kind == "stop").mark_rule(color="black").encode(
-        tooltip=["task:N", "label:N", "pairs:Q"]
+    stop = (
+        base.transform_filter(alt.datum.kind == "stop")
+        .mark_rule(color="black")
+        .encode(tooltip=["task:N", "label:N", "pairs:Q"])
     )
-    layered = alt.layer(band, interval, line, zero, stop, data=alt.Data(values=rows)).properties(
-        width=260, height=180
-    )
+    layered = alt.layer(band, interval, line, zero, stop, data=alt.Data(values=rows)).properties(width=260, height=180)
     return layered.facet(facet=alt.Facet("task:N", title=None), columns=3).properties(
         title=f"{result['head_sha'][:7]} vs {result.get('base_ref') or result['base_sha'][:7]}: "
         "how many samples until we know?"
@@ -62,5 +62,6 @@ def warm_up() -> None:
     driver can pay for it while it waits on sandboxes rather than after the verdict."""
     import vl_convert as vlc
 
-    vlc.vegalite_to_png({"data": {"values": [{"x": 0}]}, "mark": "point",
-                         "encoding": {"x": {"field": "x", "type": "quantitative"}}})
+    vlc.vegalite_to_png(
+        {"data": {"values": [{"x": 0}]}, "mark": "point", "encoding": {"x": {"field": "x", "type": "quantitative"}}}
+    )

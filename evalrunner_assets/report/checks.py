@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 _VERDICTS = {
     "IMPROVED": ("success", "improved"),
     "UNCHANGED": ("success", "no change"),

@@ -117,11 +117,17 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
             label = _LABEL.get(d["label"], d["label"])
             if doc.get("failures"):
                 label += " ⚠"
-            lines.append(_row(
-                _code(task), _fmt_rate(d.get("base_mean")), _fmt_rate(d.get("head_mean")),
-                f"{_fmt_delta(d.get('delta'))}{interval}", f"`{ci_bar(lo, hi, d.get('delta'))}`",
-                label, samples,
-            ))
+            lines.append(
+                _row(
+                    _code(task),
+                    _fmt_rate(d.get("base_mean")),
+                    _fmt_rate(d.get("head_mean")),
+                    f"{_fmt_delta(d.get('delta'))}{interval}",
+                    f"`{ci_bar(lo, hi, d.get('delta'))}`",
+                    label,
+                    samples,
+                )
+            )
         lines.append("")
         margin = params.get("margin")
         note = (
@@ -134,9 +140,11 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
         if note:
             lines += [f"<sub>{note}</sub>", ""]
 
-    for kind, title in (("skipped_tasks", "Skipped (no changed file matches their paths)"),
-                        ("new_tasks", "New on this PR (no baseline yet)"),
-                        ("removed_tasks", "Removed on this PR")):
+    for kind, title in (
+        ("skipped_tasks", "Skipped (no changed file matches their paths)"),
+        ("new_tasks", "New on this PR (no baseline yet)"),
+        ("removed_tasks", "Removed on this PR"),
+    ):
         if result.get(kind):
             lines.append(f"**{title}:** " + ", ".join(_code(t) for t in result[kind]))
     raised = agent_errors(result)
@@ -221,8 +229,16 @@ def _row(*cells: object) -> str:
 
 def _details(result: dict[str, Any]) -> str:
     rows = [
-        _row("eval", "pairs", "head better / base better / ties", "classical 95% CI‡", "e-value",
-             "P(Δ>m) · P(|Δ|<m) · P(Δ<−m)", "cost/sample Δ", "p50 latency Δ"),
+        _row(
+            "eval",
+            "pairs",
+            "head better / base better / ties",
+            "classical 95% CI‡",
+            "e-value",
+            "P(Δ>m) · P(|Δ|<m) · P(Δ<−m)",
+            "cost/sample Δ",
+            "p50 latency Δ",
+        ),
         "|---|---:|---|---|---|---|---|---|",
     ]
     for task in result.get("task_order") or sorted(result.get("tasks") or {}):
@@ -234,13 +250,18 @@ def _details(result: dict[str, Any]) -> str:
         e_best = max(ev.values()) if ev else None
         cps = doc.get("cost_per_sample_delta_usd")
         lat = doc.get("latency_p50_delta_s")
-        rows.append(_row(
-            _code(task), d.get("pairs", 0),
-            f"{d.get('head_better', 0)} / {d.get('base_better', 0)} / {d.get('ties', 0)}", classical,
-            "–" if e_best is None else f"{e_best:.3g}",
-            f"{d.get('p_above_margin', 0):.2f} · {d.get('p_within_margin', 0):.2f} · {d.get('p_below_margin', 0):.2f}",
-            "unknown" if cps is None else f"{cps:+.5f}", "–" if lat is None else f"{lat:+.3f}s",
-        ))
+        rows.append(
+            _row(
+                _code(task),
+                d.get("pairs", 0),
+                f"{d.get('head_better', 0)} / {d.get('base_better', 0)} / {d.get('ties', 0)}",
+                classical,
+                "–" if e_best is None else f"{e_best:.3g}",
+                f"{d.get('p_above_margin', 0):.2f} · {d.get('p_within_margin', 0):.2f} · {d.get('p_below_margin', 0):.2f}",
+                "unknown" if cps is None else f"{cps:+.5f}",
+                "–" if lat is None else f"{lat:+.3f}s",
+            )
+        )
     rows.append("")
     rows.append("<sub>‡ fixed-n reference only: not valid under repeated looks, never used to decide.</sub>")
     return "\n".join(rows)

@@ -23,42 +23,78 @@ def _rows(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
             if pool["mean"] is None:
                 continue
             lo, hi = pool["interval"] or (pool["mean"], pool["mean"])
-            lines.append({**base, "series": name, "mean": pool["mean"], "lo": lo, "hi": hi,
-                          "inputs": pool["inputs"]})
+            lines.append({**base, "series": name, "mean": pool["mean"], "lo": lo, "hi": hi, "inputs": pool["inputs"]})
         for note in p.get("annotations", []):
             if note["kind"] in ("cohort_added", "tasks_added", "regression"):
-                marks.append({**base, "kind": "flagged drop" if note["kind"] == "regression" else "evals added",
-                              "text": note["text"]})
+                marks.append(
+                    {
+                        **base,
+                        "kind": "flagged drop" if note["kind"] == "regression" else "evals added",
+                        "text": note["text"],
+                    }
+                )
     return lines, marks
 
 
 def series_chart(points: Sequence[dict[str, Any]], repo: str, branch: str) -> alt.LayerChart:
     lines, marks = _rows(points)
     x = alt.X("committed_at:T", title=f"commit time ({branch}, first-parent)")
-    band = alt.Chart(alt.Data(values=lines)).mark_area(opacity=0.15).encode(
-        x=x, y=alt.Y("lo:Q", title="mean score", scale=alt.Scale(domain=[0, 1])), y2="hi:Q",
-        color=alt.Color("series:N", title="cohort"),
+    band = (
+        alt.Chart(alt.Data(values=lines))
+        .mark_area(opacity=0.15)
+        .encode(
+            x=x,
+            y=alt.Y("lo:Q", title="mean score", scale=alt.Scale(domain=[0, 1])),
+            y2="hi:Q",
+            color=alt.Color("series:N", title="cohort"),
+        )
     )
-    line = alt.Chart(alt.Data(values=lines)).mark_line(point=True).encode(
-        x=x, y="mean:Q", color="series:N",
-        strokeDash=alt.condition(alt.datum.series == "combined", alt.value([6, 3]), alt.value([1, 0])),
-        tooltip=["series:N", "commit:N", "subject:N", alt.Tooltip("mean:Q", format=".2f"),
-                 alt.Tooltip("lo:Q", format=".2f"), alt.Tooltip("hi:Q", format=".2f"), "inputs:Q"],
+    line = (
+        alt.Chart(alt.Data(values=lines))
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y="mean:Q",
+            color="series:N",
+            strokeDash=alt.condition(alt.datum.series == "combined", alt.value([6, 3]), alt.value([1, 0])),
+            tooltip=[
+                "series:N",
+                "commit:N",
+                "subject:N",
+                alt.Tooltip("mean:Q", format=".2f"),
+                alt.Tooltip("lo:Q", format=".2f"),
+                alt.Tooltip("hi:Q", format=".2f"),
+                "inputs:Q",
+            ],
+        )
     )
     layers: list[Any] = [band, line]
     if marks:
-        rule = alt.Chart(alt.Data(values=marks)).mark_rule(strokeWidth=1.5).encode(
-            x=x,
-            color=alt.Color("kind:N", scale=alt.Scale(domain=["evals added", "flagged drop"],
-                                                      range=["#888888", "#d62728"]), title="annotation"),
-            strokeDash=alt.value([4, 4]), tooltip=["commit:N", "text:N"],
+        rule = (
+            alt.Chart(alt.Data(values=marks))
+            .mark_rule(strokeWidth=1.5)
+            .encode(
+                x=x,
+                color=alt.Color(
+                    "kind:N",
+                    scale=alt.Scale(domain=["evals added", "flagged drop"], range=["#888888", "#d62728"]),
+                    title="annotation",
+                ),
+                strokeDash=alt.value([4, 4]),
+                tooltip=["commit:N", "text:N"],
+            )
         )
-        label = alt.Chart(alt.Data(values=marks)).mark_text(angle=270, align="left", dx=4, dy=-4,
-                                                               fontSize=9).encode(
-            x=x, y=alt.value(4), text="text:N")
+        label = (
+            alt.Chart(alt.Data(values=marks))
+            .mark_text(angle=270, align="left", dx=4, dy=-4, fontSize=9)
+            .encode(x=x, y=alt.value(4), text="text:N")
+        )
         layers += [rule, label]
-    return alt.layer(*layers).resolve_scale(color="independent").properties(
-        width=520, height=240, title=f"{repo} · {branch}: cohort series")
+    return (
+        alt.layer(*layers)
+        .resolve_scale(color="independent")
+        .properties(width=520, height=240, title=f"{repo} · {branch}: cohort series")
+    )
 
 
 def render_series_chart(points: Sequence[dict[str, Any]], repo: str, branch: str) -> dict[str, bytes]:

@@ -42,14 +42,19 @@ def render_point_table(points: Sequence[Mapping[str, Any]]) -> str:
 
 def render_series_summary(point: Mapping[str, Any]) -> str:
     """The check-run text of a flagged main commit."""
-    lines = [f"Main-branch point `{point['commit'][:7]}` compared with `{(point.get('previous') or '')[:7]}` "
-             "on the inputs both measured (anytime-valid, α split over the shared evals).", ""]
+    lines = [
+        f"Main-branch point `{point['commit'][:7]}` compared with `{(point.get('previous') or '')[:7]}` "
+        "on the inputs both measured (anytime-valid, α split over the shared evals).",
+        "",
+    ]
     lines += [f"- {line}" for line in _reading(point)]
     lines += ["", "| eval | cohort | label | Δ (interval) | pairs |", "|---|---|---|---|---|"]
     for task, flag in sorted((point.get("task_flags") or {}).items()):
         iv = flag.get("interval") or (None, None)
         delta = "n/a" if flag.get("delta") is None else f"{flag['delta']:+.2f} ({iv[0]:+.2f}, {iv[1]:+.2f})"
-        lines.append("| " + " | ".join(_cell(c) for c in (task, flag["cohort"], flag["label"], delta, flag["pairs"])) + " |")
+        lines.append(
+            "| " + " | ".join(_cell(c) for c in (task, flag["cohort"], flag["label"], delta, flag["pairs"])) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -30,6 +30,7 @@ def __getattr__(name: str) -> object:
         return getattr(_provider, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "Answer",
     "BEHAVIOUR_MODELS",

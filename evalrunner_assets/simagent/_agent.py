@@ -173,16 +173,10 @@ def _runbook_plan(incident: Incident, decision: Decision, conversation: Conversa
 
     # Failures: answering from memory (no search), or reading the wrong runbook of the service.
     if decision.failure_draw < 0.2:
-        return Answer(
-            f"This is a known {incident.service} problem; follow the service's usual runbook."
-        )
+        return Answer(f"This is a known {incident.service} problem; follow the service's usual runbook.")
     if not searches:
-        return CallTool(
-            "runbook_search", {"query": incident.service}, f"Searching the runbooks: {incident.service}."
-        )
-    wrong = [
-        hit for hit in _runbook_hits(searches[-1].result) if hit.error_code != incident.error_code
-    ]
+        return CallTool("runbook_search", {"query": incident.service}, f"Searching the runbooks: {incident.service}.")
+    wrong = [hit for hit in _runbook_hits(searches[-1].result) if hit.error_code != incident.error_code]
     if not wrong:
         return Answer("I could not tell which runbook applies.")
     pick = wrong[min(len(wrong) - 1, int((decision.failure_draw - 0.2) / 0.8 * len(wrong)))]
@@ -206,9 +200,7 @@ def _escalation_plan(incident: Incident, decision: Decision, conversation: Conve
     message = f"{incident.id}: [{incident.error_code}] {incident.alert}".strip()
 
     def lookup_owner() -> CallTool:
-        return CallTool(
-            "service_owner", {"service": incident.service}, f"Checking who owns {incident.service}."
-        )
+        return CallTool("service_owner", {"service": incident.service}, f"Checking who owns {incident.service}.")
 
     def page(team: str) -> CallTool:
         return CallTool(
@@ -264,17 +256,12 @@ def _summary_plan(incident: Incident, decision: Decision, conversation: Conversa
     if not timelines:
         if _exchanges(conversation, "incident_timeline"):
             return Answer(f"{heading}: I could not read the timeline.")
-        return CallTool(
-            "incident_timeline", {"incident_id": incident.id}, f"Reading the timeline of {incident.id}."
-        )
+        return CallTool("incident_timeline", {"incident_id": incident.id}, f"Reading the timeline of {incident.id}.")
     facts = _timeline_facts(timelines[-1].result)
     if len(facts) < 3:
         return Answer(f"{heading}: the timeline does not yet say enough for a summary.")
     if decision.succeeds:
-        return Answer(
-            f"{heading}: {facts['impact']}. Cause: {facts['cause']}. "
-            f"Next step: {facts['next_step']}."
-        )
+        return Answer(f"{heading}: {facts['impact']}. Cause: {facts['cause']}. Next step: {facts['next_step']}.")
     # Failures after reading: forgetting the next step, or pasting the raw timeline.
     if decision.failure_draw < 0.4:
         return Answer(f"{heading}: {facts['impact']}. Cause: {facts['cause']}.")

@@ -87,11 +87,7 @@ def normalise_prompt(text: str) -> str:
 def cues_present(behaviour: Behaviour, prompt: str) -> frozenset[str]:
     """Names of the behaviour's cues found in ``prompt`` (the system prompt, raw)."""
     normalised = normalise_prompt(prompt)
-    return frozenset(
-        cue.name
-        for cue in BEHAVIOUR_MODELS[behaviour].cues
-        if re.search(cue.pattern, normalised)
-    )
+    return frozenset(cue.name for cue in BEHAVIOUR_MODELS[behaviour].cues if re.search(cue.pattern, normalised))
 
 
 def success_probability(behaviour: Behaviour, cues: frozenset[str]) -> float:
@@ -121,9 +117,7 @@ class Decision:
     failure_draw: float  # picks the failure mode when ``succeeds`` is false
 
 
-def decide(
-    behaviour: Behaviour, prompt: str, *, seed: int, sample_id: str, epoch: int
-) -> Decision:
+def decide(behaviour: Behaviour, prompt: str, *, seed: int, sample_id: str, epoch: int) -> Decision:
     """The agent's outcome on one sample. The draws do not depend on the prompt, only the
     probability does — that is what makes both arms of a comparison share their randomness."""
     cues = cues_present(behaviour, prompt)

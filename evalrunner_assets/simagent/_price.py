@@ -13,9 +13,7 @@ class TokenPrice:
     output_usd_per_mtok: float
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return (
-            input_tokens * self.input_usd_per_mtok + output_tokens * self.output_usd_per_mtok
-        ) / 1_000_000
+        return (input_tokens * self.input_usd_per_mtok + output_tokens * self.output_usd_per_mtok) / 1_000_000
 
 
 # The stand-in price of every ``simagent/*`` model (the same for all names). Pipelines that keep

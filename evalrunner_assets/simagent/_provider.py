@@ -56,8 +56,7 @@ class SimulatedAgentAPI(ModelAPI):
         super().__init__(model_name, base_url, api_key, [], config)
         if model_args:
             raise ValueError(
-                f"{PROVIDER}/{model_name} takes no model args (got {sorted(model_args)}); "
-                "set the seed with --seed"
+                f"{PROVIDER}/{model_name} takes no model args (got {sorted(model_args)}); set the seed with --seed"
             )
         set_model_info(
             f"{PROVIDER}/{model_name}",
@@ -92,9 +91,12 @@ class SimulatedAgentAPI(ModelAPI):
         step = next_step(conversation, seed=seed, sample_id=sample_id, epoch=epoch)
 
         if isinstance(step, CallTool):
-            call_id = "call_" + hashlib.sha256(
-                f"{sample_id}|{epoch}|{len(conversation.exchanges)}|{step.function}".encode()
-            ).hexdigest()[:16]
+            call_id = (
+                "call_"
+                + hashlib.sha256(
+                    f"{sample_id}|{epoch}|{len(conversation.exchanges)}|{step.function}".encode()
+                ).hexdigest()[:16]
+            )
             message = ChatMessageAssistant(
                 content=step.note,
                 tool_calls=[ToolCall(id=call_id, function=step.function, arguments=step.arguments)],
@@ -105,9 +107,7 @@ class SimulatedAgentAPI(ModelAPI):
             output_text = step.note + json.dumps(step.arguments)
         else:
             assert isinstance(step, Answer)
-            message = ChatMessageAssistant(
-                content=step.text, model=self.model_name, source="generate"
-            )
+            message = ChatMessageAssistant(content=step.text, model=self.model_name, source="generate")
             stop_reason = "stop"
             output_text = step.text
 
@@ -130,10 +130,7 @@ def conversation_from_messages(messages: list[ChatMessage], tools: list[ToolInfo
     system = "\n\n".join(m.text for m in messages if isinstance(m, ChatMessageSystem))
     request = next((m.text for m in messages if isinstance(m, ChatMessageUser)), "")
     calls: dict[str, ToolCall] = {
-        call.id: call
-        for m in messages
-        if isinstance(m, ChatMessageAssistant)
-        for call in (m.tool_calls or [])
+        call.id: call for m in messages if isinstance(m, ChatMessageAssistant) for call in (m.tool_calls or [])
     }
     exchanges = []
     for m in messages:

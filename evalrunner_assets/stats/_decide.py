@@ -93,11 +93,17 @@ class TaskDecision:
             "head_mean": _r(self.head_mean),
             "delta": _r(self.delta),
             "anytime_interval": {
-                "lo": _r(lo), "hi": _r(hi), "level": _r(1.0 - self.task_alpha, 8),
+                "lo": _r(lo),
+                "hi": _r(hi),
+                "level": _r(1.0 - self.task_alpha, 8),
                 "kind": "anytime-valid confidence sequence (betting, mixture over bet sizes), two-sided, Bonferroni over tasks",
             },
-            "classical_interval": None if self.classical_interval is None else {
-                "lo": _r(self.classical_interval[0]), "hi": _r(self.classical_interval[1]), "level": 0.95,
+            "classical_interval": None
+            if self.classical_interval is None
+            else {
+                "lo": _r(self.classical_interval[0]),
+                "hi": _r(self.classical_interval[1]),
+                "level": 0.95,
                 "kind": "paired t, fixed-n reference only: not valid under repeated looks",
             },
             "head_better": self.head_better,
@@ -131,8 +137,11 @@ def _crossings(data: Sides, margin: float, log_thr: float) -> dict[str, _sequenc
 
 def _settle(crossings: dict[str, int], min_pairs: int, n: int) -> tuple[int, int]:
     code, at = _sequence.labels_from_crossings(
-        np.array(crossings["above_zero"]), np.array(crossings["below_zero"]),
-        np.array(crossings["above_minus_margin"]), np.array(crossings["below_plus_margin"]), min_pairs,
+        np.array(crossings["above_zero"]),
+        np.array(crossings["below_zero"]),
+        np.array(crossings["above_minus_margin"]),
+        np.array(crossings["below_plus_margin"]),
+        min_pairs,
     )
     if int(at) > n:  # the first look that could carry the label has not happened yet
         return _sequence.CONTINUE, 0
@@ -162,8 +171,9 @@ def _limit_reason(params: StatsParams, *, at_cap: bool, dataset_size: int | None
     return "run budget exhausted before the interval settled"
 
 
-def _forecast_more_pairs(sides: Sides, scans: dict[str, _sequence.ScanResult], params: StatsParams,
-                         log_thr: float) -> int | None:
+def _forecast_more_pairs(
+    sides: Sides, scans: dict[str, _sequence.ScanResult], params: StatsParams, log_thr: float
+) -> int | None:
     """Median extra pairs until some label settles, over posterior draws of the pair distribution.
 
     Each of :data:`_FORECAST_PATHS` Dirichlet draws gives every test and bet an expected log
@@ -205,8 +215,9 @@ def _forecast_more_pairs(sides: Sides, scans: dict[str, _sequence.ScanResult], p
     return int(max(median, 1))
 
 
-def _interval(data: Sides, scans: dict[str, _sequence.ScanResult], margin: float, log_thr: float,
-              contradicted: bool) -> tuple[float, float]:
+def _interval(
+    data: Sides, scans: dict[str, _sequence.ScanResult], margin: float, log_thr: float, contradicted: bool
+) -> tuple[float, float]:
     """The confidence sequence at this look, intersected with what the four tests established at
     any earlier look (each crossing rejects its d0 for good), so the interval never contradicts
     the label read off the same tests."""
@@ -369,7 +380,9 @@ def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list
         looks = looks[::step]
     if not looks or looks[-1] != n:
         looks.append(n)
-    lo, hi = _sequence.interval_path(d, _sequence.log_threshold(params.alpha, n_tasks), looks=np.array(looks), margin=params.margin)
+    lo, hi = _sequence.interval_path(
+        d, _sequence.log_threshold(params.alpha, n_tasks), looks=np.array(looks), margin=params.margin
+    )
     running_mean = np.cumsum(d) / np.arange(1, n + 1)
     return [(int(t), float(running_mean[t - 1]), float(a), float(b)) for t, a, b in zip(looks, lo, hi)]
 
@@ -382,7 +395,7 @@ def estimated_cost(pairs: int, cost_per_sample: float | None, arms: int = 2) -> 
 
 
 def describe_more_samples(pairs: int | None, cost_per_sample: float | None, arms: int = 2) -> str:
-    """"run 32 more samples (~$1.40)"; a sample is one input run on both head and base.
+    """ "run 32 more samples (~$1.40)"; a sample is one input run on both head and base.
 
     An unknown or zero cost is reported as unknown, never as $0.00 (costs through a proxy or
     for models without a price can read 0 without being free).

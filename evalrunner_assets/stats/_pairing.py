@@ -69,12 +69,16 @@ def _summarize(rows: Iterable[Mapping[str, Any]], side: str) -> _ArmSummary:
             raise PairingError(f"{side} sample {sid!r}: epoch must be an integer, got {epoch!r}")
         key = (sid, int(epoch))
         if key in seen:
-            raise PairingError(f"{side} sample {sid!r} epoch {epoch} appears twice; each (sample_id, epoch) must be unique per side")
+            raise PairingError(
+                f"{side} sample {sid!r} epoch {epoch} appears twice; each (sample_id, epoch) must be unique per side"
+            )
         seen.add(key)
         epochs += 1
         digest = row.get("input_digest")
         if digest is not None and not isinstance(digest, str):
-            raise PairingError(f"{side} sample {sid!r} epoch {epoch}: input_digest must be a string or None, got {digest!r}")
+            raise PairingError(
+                f"{side} sample {sid!r} epoch {epoch}: input_digest must be a string or None, got {digest!r}"
+            )
         if sid in digests and digests[sid] != digest:
             digest = ""  # epochs of one id with different inputs: matches nothing
         digests[sid] = digest
@@ -95,13 +99,17 @@ def _summarize(rows: Iterable[Mapping[str, Any]], side: str) -> _ArmSummary:
             raise PairingError(f"{side} sample {sid!r} epoch {epoch}: score must be a number in [0, 1], got {score!r}")
         value = float(score)
         if not (0.0 <= value <= 1.0) or math.isnan(value):
-            raise PairingError(f"{side} sample {sid!r} epoch {epoch}: score {value!r} is outside [0, 1]; map scores with value_to_float first")
+            raise PairingError(
+                f"{side} sample {sid!r} epoch {epoch}: score {value!r} is outside [0, 1]; map scores with value_to_float first"
+            )
         scores.setdefault(sid, []).append(value)
     # An input with an unscored epoch is excluded whole: averaging only its other epochs would
     # weight inputs unequally.
     means = {sid: float(np.mean(v)) for sid, v in scores.items() if sid not in unscored}
     causes = Counter(first_error.values())
-    ranked = tuple((err, where, n) for (err, where), n in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1] or "")))
+    ranked = tuple(
+        (err, where, n) for (err, where), n in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1] or ""))
+    )
     return _ArmSummary(means, frozenset(errored), frozenset(unscored), errored_epochs, epochs, digests, ranked)
 
 
@@ -136,12 +144,21 @@ class Pairing:
             )
         head = np.asarray(self.head, dtype=np.float64)
         base = np.asarray(self.base, dtype=np.float64)
-        if head.size and (np.any(~np.isfinite(head)) or np.any(~np.isfinite(base)) or head.min() < 0 or head.max() > 1 or base.min() < 0 or base.max() > 1):
+        if head.size and (
+            np.any(~np.isfinite(head))
+            or np.any(~np.isfinite(base))
+            or head.min() < 0
+            or head.max() > 1
+            or base.min() < 0
+            or base.max() > 1
+        ):
             raise PairingError("paired scores must be finite numbers in [0, 1]")
         object.__setattr__(self, "_deltas", head - base)
 
     @classmethod
-    def from_scores(cls, head: Sequence[float], base: Sequence[float], sample_ids: Sequence[str] | None = None) -> "Pairing":
+    def from_scores(
+        cls, head: Sequence[float], base: Sequence[float], sample_ids: Sequence[str] | None = None
+    ) -> Pairing:
         """A pairing from per-input scores already in their pre-committed order."""
         ids = tuple(str(s) for s in sample_ids) if sample_ids is not None else tuple(str(i) for i in range(len(head)))
         return cls(ids, tuple(float(x) for x in head), tuple(float(x) for x in base))
@@ -157,30 +174,43 @@ class Pairing:
         out.setflags(write=False)
         return out
 
-    def prefix(self, n: int) -> "Pairing":
+    def prefix(self, n: int) -> Pairing:
         """The first ``n`` pairs (what the sequence had seen at that look)."""
         return replace(self, sample_ids=self.sample_ids[:n], head=self.head[:n], base=self.base[:n])
 
-    def swapped(self) -> "Pairing":
+    def swapped(self) -> Pairing:
         """The same pairs with head and base exchanged."""
         return replace(
-            self, head=self.base, base=self.head, errored_head=self.errored_base, errored_base=self.errored_head,
-            unpaired_head=self.unpaired_base, unpaired_base=self.unpaired_head,
-            errored_epochs_head=self.errored_epochs_base, errored_epochs_base=self.errored_epochs_head,
-            unscored_head=self.unscored_base, unscored_base=self.unscored_head,
-            inputs_head=self.inputs_base, inputs_base=self.inputs_head,
-            error_causes_head=self.error_causes_base, error_causes_base=self.error_causes_head,
+            self,
+            head=self.base,
+            base=self.head,
+            errored_head=self.errored_base,
+            errored_base=self.errored_head,
+            unpaired_head=self.unpaired_base,
+            unpaired_base=self.unpaired_head,
+            errored_epochs_head=self.errored_epochs_base,
+            errored_epochs_base=self.errored_epochs_head,
+            unscored_head=self.unscored_base,
+            unscored_base=self.unscored_head,
+            inputs_head=self.inputs_base,
+            inputs_base=self.inputs_head,
+            error_causes_head=self.error_causes_base,
+            error_causes_base=self.error_causes_head,
         )
 
     def error_share(self, arm: str) -> float:
         """Share of the inputs ``arm`` ran that raised (0 when it ran none)."""
-        errored, inputs = (self.errored_head, self.inputs_head) if arm == "head" else (self.errored_base, self.inputs_base)
+        errored, inputs = (
+            (self.errored_head, self.inputs_head) if arm == "head" else (self.errored_base, self.inputs_base)
+        )
         return errored / inputs if inputs else 0.0
 
     def error_cause(self, arm: str) -> str | None:
-        """"16/16 samples raised RuntimeError('boom') in solver 'agent'" for ``arm``; None
+        """ "16/16 samples raised RuntimeError('boom') in solver 'agent'" for ``arm``; None
         when none of its samples raised."""
-        errored, inputs = (self.errored_head, self.inputs_head) if arm == "head" else (self.errored_base, self.inputs_base)
+        errored, inputs = (
+            (self.errored_head, self.inputs_head) if arm == "head" else (self.errored_base, self.inputs_base)
+        )
         causes = self.error_causes_head if arm == "head" else self.error_causes_base
         if not errored or not causes:
             return None
@@ -251,7 +281,9 @@ def pair_task(
         missing = sorted(paired - position.keys())
         if missing:
             shown = ", ".join(repr(m) for m in missing[:5])
-            raise PairingError(f"{len(missing)} paired sample ids are not in `order` (e.g. {shown}); pass the task's full seeded sample order")
+            raise PairingError(
+                f"{len(missing)} paired sample ids are not in `order` (e.g. {shown}); pass the task's full seeded sample order"
+            )
         ordered = sorted(paired, key=position.__getitem__)
     return Pairing(
         sample_ids=tuple(ordered),

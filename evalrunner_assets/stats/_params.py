@@ -44,7 +44,11 @@ class StatsParams:
     error_cap_inputs: int = 16
 
     def __post_init__(self) -> None:
-        if isinstance(self.error_cap, bool) or not isinstance(self.error_cap, (int, float)) or not 0.0 <= self.error_cap < 1.0:
+        if (
+            isinstance(self.error_cap, bool)
+            or not isinstance(self.error_cap, (int, float))
+            or not 0.0 <= self.error_cap < 1.0
+        ):
             raise ParamsError(f"error_cap must be a share in [0, 1), got {self.error_cap!r}")
         if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 1.0):
             raise ParamsError(f"alpha must be in (0, 1), got {self.alpha!r}")
@@ -56,9 +60,15 @@ class StatsParams:
                 raise ParamsError(f"{name} must be a positive integer, got {value!r}")
         if self.cap < self.min_pairs:
             raise ParamsError(f"cap ({self.cap}) must be at least min_pairs ({self.min_pairs})")
-        if self.budget_samples is not None and (isinstance(self.budget_samples, bool) or not isinstance(self.budget_samples, int) or self.budget_samples < 0):
+        if self.budget_samples is not None and (
+            isinstance(self.budget_samples, bool) or not isinstance(self.budget_samples, int) or self.budget_samples < 0
+        ):
             raise ParamsError(f"budget_samples must be a non-negative integer or None, got {self.budget_samples!r}")
-        if self.budget_dollars is not None and (not isinstance(self.budget_dollars, (int, float)) or not math.isfinite(self.budget_dollars) or self.budget_dollars < 0):
+        if self.budget_dollars is not None and (
+            not isinstance(self.budget_dollars, (int, float))
+            or not math.isfinite(self.budget_dollars)
+            or self.budget_dollars < 0
+        ):
             raise ParamsError(f"budget_dollars must be a non-negative number or None, got {self.budget_dollars!r}")
 
     def task_alpha(self, n_tasks: int) -> float:

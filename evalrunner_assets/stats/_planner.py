@@ -71,7 +71,11 @@ class TaskPlanState:
                 raise PlanError(f"{name} must be a non-negative integer, got {value!r}")
         if self.label not in LABELS:
             raise PlanError(f"label must be one of {', '.join(LABELS)}, got {self.label!r}")
-        if self.cost_per_sample is not None and (not isinstance(self.cost_per_sample, (int, float)) or not math.isfinite(self.cost_per_sample) or self.cost_per_sample < 0):
+        if self.cost_per_sample is not None and (
+            not isinstance(self.cost_per_sample, (int, float))
+            or not math.isfinite(self.cost_per_sample)
+            or self.cost_per_sample < 0
+        ):
             raise PlanError(f"cost_per_sample must be a non-negative number or None, got {self.cost_per_sample!r}")
 
 
@@ -83,9 +87,13 @@ class Budget:
     dollars: float | None = None
 
     def __post_init__(self) -> None:
-        if self.samples is not None and (isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 0):
+        if self.samples is not None and (
+            isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 0
+        ):
             raise PlanError(f"budget samples must be a non-negative integer or None, got {self.samples!r}")
-        if self.dollars is not None and (not isinstance(self.dollars, (int, float)) or not math.isfinite(self.dollars) or self.dollars < 0):
+        if self.dollars is not None and (
+            not isinstance(self.dollars, (int, float)) or not math.isfinite(self.dollars) or self.dollars < 0
+        ):
             raise PlanError(f"budget dollars must be a non-negative number or None, got {self.dollars!r}")
 
 
@@ -103,14 +111,19 @@ class WindowPlan:
     def size(self) -> int:
         return self.stop - self.start
 
-    def window(self) -> "Window":
+    def window(self) -> Window:
         from lake.layout import Window
 
         return Window(self.start, self.stop)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"task": self.task, "start": self.start, "stop": self.stop, "arms": list(self.arms),
-                "estimated_cost": None if self.estimated_cost is None else round(self.estimated_cost, 6)}
+        return {
+            "task": self.task,
+            "start": self.start,
+            "stop": self.stop,
+            "arms": list(self.arms),
+            "estimated_cost": None if self.estimated_cost is None else round(self.estimated_cost, 6),
+        }
 
 
 def plan_next_windows(

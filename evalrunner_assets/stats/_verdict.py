@@ -44,7 +44,11 @@ def _headline(decisions: Mapping[str, TaskDecision]) -> float | None:
     Each task's draws come from the same seeded generator, so they are permuted with a
     per-task seed before averaging to make the tasks' draws independent.
     """
-    draws = [(task, d.posterior_draws) for task, d in sorted(decisions.items()) if d.posterior_draws is not None and d.pairs > 0]
+    draws = [
+        (task, d.posterior_draws)
+        for task, d in sorted(decisions.items())
+        if d.posterior_draws is not None and d.pairs > 0
+    ]
     if not draws:
         return None
     total = np.zeros(draws[0][1].size)
@@ -121,7 +125,9 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
         reasons.insert(0, "no task could be compared")
     elif improved:
         verdict = "IMPROVED"
-        reasons.insert(0, f"improved: {', '.join(improved)}" + (f"; unchanged: {', '.join(unchanged)}" if unchanged else ""))
+        reasons.insert(
+            0, f"improved: {', '.join(improved)}" + (f"; unchanged: {', '.join(unchanged)}" if unchanged else "")
+        )
     else:
         verdict = "UNCHANGED"
         reasons.insert(0, f"unchanged within the margin: {', '.join(unchanged)}")
@@ -149,5 +155,11 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
             "INCONCLUSIVE": "not reported for an INCONCLUSIVE verdict: the evidence does not settle the direction",
         }[verdict]
         headline = None
-    return RunVerdict(verdict=verdict, reasons=tuple(reasons), p_improvement=headline, labels=labels, counts=counts,
-                      p_improvement_note=note)
+    return RunVerdict(
+        verdict=verdict,
+        reasons=tuple(reasons),
+        p_improvement=headline,
+        labels=labels,
+        counts=counts,
+        p_improvement_note=note,
+    )

@@ -8,8 +8,9 @@ import json
 import uuid
 from typing import Any
 
-from sensors.webhook import sign
 from shared_files import shared_path
+
+from sensors.webhook import sign
 
 FIXTURES = shared_path("fixtures/github-webhooks")
 SECRET = b"reliability-secret"
@@ -60,15 +61,23 @@ POISON: dict[str, dict[str, Any]] = {
 }
 
 
-def post(port: int, body: bytes, event: str, delivery: str | None = None,
-         content_type: str = "application/json") -> tuple[int, dict[str, Any]]:
+def post(
+    port: int, body: bytes, event: str, delivery: str | None = None, content_type: str = "application/json"
+) -> tuple[int, dict[str, Any]]:
     """POST ``body`` to the receiver on loopback, signed as GitHub signs it."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
-        conn.request("POST", "/webhooks/github", body=body, headers={
-            "Content-Type": content_type, "X-GitHub-Event": event,
-            "X-GitHub-Delivery": delivery or str(uuid.uuid4()), "X-Hub-Signature-256": sign(SECRET, body),
-        })
+        conn.request(
+            "POST",
+            "/webhooks/github",
+            body=body,
+            headers={
+                "Content-Type": content_type,
+                "X-GitHub-Event": event,
+                "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+                "X-Hub-Signature-256": sign(SECRET, body),
+            },
+        )
         resp = conn.getresponse()
         raw = resp.read()
         try:

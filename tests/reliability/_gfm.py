@@ -55,7 +55,7 @@ def table_problems(markdown: str) -> list[str]:
                 problems.append(f"line {offset}: {len(cells(row))} cells in a row of a {n}-column table: {row[:120]}")
         # The parser's own reading: every row renders exactly n cells.
         depth_cells, row_cells = 0, []
-        for t in tokens[i + 1:]:
+        for t in tokens[i + 1 :]:
             if t.type == "table_close":
                 break
             if t.type == "tr_open":

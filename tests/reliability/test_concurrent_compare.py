@@ -27,10 +27,16 @@ def start(home: Path, repo: Path, head: str) -> subprocess.Popen:
     env = {**os.environ, "EVALRUNNER_HOME": str(home)}
     env.pop("DAGSTER_HOME", None)
     env.pop("EVALRUNNER_LAKE", None)
-    argv = [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", head, "--cap", CAP,
-            "--pr", head]
-    return subprocess.Popen(argv, cwd=home.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    argv = [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", head, "--cap", CAP, "--pr", head]
+    return subprocess.Popen(
+        argv,
+        cwd=home.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def run_all(runs: list[tuple[Path, str]], repo: Path, timeout: float = 900) -> list[subprocess.CompletedProcess]:
@@ -69,8 +75,18 @@ def check_lake(home: Path) -> None:
     assert all(n == 1 for n in windows.values()), windows
     env = {**os.environ, "EVALRUNNER_LAKE": str(lake)}
     rows = subprocess.run(
-        [EVALRUNNER, "sql", "select count(*) as n, count(distinct (\"commit\", task, sample_id, epoch)) as d "
-         "from samples", "--format", "json"], env=env, capture_output=True, text=True, timeout=120)
+        [
+            EVALRUNNER,
+            "sql",
+            'select count(*) as n, count(distinct ("commit", task, sample_id, epoch)) as d from samples',
+            "--format",
+            "json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert rows.returncode == 0, rows.stderr
     (counts,) = json.loads(rows.stdout)
     assert counts["n"] == counts["d"] == sum(r["sample_rows"] for r in records)

@@ -35,8 +35,7 @@ def _start(port: int = 0, data_dir: str | None = None):
     os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"  # else a gRPC probe stalls 60 s
     from gcp_storage_emulator.server import create_server
 
-    server = create_server("127.0.0.1", port, in_memory=data_dir is None, default_bucket=BUCKET,
-                           data_dir=data_dir)
+    server = create_server("127.0.0.1", port, in_memory=data_dir is None, default_bucket=BUCKET, data_dir=data_dir)
     server.start()
     return server, server._api._httpd.server_address[1]
 
@@ -86,8 +85,15 @@ def precondition_standin(monkeypatch: pytest.MonkeyPatch, uploads: list[dict]) -
             else:
                 uploads.append({"name": name, "refused": "412"})
                 response.status = HTTPStatus.PRECONDITION_FAILED
-                response.json({"error": {"code": 412, "message": "At least one of the pre-conditions "
-                                         "you specified did not hold.", "errors": []}})
+                response.json(
+                    {
+                        "error": {
+                            "code": 412,
+                            "message": "At least one of the pre-conditions you specified did not hold.",
+                            "errors": [],
+                        }
+                    }
+                )
                 return None
         return recording(request, response, storage)
 
@@ -95,8 +101,9 @@ def precondition_standin(monkeypatch: pytest.MonkeyPatch, uploads: list[dict]) -
 
 
 def gs_lake(endpoint: str, prefix: str) -> Lake:
-    return Lake(root=f"gs://{BUCKET}/{prefix}",
-                fs=gcs_filesystem(endpoint_url=endpoint, token="anon", skip_instance_cache=True))
+    return Lake(
+        root=f"gs://{BUCKET}/{prefix}", fs=gcs_filesystem(endpoint_url=endpoint, token="anon", skip_instance_cache=True)
+    )
 
 
 def test_the_stock_emulator_ignores_if_generation_match(emulator: str) -> None:
@@ -140,13 +147,24 @@ def test_batch_records_on_gcs_are_committed_create_only(
     emulator: str, uploads: list[dict], precondition_standin: None, tmp_path: Path
 ) -> None:
     from _inspect_models import probe_logs
+
     from lake import BatchConflictError, BatchKey, Window, land_batch
 
     logs = probe_logs(tmp_path / "logs")
     lake = gs_lake(emulator, "records")
-    key = BatchKey(repo="acme/agent", commit="a" * 40, task="qa/probe", spec="evals/probe.py@lake_probe",
-                   model="lakeprobe/probe-1", window=Window(0, 4), seed=7, epochs=2, config_digest="cfg",
-                   backend="local-unsafe", runtime_digest="rt")
+    key = BatchKey(
+        repo="acme/agent",
+        commit="a" * 40,
+        task="qa/probe",
+        spec="evals/probe.py@lake_probe",
+        model="lakeprobe/probe-1",
+        window=Window(0, 4),
+        seed=7,
+        epochs=2,
+        config_digest="cfg",
+        backend="local-unsafe",
+        runtime_digest="rt",
+    )
     first = land_batch(lake, key, logs["head"].read_bytes())
     with pytest.raises(BatchConflictError) as info:
         land_batch(lake, key, logs["base"].read_bytes())
@@ -182,20 +200,26 @@ def test_emulator_killed_mid_run_stops_with_exit_3_and_the_same_command_resumes(
     server, port = _start(data_dir=str(data_dir))
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "EVALRUNNER_HOME": str(home), "EVALRUNNER_LAKE": f"gs://{BUCKET}/lake",
-           "EVALRUNNER_GCS_ENDPOINT": f"http://127.0.0.1:{port}", "EVALRUNNER_GCS_TOKEN": "anon",
-           "EVALRUNNER_LAKE_RETRIES": "0", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    env = {
+        **os.environ,
+        "EVALRUNNER_HOME": str(home),
+        "EVALRUNNER_LAKE": f"gs://{BUCKET}/lake",
+        "EVALRUNNER_GCS_ENDPOINT": f"http://127.0.0.1:{port}",
+        "EVALRUNNER_GCS_TOKEN": "anon",
+        "EVALRUNNER_LAKE_RETRIES": "0",
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    }
     env.pop("DAGSTER_HOME", None)
-    argv = [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", "improve-runbook",
-            "--cap", "32"]
+    argv = [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", "improve-runbook", "--cap", "32"]
     fs = gcs_filesystem(endpoint_url=f"http://127.0.0.1:{port}", token="anon", skip_instance_cache=True)
 
     def landed() -> list[str]:
         fs.invalidate_cache()
         return [p for p in fs.find(f"{BUCKET}/lake/batches") if p.endswith(".json")]
 
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 400
         while len(landed()) < 2:

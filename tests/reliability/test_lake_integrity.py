@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from _inspect_models import probe_logs
+
 from evalrunner_assets.execution.inspect_runner import WindowRun
 from evalrunner_assets.pipeline.windows import _land, batch_state
 from lake import BatchConflictError, BatchKey, Window, connect, land_batch, open_lake
@@ -31,9 +31,17 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def key_for(commit: str = "a" * 40, window: Window = Window(0, 4)) -> BatchKey:
     return BatchKey(
-        repo="acme/agent", commit=commit, task="qa/probe", spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1", window=window, seed=7, epochs=2, config_digest="cfg123",
-        backend="local-unsafe", runtime_digest="rt1",
+        repo="acme/agent",
+        commit=commit,
+        task="qa/probe",
+        spec="evals/probe.py@lake_probe",
+        model="lakeprobe/probe-1",
+        window=window,
+        seed=7,
+        epochs=2,
+        config_digest="cfg123",
+        backend="local-unsafe",
+        runtime_digest="rt1",
     )
 
 
@@ -151,8 +159,15 @@ def test_version_1_record_is_checked_by_row_count(tmp_path, logs):
     lake = open_lake(str(tmp_path))
     key = key_for()
     record = land_batch(lake, key, logs["head"].read_bytes())
-    old = record.model_copy(update={"schema_version": 1, "samples_sha256": None, "samples_bytes": None,
-                                    "events_sha256": None, "events_bytes": None})
+    old = record.model_copy(
+        update={
+            "schema_version": 1,
+            "samples_sha256": None,
+            "samples_bytes": None,
+            "events_sha256": None,
+            "events_bytes": None,
+        }
+    )
     rel = lake.layout.batch_record(key.repo, key.commit, key.task, key.window, key.digest)
     lake.write_bytes(rel, old.to_json_bytes())
     forget_verified()
@@ -177,10 +192,28 @@ def test_nothing_outside_the_lake_is_read_as_data(tmp_path, logs, monkeypatch):
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
     row = {f.name: None for f in SAMPLES_SCHEMA}
-    row.update(repo="evil/planted", commit="c" * 40, task="x", batch="b", window="w", window_start=0,
-               window_stop=1, sample_id="s", epoch=1, input_tokens=0, output_tokens=0, total_tokens=0,
-               spec="", model_args="", config_digest="", backend="", runtime_digest="", seed=0, epochs=1,
-               log_status="success")
+    row.update(
+        repo="evil/planted",
+        commit="c" * 40,
+        task="x",
+        batch="b",
+        window="w",
+        window_start=0,
+        window_stop=1,
+        sample_id="s",
+        epoch=1,
+        input_tokens=0,
+        output_tokens=0,
+        total_tokens=0,
+        spec="",
+        model_args="",
+        config_digest="",
+        backend="",
+        runtime_digest="",
+        seed=0,
+        epochs=1,
+        log_status="success",
+    )
     import hashlib
 
     import pyarrow as pa
@@ -205,25 +238,49 @@ def test_a_window_landed_by_another_process_first_is_reused_not_a_failure(tmp_pa
     key = key_for()
     first = land_batch(lake, key, logs["head"].read_bytes())
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
-    run = WindowRun(key=key, mode="warm", status="ok", failure_kind=None, failure_cause=None,
-                    log_bytes=logs["head"].read_bytes(), log_name="x.eval", log_status="success",
-                    sample_ids=[], sample_count=0, duration_s=0.1)
+    run = WindowRun(
+        key=key,
+        mode="warm",
+        status="ok",
+        failure_kind=None,
+        failure_cause=None,
+        log_bytes=logs["head"].read_bytes(),
+        log_name="x.eval",
+        log_status="success",
+        sample_ids=[],
+        sample_count=0,
+        duration_s=0.1,
+    )
     # the same bytes: the committed record stands (landing is idempotent), nothing is written
     assert _land(lake, run, None).status == "landed"
     # different bytes (a nondeterministic re-run)
     with pytest.raises(BatchConflictError) as info:
         land_batch(lake, key, logs["base"].read_bytes())
     assert info.value.record == first
-    run2 = WindowRun(key=key, mode="warm", status="ok", failure_kind=None, failure_cause=None,
-                     log_bytes=logs["base"].read_bytes(), log_name="x.json", log_status="success",
-                     sample_ids=[], sample_count=0, duration_s=0.1)
+    run2 = WindowRun(
+        key=key,
+        mode="warm",
+        status="ok",
+        failure_kind=None,
+        failure_cause=None,
+        log_bytes=logs["base"].read_bytes(),
+        log_name="x.json",
+        log_status="success",
+        sample_ids=[],
+        sample_count=0,
+        duration_s=0.1,
+    )
     outcome = _land(lake, run2, None)
     assert (outcome.status, outcome.duplicate, outcome.failure_kind) == ("reused", True, None)
     assert not (tmp_path / "failures").exists()
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert after == before
-    assert BatchRecord.model_validate_json(
-        lake.read_bytes(lake.layout.batch_record(key.repo, key.commit, key.task, key.window, key.digest))) == first
+    assert (
+        BatchRecord.model_validate_json(
+            lake.read_bytes(lake.layout.batch_record(key.repo, key.commit, key.task, key.window, key.digest))
+        )
+        == first
+    )
 
 
 def test_concurrent_landings_of_one_batch_commit_exactly_one_consistent_record(tmp_path, logs):
@@ -251,7 +308,8 @@ def test_concurrent_landings_of_one_batch_commit_exactly_one_consistent_record(t
     for t in threads:
         t.join()
     committed = BatchRecord.model_validate_json(
-        lake.read_bytes(lake.layout.batch_record(key.repo, key.commit, key.task, key.window, key.digest)))
+        lake.read_bytes(lake.layout.batch_record(key.repo, key.commit, key.task, key.window, key.digest))
+    )
     forget_verified()
     verify_record(lake, committed, always=True)
     winners = [r for r in results if isinstance(r, BatchRecord)]
@@ -269,8 +327,10 @@ def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
     mount = tmp_path / "disk"
     mount.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                             capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True).returncode
+        == 0
+    )
     filler = mount / "filler"
     state = {"full": False}
     if not mounted:
@@ -304,9 +364,19 @@ def test_full_disk_while_landing_is_a_lake_write_failure_and_leaves_nothing_half
     mount, fill, free = small_disk
     lake = open_lake(str(mount / "lake"))
     key = key_for()
-    run = WindowRun(key=key, mode="warm", status="ok", failure_kind=None, failure_cause=None,
-                    log_bytes=logs["head"].read_bytes(), log_name="x.eval", log_status="success",
-                    sample_ids=[], sample_count=0, duration_s=0.1)
+    run = WindowRun(
+        key=key,
+        mode="warm",
+        status="ok",
+        failure_kind=None,
+        failure_cause=None,
+        log_bytes=logs["head"].read_bytes(),
+        log_name="x.eval",
+        log_status="success",
+        sample_ids=[],
+        sample_count=0,
+        duration_s=0.1,
+    )
     fill()
     outcome = _land(lake, run, None)
     assert (outcome.status, outcome.failure_kind) == ("failed", "lake_write"), outcome.failure
@@ -347,8 +417,7 @@ def test_flipped_bit_in_a_landed_parquet_file_is_named_quarantined_and_rerun_by_
     env = {**os.environ, "EVALRUNNER_HOME": str(home)}
     env.pop("DAGSTER_HOME", None)
     env.pop("EVALRUNNER_LAKE", None)
-    argv = [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", "improve-runbook",
-            "--cap", "16"]
+    argv = [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", "improve-runbook", "--cap", "16"]
 
     def compare() -> tuple[subprocess.CompletedProcess, dict]:
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -372,9 +441,12 @@ def test_flipped_bit_in_a_landed_parquet_file_is_named_quarantined_and_rerun_by_
     assert again["execution"]["windows"].get("landed") == 1
 
     def verdict(doc: dict) -> tuple:
-        return (doc["verdict"], doc["samples_run"],
-                {t: (d["decision"]["label"], d["head"]["samples"], d["base"]["samples"]) for t, d in doc["tasks"].items()},
-                doc["final_verdict"].get("p_improvement"))
+        return (
+            doc["verdict"],
+            doc["samples_run"],
+            {t: (d["decision"]["label"], d["head"]["samples"], d["base"]["samples"]) for t, d in doc["tasks"].items()},
+            doc["final_verdict"].get("p_improvement"),
+        )
 
     assert verdict(again) == verdict(untampered)
 

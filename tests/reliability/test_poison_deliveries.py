@@ -17,10 +17,10 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from github_standin import LoopbackServer
 
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
 from evalrunner_assets.pipeline.spec import load_request
-from github_standin import LoopbackServer
 from lake.layout import LAYOUT
 from lake.storage import Lake
 from resources import GitHubResource, LakeResource, RepoResource
@@ -48,8 +48,13 @@ VALID_BASE = "2" * 40
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    for name in ("EVALRUNNER_GITHUB_TOKEN", "EVALRUNNER_GITHUB_TOKEN_FILE", "EVALRUNNER_GITHUB_APP_ID",
-                 "EVALRUNNER_GITHUB_PRIVATE_KEY", "EVALRUNNER_GITHUB_PRIVATE_KEY_FILE"):
+    for name in (
+        "EVALRUNNER_GITHUB_TOKEN",
+        "EVALRUNNER_GITHUB_TOKEN_FILE",
+        "EVALRUNNER_GITHUB_APP_ID",
+        "EVALRUNNER_GITHUB_PRIVATE_KEY",
+        "EVALRUNNER_GITHUB_PRIVATE_KEY_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
@@ -104,12 +109,29 @@ def _plant(lake: Lake, name: str, payload: dict[str, Any], received_ns: int) -> 
     """Write a record into the inbox as an older or careless receiver would (no validation)."""
     pr = payload["pull_request"]
     record = InboxRecord.model_construct(
-        v=1, delivery_id=name, event="pull_request", action="opened", kind="pull_request",
-        repo=payload["repository"]["full_name"], default_branch="master", pr=payload["number"],
-        head_sha=pr["head"]["sha"], head_ref=pr["head"]["ref"], head_repo=None, base_sha=pr["base"]["sha"],
-        base_ref=pr["base"]["ref"], ref=None, sha=None, command=None, n=None, comment_id=None,
-        author_association=None, sender="Codertocat", installation_id=payload["installation"]["id"],
-        received_at="2026-01-01T00:00:00+00:00", received_ns=received_ns,
+        v=1,
+        delivery_id=name,
+        event="pull_request",
+        action="opened",
+        kind="pull_request",
+        repo=payload["repository"]["full_name"],
+        default_branch="master",
+        pr=payload["number"],
+        head_sha=pr["head"]["sha"],
+        head_ref=pr["head"]["ref"],
+        head_repo=None,
+        base_sha=pr["base"]["sha"],
+        base_ref=pr["base"]["ref"],
+        ref=None,
+        sha=None,
+        command=None,
+        n=None,
+        comment_id=None,
+        author_association=None,
+        sender="Codertocat",
+        installation_id=payload["installation"]["id"],
+        received_at="2026-01-01T00:00:00+00:00",
+        received_ns=received_ns,
         payload_sha256=body_digest(json.dumps(payload).encode()),
     )
     assert write_delivery(lake, record)
@@ -127,25 +149,52 @@ def test_poison_planted_in_the_inbox_is_dead_lettered_and_the_sensor_moves_on(ho
     # (the PR's stored request is corrupt): anything that raises is dead-lettered too.
     lake.write_once(LAYOUT.inbox(QUEUE_SOURCE, queue_name(t0 + 100, "garbage")), b"\x00not json")
     lake.write_bytes(LAYOUT.comparison_artifact(REPO, 9, "3" * 40, "request.json"), b"{truncated")
-    more = InboxRecord(delivery_id="more-on-corrupt", event="issue_comment", action="created",
-                       kind="more_samples", repo=REPO, pr=9, command="more", n=4,
-                       author_association="MEMBER", received_at="2026-01-01T00:00:00+00:00",
-                       received_ns=t0 + 101, payload_sha256="0" * 64)
+    more = InboxRecord(
+        delivery_id="more-on-corrupt",
+        event="issue_comment",
+        action="created",
+        kind="more_samples",
+        repo=REPO,
+        pr=9,
+        command="more",
+        n=4,
+        author_association="MEMBER",
+        received_at="2026-01-01T00:00:00+00:00",
+        received_ns=t0 + 101,
+        payload_sha256="0" * 64,
+    )
     assert write_delivery(lake, more)
-    valid = InboxRecord(delivery_id=str(uuid.uuid4()), event="pull_request", action="opened",
-                        kind="pull_request", repo=REPO, pr=5, head_sha=VALID_HEAD, head_ref="changes",
-                        base_sha=VALID_BASE, base_ref="master", received_at="2026-01-01T00:00:00+00:00",
-                        received_ns=t0 + 200, payload_sha256="0" * 64)
+    valid = InboxRecord(
+        delivery_id=str(uuid.uuid4()),
+        event="pull_request",
+        action="opened",
+        kind="pull_request",
+        repo=REPO,
+        pr=5,
+        head_sha=VALID_HEAD,
+        head_ref="changes",
+        base_sha=VALID_BASE,
+        base_ref="master",
+        received_at="2026-01-01T00:00:00+00:00",
+        received_ns=t0 + 200,
+        payload_sha256="0" * 64,
+    )
     assert write_delivery(lake, valid)
 
     result = tick(home, None)
 
     assert [r.run_key for r in result.run_requests] == [f"{REPO}#5@{VALID_HEAD}"]
     # No request file for any poison one (PR -1 used to write one before failing).
-    assert request_files(lake) == sorted([LAYOUT.comparison_artifact(REPO, 5, VALID_HEAD, "request.json"),
-                                          LAYOUT.comparison_artifact(REPO, 9, "3" * 40, "request.json")])
-    dead = {json.loads(lake.read_bytes(p))["delivery_id"]: json.loads(lake.read_bytes(p))
-            for p in lake.glob("inbox/github-dead/*.json")}
+    assert request_files(lake) == sorted(
+        [
+            LAYOUT.comparison_artifact(REPO, 5, VALID_HEAD, "request.json"),
+            LAYOUT.comparison_artifact(REPO, 9, "3" * 40, "request.json"),
+        ]
+    )
+    dead = {
+        json.loads(lake.read_bytes(p))["delivery_id"]: json.loads(lake.read_bytes(p))
+        for p in lake.glob("inbox/github-dead/*.json")
+    }
     assert set(dead) == {*planted, "garbage", "more-on-corrupt"}
     assert "owner 'öwner'" in dead["repo-non-ascii-owner"]["reason"]
     assert "-1 is not between 1" in dead["pr-minus-one"]["reason"]
@@ -170,27 +219,63 @@ def test_poison_planted_in_the_inbox_is_dead_lettered_and_the_sensor_moves_on(ho
     assert len(queue(lake)) == 1
 
 
-@pytest.mark.parametrize("name", ["Codertocat/Hello-World", "a/b", "a-b-c/.github", "x" * 39 + "/" + "y" * 100,
-                                  "octo-org/repo.with_dots-and_underscores", "0/0"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Codertocat/Hello-World",
+        "a/b",
+        "a-b-c/.github",
+        "x" * 39 + "/" + "y" * 100,
+        "octo-org/repo.with_dots-and_underscores",
+        "0/0",
+    ],
+)
 def test_every_name_github_allows_is_accepted(name):
     assert check_repo_full_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["x" * 40 + "/r", "a--b/r", "a-/r", "a/" + "y" * 101, "a/.", "a_b/r", "a/b/c",
-                                  "a", "/r", "a/", "a/b c", "a/ö"])
+@pytest.mark.parametrize(
+    "name",
+    ["x" * 40 + "/r", "a--b/r", "a-/r", "a/" + "y" * 101, "a/.", "a_b/r", "a/b/c", "a", "/r", "a/", "a/b c", "a/ö"],
+)
 def test_names_github_does_not_allow_are_refused(name):
     with pytest.raises(InboxError):
         check_repo_full_name(name)
 
 
-@pytest.mark.parametrize("ref", ["main", "feature/x-1", "refs/heads/main", "release/v1.2", "dependabot/pip/a-1.0",
-                                 "ünïcode-branch", "a@b"])
+@pytest.mark.parametrize(
+    "ref", ["main", "feature/x-1", "refs/heads/main", "release/v1.2", "dependabot/pip/a-1.0", "ünïcode-branch", "a@b"]
+)
 def test_valid_git_ref_names_are_accepted(ref):
     assert check_ref_name(ref, "ref") == ref
 
 
-@pytest.mark.parametrize("ref", ["", "a..b", "a b", "a~1", "a^", "a:b", "a?", "a*", "a[b", "a\\b", "/a", "a/",
-                                 "a.", "a//b", ".hidden", "a/.b", "x.lock", "a@{1}", "@", "x" * 256, "tab\tbed"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "",
+        "a..b",
+        "a b",
+        "a~1",
+        "a^",
+        "a:b",
+        "a?",
+        "a*",
+        "a[b",
+        "a\\b",
+        "/a",
+        "a/",
+        "a.",
+        "a//b",
+        ".hidden",
+        "a/.b",
+        "x.lock",
+        "a@{1}",
+        "@",
+        "x" * 256,
+        "tab\tbed",
+    ],
+)
 def test_invalid_git_ref_names_are_refused(ref):
     with pytest.raises(InboxError):
         check_ref_name(ref, "ref")

@@ -9,13 +9,13 @@ import string
 from typing import Any
 
 import pytest
+from github_standin import LoopbackServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from github_standin import LoopbackServer
+from lake.layout import LAYOUT
 from lake.storage import Lake
 from sensors.inbox import QUEUE_SOURCE, InboxRecord, validate_record
-from lake.layout import LAYOUT
 from sensors.webhook import ReceiverConfig, create_app
 
 from ._deliveries import SECRET, fixture, post
@@ -23,9 +23,14 @@ from ._deliveries import SECRET, fixture, post
 pytestmark = pytest.mark.reliability
 
 EVENTS = st.sampled_from(["pull_request", "push", "issue_comment", "ping", "installation"]) | st.text(
-    string.ascii_letters + "_", min_size=1, max_size=20)
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    string.ascii_letters + "_", min_size=1, max_size=20
+)
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=50),
@@ -60,13 +65,16 @@ def _paths(obj: Any, prefix: tuple = (), depth: int = 4) -> list[tuple]:
 
 PATHS = {event: _paths(payload) for event, payload in BASES.items()}
 # The parts the receiver reads, and their parents: drawn as often as all other paths together.
-READ = [tuple(p.split(".")) for p in (
-    "action repository repository.full_name repository.default_branch number pull_request "
-    "pull_request.number pull_request.head pull_request.head.sha pull_request.head.ref "
-    "pull_request.head.repo pull_request.head.repo.full_name pull_request.base pull_request.base.sha "
-    "pull_request.base.ref installation installation.id sender sender.login ref after deleted issue "
-    "issue.pull_request issue.number comment comment.body comment.author_association comment.id"
-).split()]
+READ = [
+    tuple(p.split("."))
+    for p in (
+        "action repository repository.full_name repository.default_branch number pull_request "
+        "pull_request.number pull_request.head pull_request.head.sha pull_request.head.ref "
+        "pull_request.head.repo pull_request.head.repo.full_name pull_request.base pull_request.base.sha "
+        "pull_request.base.ref installation installation.id sender sender.login ref after deleted issue "
+        "issue.pull_request issue.number comment comment.body comment.author_association comment.id"
+    ).split()
+]
 
 
 @st.composite
@@ -91,8 +99,11 @@ def served(tmp_path_factory):
 
 
 @FUZZ
-@given(body=st.binary(max_size=2048), event=EVENTS,
-       content_type=st.sampled_from(["application/json", "application/x-www-form-urlencoded"]))
+@given(
+    body=st.binary(max_size=2048),
+    event=EVENTS,
+    content_type=st.sampled_from(["application/json", "application/x-www-form-urlencoded"]),
+)
 def test_random_signed_bytes_never_get_a_5xx(served, body, event, content_type):
     server, _ = served
     status, answer = post(server.port, body, event, content_type=content_type)

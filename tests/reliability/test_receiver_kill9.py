@@ -16,8 +16,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-
 from github_standin import free_port
+
 from lake.layout import LAYOUT
 from resources import GitHubResource, LakeResource, RepoResource
 from sensors.inbox import INBOX_SOURCE
@@ -67,8 +67,11 @@ def test_temp_file_of_a_receiver_killed_mid_write_is_swept_by_the_pr_sensor(tmp_
     lake_root = tmp_path / "lake"
     claims = lake_root / LAYOUT.inbox_prefix(INBOX_SOURCE)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", RECEIVER, str(lake_root), str(port), SECRET.decode()],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RECEIVER, str(lake_root), str(port), SECRET.decode()],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         _wait_for(lambda: _healthy(port) or proc.poll() is not None, "the receiver to start")
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
@@ -76,8 +79,9 @@ def test_temp_file_of_a_receiver_killed_mid_write_is_swept_by_the_pr_sensor(tmp_
         answers: list = []
         sender = threading.Thread(target=lambda: answers.append(_post_quietly(port, body)), daemon=True)
         sender.start()
-        temp = _wait_for(lambda: [p for p in claims.glob(".*.tmp-*")] if claims.exists() else [],
-                         "the receiver's temp file")
+        temp = _wait_for(
+            lambda: [p for p in claims.glob(".*.tmp-*")] if claims.exists() else [], "the receiver's temp file"
+        )
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
         sender.join(timeout=60)
@@ -90,8 +94,11 @@ def test_temp_file_of_a_receiver_killed_mid_write_is_swept_by_the_pr_sensor(tmp_
     assert answers == [None]  # the connection died with the receiver: GitHub will redeliver
 
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
-        resources = {"lake": LakeResource(root=str(lake_root)), "github": GitHubResource(),
-                     "repos": RepoResource(cache_dir=str(tmp_path / "c"), export_dir=str(tmp_path / "e"))}
+        resources = {
+            "lake": LakeResource(root=str(lake_root)),
+            "github": GitHubResource(),
+            "repos": RepoResource(cache_dir=str(tmp_path / "c"), export_dir=str(tmp_path / "e")),
+        }
         result = pr_sensor(dg.build_sensor_context(instance=instance, resources=resources))
         assert not leftover.exists()
         assert not result.run_requests  # nothing was queued by the killed write

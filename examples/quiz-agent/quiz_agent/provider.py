@@ -57,12 +57,19 @@ def _tokens(text: str) -> int:
 
 
 class QuizBotAPI(ModelAPI):
-    def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
-                 config: GenerateConfig = GenerateConfig(), **model_args: Any) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        config: GenerateConfig = GenerateConfig(),
+        **model_args: Any,
+    ) -> None:
         super().__init__(model_name, base_url, api_key, [], config)
 
-    async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice,
-                       config: GenerateConfig) -> ModelOutput:
+    async def generate(
+        self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice, config: GenerateConfig
+    ) -> ModelOutput:
         instructions = "\n".join(m.text for m in input if isinstance(m, ChatMessageSystem))
         question = next((m.text for m in reversed(input) if isinstance(m, ChatMessageUser)), "")
         epoch = 1
@@ -79,9 +86,14 @@ class QuizBotAPI(ModelAPI):
         output_tokens = _tokens(text)
         return ModelOutput(
             model=self.model_name,
-            choices=[ChatCompletionChoice(message=ChatMessageAssistant(content=text, model=self.model_name,
-                                                                       source="generate"), stop_reason="stop")],
-            usage=ModelUsage(input_tokens=prompt_tokens, output_tokens=output_tokens,
-                             total_tokens=prompt_tokens + output_tokens),
+            choices=[
+                ChatCompletionChoice(
+                    message=ChatMessageAssistant(content=text, model=self.model_name, source="generate"),
+                    stop_reason="stop",
+                )
+            ],
+            usage=ModelUsage(
+                input_tokens=prompt_tokens, output_tokens=output_tokens, total_tokens=prompt_tokens + output_tokens
+            ),
             time=0.0,
         )

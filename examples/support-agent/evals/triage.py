@@ -18,8 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime, timedelta, timezone
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -122,7 +122,7 @@ def incidents() -> tuple[dict[str, Any], ...]:
     services = {service["name"]: service["owner"] for service in catalog()["services"]}
     teams = sorted(set(services.values()))
     runbooks = catalog()["runbooks"]
-    start = datetime(2025, 3, 3, 0, 0, tzinfo=timezone.utc)
+    start = datetime(2025, 3, 3, 0, 0, tzinfo=UTC)
     generated = []
     for number in range(1, INCIDENT_COUNT + 1):
         runbook = runbooks[_pick(number, "runbook", len(runbooks))]
@@ -226,8 +226,7 @@ def runbook_search() -> Tool:
         if not scored:
             return "No runbooks match the query."
         return "\n".join(
-            f"{rb['id']} | {rb['service']} | {rb['error_code']} | {rb['title']}"
-            for _, _, rb in sorted(scored)[:5]
+            f"{rb['id']} | {rb['service']} | {rb['error_code']} | {rb['title']}" for _, _, rb in sorted(scored)[:5]
         )
 
     return execute
@@ -398,9 +397,7 @@ def summary_complete():
         summary = state.output.completion
         lowered = summary.lower()
         problems = [
-            f"missing the {part}"
-            for part in ("impact", "cause", "next_step")
-            if incident[part].lower() not in lowered
+            f"missing the {part}" for part in ("impact", "cause", "next_step") if incident[part].lower() not in lowered
         ]
         if ".internal" in lowered:
             problems.append("leaks an internal hostname")
@@ -417,9 +414,7 @@ def summary_complete():
 # ---------------------------------------------------------------------------------------------
 
 
-def _triage_task(
-    request: str, target_of: Callable[[dict[str, Any]], str], scorer_: Scorer
-) -> Task:
+def _triage_task(request: str, target_of: Callable[[dict[str, Any]], str], scorer_: Scorer) -> Task:
     prompt = agent_system_prompt()
     return Task(
         dataset=incident_samples(request, target_of),
@@ -439,11 +434,7 @@ def runbook_lookup() -> Task:
 def escalation_policy() -> Task:
     return _triage_task(
         ESCALATION_REQUEST,
-        lambda incident: (
-            f"page:{incident['owner']}"
-            if incident["severity"] in PAGING_SEVERITIES
-            else "no-page"
-        ),
+        lambda incident: f"page:{incident['owner']}" if incident["severity"] in PAGING_SEVERITIES else "no-page",
         paging_followed_policy(),
     )
 
