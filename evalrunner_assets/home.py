@@ -31,11 +31,36 @@ def export_root() -> Path:
 # Written into a new instance's dagster.yaml. The instance is evalrunner's own, created on the
 # first command: Dagster's first-start telemetry notice would otherwise land in the middle of
 # that command's output (and nothing leaves this machine anyway). An existing file is kept.
+# `evalrunner serve` queues the sensors' runs: at most one per core runs at once (each run starts
+# sandboxes of its own), and the runs that write one head's comparison and check run wait for
+# each other (tag `evalrunner/report-for`, see jobs.REPORT_LOCK_TAG).
 _NEW_DAGSTER_YAML = """\
 # The Dagster instance evalrunner's command line records its runs in (SQLite storage here).
 telemetry:
   enabled: false
+run_coordinator:
+  module: dagster
+  class: QueuedRunCoordinator
+  config:
+    max_concurrent_runs: {max_runs}
+    tag_concurrency_limits:
+      - key: evalrunner/report-for
+        value:
+          applyLimitPerUniqueValue: true
+        limit: 1
 """
+
+
+# What earlier versions wrote: such a file is replaced by the current one (a file a person wrote is kept).
+_EARLIER_DAGSTER_YAML = (
+    "# The Dagster instance evalrunner's command line records its runs in (SQLite storage here).\n"
+    "telemetry:\n  enabled: false\n"
+)
+
+
+def new_dagster_yaml() -> str:
+    """The ``dagster.yaml`` a new local instance gets (run limits sized to this machine)."""
+    return _NEW_DAGSTER_YAML.format(max_runs=max(1, os.cpu_count() or 1))
 
 
 def ensure_dagster_home() -> Path:
@@ -43,8 +68,8 @@ def ensure_dagster_home() -> Path:
     path = dagster_home()
     path.mkdir(parents=True, exist_ok=True)
     config = path / "dagster.yaml"
-    if not config.exists():
+    if not config.exists() or config.read_text() == _EARLIER_DAGSTER_YAML:
         tmp = path / f".dagster.yaml.tmp-{os.getpid()}"
-        tmp.write_text(_NEW_DAGSTER_YAML)
+        tmp.write_text(new_dagster_yaml())
         os.replace(tmp, config)
     return path

@@ -11,4 +11,14 @@ comparison_job = dg.define_asset_job("comparison_job", selection=[comparison, pr
 
 cohort_series_job = dg.define_asset_job("cohort_series_job", selection=[cohort_series])
 
+# Runs that write one head's comparison document and check run wait for each other: the run
+# coordinator (dagster.yaml, `tag_concurrency_limits`) allows one per value of this tag, so two
+# overlapping runs cannot finish out of order and leave an older verdict on the PR.
+REPORT_LOCK_TAG = "evalrunner/report-for"
+
+
+def comparison_run_tags(comparison_key: str) -> dict[str, str]:
+    return {"evalrunner/comparison": comparison_key, REPORT_LOCK_TAG: comparison_key}
+
+
 JOBS = [eval_manifest_job, task_samples_job, comparison_job, cohort_series_job]

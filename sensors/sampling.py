@@ -9,7 +9,7 @@ merely starts it cold), so a tick costs the tasks whose batches changed.
 
 import dagster as dg
 
-from evalrunner_assets.jobs import comparison_job, eval_manifest_job, task_samples_job
+from evalrunner_assets.jobs import comparison_job, comparison_run_tags, eval_manifest_job, task_samples_job
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.keys import parse_comparison_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
@@ -30,7 +30,12 @@ def step_run_request(step: Step, comparison: str) -> dg.RunRequest:
             run_config={"ops": {"task_samples": {"config": {"comparison": comparison, "windows": list(step.windows)}}}},
             tags={"evalrunner/comparison": comparison},
         )
-    return dg.RunRequest(run_key=step.run_key, job_name=comparison_job.name, partition_key=comparison)
+    return dg.RunRequest(
+        run_key=step.run_key,
+        job_name=comparison_job.name,
+        partition_key=comparison,
+        tags=comparison_run_tags(comparison),
+    )
 
 
 @dg.sensor(
