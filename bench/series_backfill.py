@@ -36,12 +36,11 @@ def main(flags: list[str]) -> None:
         args.commits, args.cap = 12, 64
 
     from evalrunner_assets.example_repo import HISTORY_STEPS, build_example_history
+    from evalrunner_assets.execution.backends import default_workers
     from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
-    from evalrunner_assets.execution.repo import RepoSource
+    from evalrunner_assets.execution.repo import RepoSource, export_commit
     from evalrunner_assets.execution.warm_pool import WarmPool
     from evalrunner_assets.pipeline import series
-    from evalrunner_assets.pipeline.facts import export_commit
-    from evalrunner_assets.pipeline.scheduler import default_workers
     from lake import Lake
 
     root = Path(tempfile.mkdtemp(prefix="bench-series-"))

@@ -723,7 +723,11 @@ def _run(
         "retried_failures": len(retired),
         "planning": {**planning, "seconds": round(planning["seconds"], 3)},
         # batches whose files did not match their records: run again here
-        "quarantined": [q for q in integrity.QUARANTINED[quarantined_before:] if f"/{request.repo}/" in q["record"]],
+        "quarantined": [
+            q
+            for q in integrity.QUARANTINED[quarantined_before:]
+            if f"/{LAYOUT.batch_records_prefix(request.repo)}/" in q["record"]
+        ],
         **_sandbox_counts(backend),
     }
     if gateway is not None:

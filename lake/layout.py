@@ -176,11 +176,17 @@ class LakeLayout:
 
     def retired_failure(self, failure_rel: str, retired_at: str) -> str:
         """Where a failure record goes when a later request retries its window: kept (it is
-        evidence of an outage) under ``failures-retired/``, stamped with when it was retired."""
-        if not failure_rel.startswith("failures/") or not failure_rel.endswith(".json"):
-            raise LakePathError(f"not a failure record path: {failure_rel!r}")
+        evidence of an outage) under ``failures-retired/``, stamped with when it was retired.
+        A commit's ``raw/…/tasks.json`` whose listing failed is retired the same way, under
+        ``failures-retired/raw/…``."""
+        if failure_rel.startswith("failures/") and failure_rel.endswith(".json"):
+            stem = failure_rel[len("failures/") : -len(".json")]
+        elif failure_rel.startswith("raw/") and failure_rel.endswith("/tasks.json"):
+            stem = failure_rel[: -len(".json")]
+        else:
+            raise LakePathError(f"not a failure record or a commit's tasks.json: {failure_rel!r}")
         _check_segments("retirement time", retired_at)
-        return f"failures-retired/{failure_rel[len('failures/') : -len('.json')]}.{retired_at}.json"
+        return f"failures-retired/{stem}.{retired_at}.json"
 
     def batch_glob(self) -> str:
         return "batches/**/*.json"
@@ -194,6 +200,10 @@ class LakeLayout:
 
     def gateway_usage_glob(self, repo: str, commit: str) -> str:
         return f"gateway/{check_repo(repo)}/{check_commit(commit)}/**/*.json"
+
+    def batch_records_prefix(self, repo: str) -> str:
+        """The directory of one repository's batch records."""
+        return f"batches/{check_repo(repo)}"
 
     def batches_root(self) -> str:
         """The directory of every batch record (also what a reachability probe looks at)."""
@@ -213,6 +223,10 @@ class LakeLayout:
 
     def comparison(self, repo: str, pr: int | str, head: str) -> str:
         return f"comparisons/{check_repo(repo)}/{_pr(pr)}/{check_commit(head)}.json"
+
+    def comparison_requests_glob(self, repo: str, pr: int | str) -> str:
+        """The requests of every head of one pull request (``comparison_artifact(…, "request.json")``)."""
+        return f"comparisons/{check_repo(repo)}/{_pr(pr)}/*.request.json"
 
     def comparison_artifact(self, repo: str, pr: int | str, head: str, name: str) -> str:
         """Files beside a comparison: chart PNG/SVG, rendered comment markdown, check-run JSON."""

@@ -9,9 +9,8 @@ from pathlib import Path
 import dagster as dg
 
 from evalrunner_assets import home
-from evalrunner_assets.execution.repo import RepoSource
+from evalrunner_assets.execution.repo import RepoSource, export_commit
 from evalrunner_assets.execution.sandbox import RepoExport
-from evalrunner_assets.pipeline.facts import export_commit
 from lake import LAYOUT, Lake
 
 

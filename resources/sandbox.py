@@ -11,7 +11,7 @@ from typing import Any
 
 import dagster as dg
 
-from evalrunner_assets.execution.backends import make_backend
+from evalrunner_assets.execution.backends import default_workers, make_backend
 from evalrunner_assets.execution.sandbox import SandboxBackend
 
 # The environment variables :meth:`SandboxResource.from_env` reads, and the field each sets.
@@ -71,8 +71,6 @@ class SandboxResource(dg.ConfigurableResource):
             return self.max_workers
         if self.backend_name == "kubernetes":
             return max(1, self.k8s_max_concurrent_pods)
-        from evalrunner_assets.pipeline.scheduler import default_workers
-
         return default_workers()
 
     def warm_pool(self):
@@ -85,6 +83,10 @@ class SandboxResource(dg.ConfigurableResource):
     def backend(self, context: Any = None) -> SandboxBackend:
         if self.backend_name != "kubernetes":
             return make_backend(self.backend_name)
+        # Imported here: the Kubernetes modules load only in processes that use that backend.
+        from evalrunner_assets.execution.kubernetes import KubernetesBackend
+        from resources.kubernetes import PipesPodLauncher
+
         options: dict[str, Any] = {
             "namespace": self.k8s_namespace,
             "image": self.k8s_image,
@@ -99,6 +101,7 @@ class SandboxResource(dg.ConfigurableResource):
             options["model_egress_cidr"] = self.k8s_model_egress_cidr
             options["model_egress_port"] = self.k8s_model_egress_port
         backend = make_backend("kubernetes", **options)
-        if context is not None and hasattr(backend, "bind_context"):
-            backend = backend.bind_context(context)  # a new backend object: launch through Pipes
+        if context is not None and isinstance(backend, KubernetesBackend):
+            # A new backend object (same slots) whose pods are launched through Dagster Pipes.
+            backend = backend.with_launcher(PipesPodLauncher(context))
         return backend

@@ -25,6 +25,7 @@ from evalrunner_assets.execution.kubernetes import (  # noqa: E402
     verify_collected,
 )
 from evalrunner_assets.execution.sandbox import Limits, RepoExport, SandboxRequest, SandboxStatus, SandboxUnavailable  # noqa: E402
+from resources.kubernetes import PipesPodLauncher  # noqa: E402
 
 IMAGE = "registry.example/evalrunner-sandbox@sha256:" + "1" * 64
 
@@ -252,7 +253,7 @@ def test_inside_dagster_the_pod_is_launched_through_pipes_k8s_client(standin, tm
 
     @dg.asset
     def sandboxed(context):  # unannotated: this module uses postponed annotations
-        seen["result"] = b.bind_context(context).run(request)
+        seen["result"] = b.with_launcher(PipesPodLauncher(context)).run(request)
         return dg.MaterializeResult()
 
     instance = dg.DagsterInstance.ephemeral()
@@ -302,5 +303,6 @@ def test_the_sandbox_resource_binds_the_dagster_context_for_pipes_launches():
     context = object()
     resource = SandboxResource(backend_name="kubernetes", k8s_image=IMAGE)
     bound = resource.backend(context)
-    assert isinstance(bound, KubernetesBackend) and bound._context is context
-    assert resource.backend()._context is None
+    assert isinstance(bound, KubernetesBackend) and isinstance(bound._launcher, PipesPodLauncher)
+    assert bound._launcher.context is context
+    assert resource.backend()._launcher is None

@@ -164,3 +164,30 @@ def test_provider_returns_tool_calls_with_usage_and_registers_its_price():
 def test_provider_rejects_model_args_it_does_not_understand():
     with pytest.raises(ValueError, match="takes no model args"):
         get_model("simagent/support-agent", memoize=False, temperature_bias=1)
+
+
+def test_the_price_table_knows_the_simagent_price_wherever_the_code_location_loads():
+    # A fresh interpreter: the pipeline's pricing never imports the example model, so the
+    # price is there only because loading the assets registered it.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import evalrunner_assets.assets\n"
+        "from evalrunner_assets.pipeline.pricing import PriceTable\n"
+        "print(PriceTable.default().price('simagent/support-agent'))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str((SIMAGENT_PRICE.input_usd_per_mtok, SIMAGENT_PRICE.output_usd_per_mtok))
+
+
+def test_a_registered_price_is_overridden_by_the_configured_price_table(tmp_path, monkeypatch):
+    from evalrunner_assets.pipeline.pricing import PriceTable
+
+    table = tmp_path / "prices.json"
+    table.write_text('{"simagent/*": {"input": 2, "output": 3}}')
+    assert PriceTable.default().price("simagent/x") == (1.0, 5.0)
+    monkeypatch.setenv("EVALRUNNER_PRICES", str(table))
+    assert PriceTable.default().price("simagent/x") == (2.0, 3.0)

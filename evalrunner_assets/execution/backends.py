@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+
 from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
 from evalrunner_assets.execution.sandbox import SandboxBackend
 from evalrunner_assets.execution.unsafe_local import UnsafeLocalBackend
 
 DEFAULT_BACKEND = "bubblewrap"
 BACKENDS = ("bubblewrap", "unsafe-local")
+
+
+def default_workers() -> int:
+    """Sandboxes one comparison runs at once on a local backend: one per core."""
+    return max(1, os.cpu_count() or 1)
 
 
 class UnknownBackend(ValueError):

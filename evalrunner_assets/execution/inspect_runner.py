@@ -1,7 +1,7 @@
 """Run an Inspect task over one sample window in a sandbox and classify what came back.
 
 Windows. A task's sample ids are listed *in the sandbox* (task code is untrusted), ordered by
-``stats.seeded_order`` (sha256 of seed and id) — the same order for head and base, and stable when samples are
+``sample_order.seeded_order`` (sha256 of seed and id) — the same order for head and base, and stable when samples are
 added (a new id slots in without moving the others' relative order) — and a window
 ``[start, stop)`` of that order is run.
 
@@ -66,7 +66,7 @@ from evalrunner_assets.execution.sandbox import (
     SandboxStatus,
     WarmSession,
 )
-from evalrunner_assets.stats import seeded_order
+from evalrunner_assets.sample_order import seeded_order
 from lake.batch import BatchKey, canonical_json
 from lake.layout import Window
 

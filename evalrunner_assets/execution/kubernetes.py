@@ -2,9 +2,10 @@
 
 Life of one request (both paths build the same pod with :func:`build_sandbox_pod`):
 
-1. **Launch.** Inside a Dagster step the pod is launched through ``dagster_k8s.PipesK8sClient``
-   (so the run's event log shows the pod and the wrapper's Pipes summary); outside Dagster
-   (the CLI) it is created with the plain Kubernetes client.
+1. **Launch.** With a :class:`PodLauncher` bound (inside a Dagster step: ``resources/kubernetes.py``
+   launches through ``dagster_k8s.PipesK8sClient``, so the run's event log shows the pod and the
+   wrapper's Pipes summary) the launcher creates the pod; otherwise (the CLI) it is created with
+   the plain Kubernetes client. This module imports no Dagster.
 2. **Deliver.** The repository export never travels through credentials the pod holds: the
    controller attaches to the ``receive`` init container (``pods/attach``) and writes one framed
    payload -- a digest-checked tarball, the request's stdin and a fresh per-pod result key.
@@ -36,10 +37,10 @@ import secrets
 import tarfile
 import threading
 import time
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,7 +64,7 @@ SANDBOX_ID_LABEL = LABEL_PREFIX + "sandbox-id"
 NETWORK_LABEL = LABEL_PREFIX + "network"  # selected by the model-egress NetworkPolicy
 ROLE_LABEL = LABEL_PREFIX + "role"
 INIT_CONTAINER = "receive"
-SANDBOX_CONTAINER = "sandbox"  # first container: the one dagster-k8s reads Pipes messages from
+SANDBOX_CONTAINER = "sandbox"  # first container: the one a Pipes launcher (dagster-k8s) watches
 COLLECTOR_CONTAINER = "collector"
 PULL_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"}
 FATAL_PULL_ERRORS = {"InvalidImageName", "ErrImageNeverPull"}  # retrying cannot help
@@ -149,7 +150,8 @@ class KubernetesSandboxConfig(BaseModel):
     )
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations for sandbox pods.")
     use_pipes: bool = Field(
-        True, description="Launch through dagster_k8s.PipesK8sClient when a Dagster context is bound."
+        True,
+        description="Launch through the bound PodLauncher (Dagster Pipes inside a Dagster step) when one is bound.",
     )
     session_max_seconds: float = Field(
         4 * 3600.0,
@@ -629,6 +631,32 @@ _NO_CHANNELS = (
 )
 
 
+@dataclass(frozen=True)
+class PodLaunch:
+    """One sandbox pod for a :class:`PodLauncher` to run."""
+
+    config: KubernetesSandboxConfig  # cluster credentials (in_cluster, kubeconfig, kube_context), poll interval
+    namespace: str
+    pod_metadata: dict[str, Any]  # labels and annotations (the launcher may name the pod itself)
+    pod_spec: dict[str, Any]
+    ignore_containers: frozenset[str]  # still running when the pod's work is done (the collector)
+    wait_timeout_seconds: float
+    messages_path: str  # where, in the pod, the trusted wrapper writes its messages
+    # Once the sandbox container exited: collect and verify the result, then return the
+    # wrapper's messages (parsed JSON objects; empty when none or when collection failed).
+    collect_messages: Callable[[], list[dict[str, Any]]]
+
+
+class PodLauncher(Protocol):
+    """Creates a sandbox pod through another client (e.g. an orchestrator's, so that its event
+    log shows the pod) and waits until it finishes. It calls ``launch.collect_messages()`` once
+    the sandbox container has exited, before returning; it may raise (the backend classifies
+    the outcome from the pod status). The backend delivers the repository, honours
+    cancellation and deletes the pod."""
+
+    def launch(self, launch: PodLaunch) -> None: ...
+
+
 class KubernetesBackend(SandboxBackend):
     """Runs each :class:`SandboxRequest` in its own pod (see the module docstring)."""
 
@@ -639,7 +667,7 @@ class KubernetesBackend(SandboxBackend):
         config: KubernetesSandboxConfig | None = None,
         *,
         api_client: Any | None = None,
-        dagster_context: Any | None = None,
+        launcher: PodLauncher | None = None,
         _slots: threading.Semaphore | None = None,
         **fields: Any,
     ) -> None:
@@ -650,15 +678,15 @@ class KubernetesBackend(SandboxBackend):
             raise TypeError(f"pass either a KubernetesSandboxConfig or its fields, not both ({sorted(fields)})")
         self.config = config
         self._api_client = api_client
-        self._context = dagster_context
+        self._launcher = launcher
         self._slots = _slots or threading.BoundedSemaphore(config.max_concurrent_pods)
         self._counts: dict[str, int] = {"cold_pods": 0, "session_pods": 0, "session_calls": 0}
         self._counts_lock = threading.Lock()
 
-    def bind_context(self, context: Any) -> KubernetesBackend:
-        """The same backend (sharing its concurrency slots and pod counts), launching through
-        PipesK8sClient with ``context`` (an asset/op execution context)."""
-        bound = KubernetesBackend(self.config, api_client=self._api_client, dagster_context=context, _slots=self._slots)
+    def with_launcher(self, launcher: PodLauncher) -> KubernetesBackend:
+        """The same backend (sharing its concurrency slots and pod counts), creating its pods
+        through ``launcher``."""
+        bound = KubernetesBackend(self.config, api_client=self._api_client, launcher=launcher, _slots=self._slots)
         bound._counts, bound._counts_lock = self._counts, self._counts_lock
         return bound
 
@@ -707,8 +735,8 @@ class KubernetesBackend(SandboxBackend):
                 return self._result(SandboxStatus.CANCELLED, started, detail="cancelled while waiting for a pod slot")
         try:
             run = _PodRun(self, request, tarball, cancel, started)
-            if self._context is not None and self.config.use_pipes:
-                return run.via_pipes(self._context)
+            if self._launcher is not None and self.config.use_pipes:
+                return run.via_launcher(self._launcher)
             return run.via_client()
         finally:
             self._slots.release()
@@ -819,44 +847,37 @@ class _PodRun:
         finally:
             self._delete()
 
-    def via_pipes(self, context: Any) -> SandboxResult:
-        from dagster_k8s import PipesK8sClient
-
+    def via_launcher(self, launcher: PodLauncher) -> SandboxResult:
         try:
             manifest = build_sandbox_pod(self.request, self.config, sandbox_id=self.sandbox_id)
         except KubernetesSandboxError as exc:
             return self.backend._result(SandboxStatus.CRASHED, self.started, detail=str(exc))
         self.collected: SandboxResult | None = None
-        client = PipesK8sClient(
-            # Not the pod-log reader: messages come from the signed, collected result instead.
-            message_reader=_CollectedMessageReader(self),
-            load_incluster_config=self.config.in_cluster,
-            kubeconfig_file=self.config.kubeconfig,
-            kube_context=self.config.kube_context,
-            poll_interval=self.config.poll_interval_seconds,
+        launch = PodLaunch(
+            config=self.config,
+            namespace=self.config.namespace,
+            pod_metadata={k: v for k, v in manifest["metadata"].items() if k != "namespace"},
+            pod_spec=manifest["spec"],
+            # The collector stays up until we have read the outputs through it.
+            ignore_containers=frozenset({COLLECTOR_CONTAINER}),
+            wait_timeout_seconds=pod_deadline_seconds(self.request, self.config) + 60,
+            # Not the pod log: messages come from the signed, collected result instead.
+            messages_path=f"{MOUNTS['control']}/{pod_wrapper.PIPES_FILE}",
+            collect_messages=self.collect_messages,
         )
         stop = threading.Event()
-        helper = threading.Thread(target=self._pipes_helper, args=(stop,), daemon=True)
+        helper = threading.Thread(target=self._launch_helper, args=(stop,), daemon=True)
         helper.start()
         pipes_error = ""
         try:
-            client.run(
-                context=context,
-                namespace=self.config.namespace,
-                base_pod_meta={k: v for k, v in manifest["metadata"].items() if k != "namespace"},
-                base_pod_spec=manifest["spec"],
-                # The collector stays up until we have read the outputs through it.
-                ignore_containers={COLLECTOR_CONTAINER},
-                pod_wait_timeout=pod_deadline_seconds(self.request, self.config) + 60,
-                delete_pod_on_completion=False,
-            )
+            launcher.launch(launch)
         except Exception as exc:  # classified from the pod status below; the text is kept as detail
             pipes_error = f"{type(exc).__name__}: {exc}"[:2000]
         finally:
             stop.set()
             helper.join(timeout=10)
         if self.pod_seen:
-            self.backend._count("cold_pods")  # created by PipesK8sClient
+            self.backend._count("cold_pods")  # created by the launcher
         try:
             if self.collected is not None:
                 return self.collected
@@ -876,24 +897,32 @@ class _PodRun:
         finally:
             self._delete()
 
-    def collect_in_session(self, handler: Any) -> None:
-        """Called by the message reader when PipesK8sClient saw the sandbox container exit:
-        collect, verify, then hand the wrapper's signed Pipes messages to Dagster."""
-        pod = self._find_pod()
-        if pod is None:
-            return
-        obs = observe_pod(pod, pull_error_since=0.0, unschedulable_since=0.0, now=time.time(), config=self.config)
-        if obs.phase != "main-exited":
-            return
-        self.collected, pipes_bytes = self._collect_with_pipes(obs)
+    def collect_messages(self) -> list[dict[str, Any]]:
+        """Called by the launcher once it saw the sandbox container exit: collect and verify
+        the result, then return the wrapper's signed messages (never the child's)."""
+        try:
+            pod = self._find_pod()
+            if pod is None:
+                return []
+            obs = observe_pod(pod, pull_error_since=0.0, unschedulable_since=0.0, now=time.time(), config=self.config)
+            if obs.phase != "main-exited":
+                return []
+            self.collected, pipes_bytes = self._collect_with_pipes(obs)
+        except Exception as exc:  # classified by via_launcher from the pod status
+            self.delivery_error = self.delivery_error or f"collect failed: {exc}"
+            return []
+        messages = []
         for line in pipes_bytes.splitlines():
             try:
-                handler.handle_message(json.loads(line))
+                message = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(message, dict):
+                messages.append(message)
+        return messages
 
-    def _pipes_helper(self, stop: threading.Event) -> None:
-        """Alongside PipesK8sClient.run: deliver the repository and honour cancellation."""
+    def _launch_helper(self, stop: threading.Event) -> None:
+        """Alongside the launcher: deliver the repository and honour cancellation."""
         while not stop.wait(min(self.config.poll_interval_seconds, 0.5)):
             if self.cancel.is_set():
                 self._find_pod()
@@ -1194,7 +1223,7 @@ class _PodRun:
             self.config.namespace, label_selector=f"{SANDBOX_ID_LABEL}={self.sandbox_id}"
         ).items
         if pods:
-            self.pod_name = pods[0].metadata.name  # PipesK8sClient names the pod itself
+            self.pod_name = pods[0].metadata.name  # a launcher may name the pod itself
             self.pod_seen = True
             return pods[0]
         return None
@@ -1349,30 +1378,6 @@ class KubernetesWarmSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _CollectedMessageReader(run: _PodRun):
-    """A Pipes message reader that does not parse the pod log: the wrapper writes its messages
-    to a file whose digest it signs, and they are read through the collector after the sandbox
-    container exited, inside the Pipes session (before PipesK8sClient.run returns).
-    Built on demand so this module imports no Dagster outside the Pipes path."""
-    from dagster._core.pipes.client import PipesMessageReader
-
-    class CollectedMessageReader(PipesMessageReader):
-        @contextmanager
-        def read_messages(self, handler):
-            try:
-                yield {"path": f"{MOUNTS['control']}/{pod_wrapper.PIPES_FILE}"}
-            finally:
-                try:
-                    run.collect_in_session(handler)
-                except Exception as exc:  # classified by the caller from the pod status
-                    run.delivery_error = run.delivery_error or f"collect failed: {exc}"
-
-        def no_messages_debug_text(self) -> str:
-            return "Messages are read from the sandbox wrapper's signed pipes.jsonl, collected through the exec API."
-
-    return CollectedMessageReader()
 
 
 def _api_message(exc: Any) -> str:

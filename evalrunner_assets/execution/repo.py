@@ -20,6 +20,7 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -267,3 +268,27 @@ class RepoSource:
                 raise RepoError(f"commit {sha} of {self.repo} cannot be exported safely: {exc}") from exc
         os.chmod(dest, 0o755)
         return RepoExport(repo=self.repo, commit=sha, path=str(dest), tree_digest=tree_digest(dest))
+
+
+def export_commit(source: RepoSource, commit: str, root: Path) -> RepoExport:
+    """Export ``commit`` under ``root/<repo>/<sha>``, reusing a finished export.
+
+    The export lands under a temporary name and is renamed into place, so a crash mid-export
+    never leaves a half tree that a later run would take for complete."""
+    sha = source.resolve_commit(commit)
+    dest = root / source.repo / sha
+    if dest.is_dir():
+        return RepoExport(repo=source.repo, commit=sha, path=str(dest), tree_digest=tree_digest(dest))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{sha}.tmp-{uuid.uuid4().hex}"
+    try:
+        export = source.export(sha, tmp)
+        os.rename(tmp, dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if dest.is_dir():  # another process finished the same export first
+            return export_commit(source, sha, root)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return RepoExport(repo=export.repo, commit=sha, path=str(dest), tree_digest=export.tree_digest)

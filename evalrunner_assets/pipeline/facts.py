@@ -12,13 +12,9 @@ written once; a second materialization of the same commit reads them back.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from evalrunner_assets.discovery import DiscoveryError, discover
@@ -38,7 +34,6 @@ from evalrunner_assets.execution.inspect_runner import (
     config_digest,
     list_sample_ids_many,
 )
-from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from lake import LAYOUT, Lake
 
@@ -106,32 +101,6 @@ def load_facts(lake: Lake, repo: str, commit: str) -> CommitFacts | None:
     if not lake.exists(rel):
         return None
     return CommitFacts.from_json(lake.read_bytes(rel))
-
-
-def export_commit(source: RepoSource, commit: str, root: Path) -> RepoExport:
-    """Export ``commit`` under ``root/<repo>/<sha>``, reusing a finished export.
-
-    The export lands under a temporary name and is renamed into place, so a crash mid-export
-    never leaves a half tree that a later run would take for complete."""
-    sha = source.resolve_commit(commit)
-    dest = root / source.repo / sha
-    if dest.is_dir():
-        from evalrunner_assets.execution.repo import tree_digest
-
-        return RepoExport(repo=source.repo, commit=sha, path=str(dest), tree_digest=tree_digest(dest))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{sha}.tmp-{uuid.uuid4().hex}"
-    try:
-        export = source.export(sha, tmp)
-        os.rename(tmp, dest)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if dest.is_dir():  # another process finished the same export first
-            return export_commit(source, sha, root)
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return RepoExport(repo=export.repo, commit=sha, path=str(dest), tree_digest=export.tree_digest)
 
 
 def learn_commit(
@@ -265,7 +234,6 @@ __all__ = [
     "CommitFacts",
     "DiscoveryError",
     "TaskFacts",
-    "export_commit",
     "facts_summary",
     "learn_commit",
     "load_facts",

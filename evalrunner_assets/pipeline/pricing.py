@@ -20,15 +20,25 @@ class PriceTableError(ValueError):
     """The price table file is malformed (names the file and the entry)."""
 
 
+# Default prices registered by model providers for their own models (``register_price``), so
+# this module never imports a provider to learn its price; ``$EVALRUNNER_PRICES`` overrides them.
+_REGISTERED_PRICES: dict[str, tuple[float, float]] = {}
+
+
+def register_price(model: str, input_usd_per_mtok: float, output_usd_per_mtok: float) -> None:
+    """Make ``model`` (a name or a ``provider/*`` glob) part of every default price table, at
+    the given US dollars per million input and output tokens."""
+    _REGISTERED_PRICES[model] = (float(input_usd_per_mtok), float(output_usd_per_mtok))
+
+
 @dataclass(frozen=True)
 class PriceTable:
     prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # model -> ($/Mtok in, out)
 
     @classmethod
     def default(cls) -> PriceTable:
-        from evalrunner_assets.simagent import SIMAGENT_PRICE
-
-        prices = {"simagent/*": (SIMAGENT_PRICE.input_usd_per_mtok, SIMAGENT_PRICE.output_usd_per_mtok)}
+        """The registered prices (:func:`register_price`), overridden by ``$EVALRUNNER_PRICES``."""
+        prices = dict(_REGISTERED_PRICES)
         path = os.environ.get("EVALRUNNER_PRICES")
         if path:
             prices.update(cls.from_file(path).prices)

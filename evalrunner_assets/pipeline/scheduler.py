@@ -56,17 +56,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalrunner_assets.execution._process import pid_alive
+from evalrunner_assets.execution.backends import default_workers
 from evalrunner_assets.pipeline.loop import Step
 from evalrunner_assets.pipeline.windows import WindowOutcome
 
 DEFAULT_BREAKER_THRESHOLD = 5
 MAX_ATTEMPTS = 2  # a window is retried at most once (see pipeline.windows)
 JOIN_SECONDS = 15.0
-
-
-def default_workers() -> int:
-    """Local default: one worker per core."""
-    return max(1, os.cpu_count() or 1)
 
 
 class SchedulerError(RuntimeError):

@@ -132,8 +132,8 @@ def open_comparison(lake: Lake, request: ComparisonRequest) -> ComparisonRequest
 
 def latest_request(lake: Lake, repo: str, pr: str) -> ComparisonRequest | None:
     """The most recently requested comparison of a PR (its newest head)."""
-    prefix = LAYOUT.comparison(repo, pr, "0" * 40).rsplit("/", 1)[0]
-    requests = [ComparisonRequest.from_json(lake.read_bytes(rel)) for rel in lake.glob(f"{prefix}/*.request.json")]
+    rels = lake.glob(LAYOUT.comparison_requests_glob(repo, pr))
+    requests = [ComparisonRequest.from_json(lake.read_bytes(rel)) for rel in rels]
     if not requests:
         return None
     return max(requests, key=lambda r: (r.requested_at, r.head_sha))

@@ -260,8 +260,7 @@ def retire_failures(lake: Lake, repo: str, commits: Iterable[str]) -> list[str]:
             # Some task's sample ids could not be listed: the commit is learnt again.
             rels.append(LAYOUT.commit_tasks(repo, commit))
         for rel in rels:
-            archived = rel if rel.startswith("failures/") else f"failures/{rel}"
-            lake.write_bytes(LAYOUT.retired_failure(archived, stamp), lake.read_bytes(rel))
+            lake.write_bytes(LAYOUT.retired_failure(rel, stamp), lake.read_bytes(rel))
             lake.remove(rel)
             retired.append(rel)
     return retired

@@ -9,7 +9,6 @@ Errored epochs (the sample raised in the repository's code) score 0; see the sta
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,19 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from evalrunner_assets.sample_order import seeded_order
 from evalrunner_assets.stats._errors import PairingError
 
 _REQUIRED = ("sample_id", "epoch", "score", "error")
-
-
-def seeded_order(sample_ids: Iterable[str | int], seed: int | str) -> list[str]:
-    """A seeded, pre-committed order of sample ids: sorted by sha256(seed, id).
-
-    Stable when samples are added or removed (each id keeps its hash), unlike a shuffle of the
-    whole dataset; the same for head and base because it depends only on the ids.
-    """
-    ids = {str(s) for s in sample_ids}
-    return sorted(ids, key=lambda s: (hashlib.sha256(f"{seed}\x00{s}".encode()).hexdigest(), s))
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evalrunner_assets.stats._decide import LABELS
 from evalrunner_assets.stats._errors import PlanError
 from evalrunner_assets.stats._params import StatsParams
-
-if TYPE_CHECKING:
-    from lake.layout import Window
 
 ARMS: tuple[str, str] = ("head", "base")
 
@@ -110,11 +107,6 @@ class WindowPlan:
     @property
     def size(self) -> int:
         return self.stop - self.start
-
-    def window(self) -> Window:
-        from lake.layout import Window
-
-        return Window(self.start, self.stop)
 
     def to_dict(self) -> dict[str, Any]:
         return {

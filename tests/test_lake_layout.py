@@ -1,0 +1,37 @@
+"""Paths the layout builds for callers that used to build them by hand."""
+
+from __future__ import annotations
+
+import fnmatch
+
+import pytest
+
+from lake.layout import LAYOUT, LakePathError, Window
+
+REPO, SHA = "acme/agent", "a" * 40
+
+
+def test_a_retired_failure_record_and_a_retired_tasks_listing_keep_their_place_under_failures_retired():
+    failure = LAYOUT.batch_failure(REPO, SHA, "triage/t", Window(0, 8), "d" * 16)
+    assert LAYOUT.retired_failure(failure, "20260101T000000Z") == (
+        f"failures-retired/{REPO}/{SHA}/triage/t/w000000-000008.{'d' * 16}.20260101T000000Z.json"
+    )
+    tasks = LAYOUT.commit_tasks(REPO, SHA)
+    assert LAYOUT.retired_failure(tasks, "20260101T000000Z") == (
+        f"failures-retired/raw/{REPO}/{SHA}/tasks.20260101T000000Z.json"
+    )
+    with pytest.raises(LakePathError, match="not a failure record"):
+        LAYOUT.retired_failure(LAYOUT.manifest(REPO, SHA), "20260101T000000Z")
+
+
+def test_the_requests_glob_matches_every_head_of_that_pull_request_only():
+    pattern = LAYOUT.comparison_requests_glob(REPO, 7)
+    assert fnmatch.fnmatchcase(LAYOUT.comparison_artifact(REPO, 7, SHA, "request.json"), pattern)
+    assert not fnmatch.fnmatchcase(LAYOUT.comparison_artifact(REPO, 17, SHA, "request.json"), pattern)
+    assert not fnmatch.fnmatchcase(LAYOUT.comparison_artifact(REPO, 7, SHA, "comment.md"), pattern)
+
+
+def test_a_repositorys_batch_records_lie_under_its_prefix():
+    record = LAYOUT.batch_record(REPO, SHA, "triage/t", Window(0, 8), "d" * 16)
+    assert record.startswith(LAYOUT.batch_records_prefix(REPO) + "/")
+    assert not record.startswith(LAYOUT.batch_records_prefix("acme/agent-two") + "/")
