@@ -117,11 +117,23 @@ class Decision:
     failure_draw: float  # picks the failure mode when ``succeeds`` is false
 
 
-def decide(behaviour: Behaviour, prompt: str, *, seed: int, sample_id: str, epoch: int) -> Decision:
+def decide(
+    behaviour: Behaviour,
+    prompt: str,
+    *,
+    seed: int,
+    sample_id: str,
+    epoch: int,
+    known_cues: frozenset[str] = frozenset(),
+    bonus: float = 0.0,
+) -> Decision:
     """The agent's outcome on one sample. The draws do not depend on the prompt, only the
-    probability does — that is what makes both arms of a comparison share their randomness."""
-    cues = cues_present(behaviour, prompt)
-    probability = success_probability(behaviour, cues)
+    probability does — that is what makes both arms of a comparison share their randomness.
+    ``known_cues`` (guidance the model learned in training) count as present whatever the
+    prompt says; ``bonus`` is a more capable model's lift on every behaviour."""
+    own = {cue.name for cue in BEHAVIOUR_MODELS[behaviour].cues}
+    cues = cues_present(behaviour, prompt) | (known_cues & own)
+    probability = round(min(1.0, success_probability(behaviour, cues) + bonus), 10)
     outcome_draw = uniform_draw(seed, behaviour, sample_id, epoch, "outcome")
     failure_draw = uniform_draw(seed, behaviour, sample_id, epoch, "failure-mode")
     return Decision(behaviour, cues, probability, outcome_draw < probability, failure_draw)
