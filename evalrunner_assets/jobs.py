@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from evalrunner_assets.assets.candidates import candidate_measurements, continuum_frontier
 from evalrunner_assets.assets.evals import comparison, eval_manifest, pr_report, task_samples
 from evalrunner_assets.assets.series import cohort_series
 
@@ -11,4 +12,14 @@ comparison_job = dg.define_asset_job("comparison_job", selection=[comparison, pr
 
 cohort_series_job = dg.define_asset_job("cohort_series_job", selection=[cohort_series])
 
-JOBS = [eval_manifest_job, task_samples_job, comparison_job, cohort_series_job]
+candidate_measurements_job = dg.define_asset_job("candidate_measurements_job", selection=[candidate_measurements])
+continuum_frontier_job = dg.define_asset_job("continuum_frontier_job", selection=[continuum_frontier])
+
+JOBS = [
+    eval_manifest_job,
+    task_samples_job,
+    comparison_job,
+    cohort_series_job,
+    candidate_measurements_job,
+    continuum_frontier_job,
+]
