@@ -472,9 +472,15 @@ def cmd_repos_add(args: argparse.Namespace) -> int:
 
 
 def cmd_example_repo(args: argparse.Namespace) -> int:
-    from evalrunner_assets.example_repo import VARIANTS, build_example_repo
+    from evalrunner_assets.example_repo import VARIANTS, build_example_candidates, build_example_repo
 
-    ex = build_example_repo(Path(args.dest), args.variant or VARIANTS)
+    if args.candidates and args.variant:
+        raise SystemExit("evalrunner example-repo: --candidates builds its own branch; drop --variant")
+    ex = (
+        build_example_candidates(Path(args.dest))
+        if args.candidates
+        else build_example_repo(Path(args.dest), args.variant or VARIANTS)
+    )
     print(
         json.dumps(
             {"path": str(ex.path), "base": ex.base_sha, **{name: v.sha for name, v in ex.variants.items()}}, indent=2
@@ -684,6 +690,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("example-repo", help="build the example agent repo with its PR variants")
     p.add_argument("dest")
     p.add_argument("--variant", action="append", default=None)
+    p.add_argument(
+        "--candidates",
+        action="store_true",
+        help="the repo for `candidates measure`: main with .evals/candidates.yaml, and improve-runbook",
+    )
     p.set_defaults(func=cmd_example_repo)
     return parser
 

@@ -201,3 +201,22 @@ def test_the_simulated_models_differ_only_in_price_and_what_they_know():
     assert "error_code_query" in learned.cues
     # The draw is shared: a model that is better never fails where the standard one succeeds.
     assert not base.succeeds or (learned.succeeds and bigger.succeeds)
+
+
+def test_candidates_add_and_list_on_the_command_line(tmp_path, monkeypatch, capsys):
+    from evalrunner_assets import cli
+    from evalrunner_assets.example_repo import build_example_candidates
+
+    build_example_candidates(tmp_path / "repo")
+    monkeypatch.setenv("EVALRUNNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EVALRUNNER_LAKE", raising=False)
+    where = ["--repo", str(tmp_path / "repo"), "--repo-id", "example/support-agent"]
+    assert cli.main(["candidates", "add", *where, "--name", "Bad name"]) == 2
+    assert "'Bad name' is not a candidate name" in capsys.readouterr().err
+    assert cli.main(["candidates", "add", *where, "--name", "mini", "--model", "simagent/mini"]) == 0
+    capsys.readouterr()
+    assert cli.main(["candidates", "list", *where]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert "main (reference): ref main · simagent/support-agent · declared in .evals/candidates.yaml" in listed
+    assert "mini: ref HEAD · simagent/mini · declared in evalrunner candidates add" in listed
+    assert len(listed) == 5

@@ -159,7 +159,7 @@ def parse_candidates(data: Any, *, source: str = CANDIDATES_FILE) -> CandidateSe
         first = errors[0]
         where = _field_path(list(first.absolute_path), data)
         message = first.message
-        if first.validator == "pattern" and where.endswith("name"):
+        if first.validator == "pattern" and first.validator_value == candidates_schema()["$defs"]["name"]["pattern"]:
             message = f"{first.instance!r} is not a candidate name: 1-63 characters of [a-z0-9_.-], starting with a letter or digit"
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise CandidateError(f"{source}: {where}: {message}{more}")
