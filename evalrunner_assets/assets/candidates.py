@@ -10,10 +10,12 @@ the lake, so a materialization from the UI needs no run config.
 """
 
 import base64
+import functools
 from collections import defaultdict
 
 import dagster as dg
 
+from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.partitions import candidate_repos_partitions, candidates_partitions
 from evalrunner_assets.pipeline import candidates as cands
 from evalrunner_assets.report.frontier_markdown import render_frontier_table, render_promotion, render_steps_table
@@ -62,8 +64,8 @@ def candidate_measurements(
             the_lake,
             backend,
             repo,
-            resolve=lambda ref, source=source: source.resolve_ref(ref or "HEAD"),
-            export_for=lambda sha, repo=repo: repos.export(the_lake, repo, sha),
+            resolve=functools.partial(_resolve, source),
+            export_for=functools.partial(repos.export, the_lake, repo),
             names=names,
             pool=sandbox.warm_pool(),
             workers=sandbox.worker_count(),
@@ -84,6 +86,11 @@ def candidate_measurements(
         }
     )
     return dg.MaterializeResult(metadata=metadata)
+
+
+def _resolve(source: RepoSource, ref: str | None) -> str:
+    """A candidate's ref as a commit SHA (the default branch when it names none)."""
+    return source.resolve_ref(ref or "HEAD")
 
 
 @dg.asset(

@@ -545,8 +545,8 @@ def suite_pairing(lake: Lake, a: Mapping[str, Any], b: Mapping[str, Any], seed: 
     for name in shared:
         head = series.point_task_rows(lake, a, name)
         base = series.point_task_rows(lake, b, name)
-        ids = sorted({str(r["sample_id"]) for r in head} | {str(r["sample_id"]) for r in base})
-        per_task.append(stats.pair_task(head, base, order=sample_order(ids, seed)))
+        task_ids = sorted({str(r["sample_id"]) for r in head} | {str(r["sample_id"]) for r in base})
+        per_task.append(stats.pair_task(head, base, order=sample_order(task_ids, seed)))
     ids: list[str] = []
     heads: list[float] = []
     bases: list[float] = []

@@ -1,6 +1,6 @@
 """The continuum frontier of one repository: every candidate at (cost per sample, suite score).
 
-Error bars are each candidate's anytime-valid interval on the suite score; the dashed line joins
+Error bars are each candidate's suite interval (all evals' inputs pooled, Wilson); the dashed line joins
 the frontier (the candidates no cheaper one is shown at least as good as); colour says frontier,
 uncertain (a cheaper candidate could not be told apart) or dominated. Reading it: pick the
 highest point on the dashed line you can afford.
@@ -9,7 +9,7 @@ highest point on the dashed line you can afford.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import altair as alt
 
@@ -61,13 +61,21 @@ def frontier_chart(rows: Sequence[Mapping[str, Any]], repo: str) -> alt.LayerCha
             ],
         )
     )
-    labels = (
-        alt.Chart(alt.Data(values=values))
-        .mark_text(align="left", dx=7, dy=-7, fontSize=10)
-        .encode(x=x, y=y, text="candidate:N")
-    )
-    return alt.layer(bars, line, points, labels).properties(
-        width=520, height=300, title=f"{repo}: continuum frontier (score vs cost per sample)"
+    # Labels of the dearer half sit left of their point, so none runs into the legend.
+    costs = [v["cost"] for v in values]
+    middle = (min(costs) + max(costs)) / 2 if costs else 0.0
+    left = [v for v in values if v["cost"] <= middle]
+    right = [v for v in values if v["cost"] > middle]
+    labels = [
+        alt.Chart(alt.Data(values=left)).mark_text(align="left", dx=7, dy=-8, fontSize=10),
+        alt.Chart(alt.Data(values=right)).mark_text(align="right", dx=-7, dy=-8, fontSize=10),
+    ]
+    chart = alt.layer(bars, line, points, *(label.encode(x=x, y=y, text="candidate:N") for label in labels))
+    return cast(
+        alt.LayerChart,
+        chart.properties(
+            width=520, height=300, title=f"{repo}: continuum frontier (score vs cost per sample; ■ reference)"
+        ),
     )
 
 
