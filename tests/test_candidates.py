@@ -220,3 +220,15 @@ def test_candidates_add_and_list_on_the_command_line(tmp_path, monkeypatch, caps
     assert "main (reference): ref main · simagent/support-agent · declared in .evals/candidates.yaml" in listed
     assert "mini: ref HEAD · simagent/mini · declared in evalrunner candidates add" in listed
     assert len(listed) == 5
+
+
+def test_a_candidate_off_the_reference_inputs_is_named_with_its_tasks():
+    def doc(windows_a, windows_b):
+        return {"tasks": {"a": {"windows": windows_a}, "b": {"windows": windows_b}}}
+
+    docs = {
+        "main": doc(["0-8", "8-16"], ["0-8"]),
+        "same": doc(["0-8", "8-16"], ["0-8"]),
+        "short": doc(["0-8"], ["0-8"]),
+    }
+    assert cands.inputs_differing_from_reference(docs, "main") == {"short": ["a"]}

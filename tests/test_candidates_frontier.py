@@ -153,6 +153,12 @@ def test_the_chart_and_the_asset_metadata_land(measured):
     metadata = mats[0].asset_materialization.metadata
     assert metadata["promoted"].value == "runbook-skill-large"
     assert "runbook-skill → runbook-skill-large" in metadata["steps up the frontier"].value
+    key = dg.AssetCheckKey(dg.AssetKey("continuum_frontier"), "same_inputs_as_reference")
+    records = measured["instance"].event_log_storage.get_asset_check_execution_history(key, limit=10)
+    assert len(records) == 2  # one per measure
+    for rec in records:
+        assert rec.status.value == "SUCCEEDED"
+        assert rec.event.dagster_event.event_specific_data.passed  # type: ignore[union-attr]
 
 
 def test_a_second_measure_starts_no_sandbox_and_records_defined_jobs(measured):

@@ -23,6 +23,7 @@ from lake import LAYOUT
 from resources import LakeResource, RepoResource, SandboxResource
 
 GROUP = "candidates"
+SAME_INPUTS_CHECK = "same_inputs_as_reference"
 
 
 @dg.asset(
@@ -100,6 +101,13 @@ def _resolve(source: RepoSource, ref: str | None) -> str:
     kinds={"duckdb", "altair"},
     owners=["team:evals"],
     tags={"evalrunner/noun": "continuum-frontier"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            SAME_INPUTS_CHECK,
+            asset="continuum_frontier",
+            description="Every candidate on the frontier ran the reference's windows on every task.",
+        )
+    ],
 )
 def continuum_frontier(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """One partition is one repository (``owner/repo``): every measured candidate at (cost per
@@ -133,7 +141,15 @@ def continuum_frontier(context: dg.AssetExecutionContext, lake: LakeResource) ->
             "frontier": dg.MetadataValue.json(on_frontier),
             "candidates_measured": dg.MetadataValue.int(len(frontier.rows)),
             "chart_path": dg.MetadataValue.path(the_lake.url(LAYOUT.continuum_frontier(repo, "svg"))),
-        }
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=SAME_INPUTS_CHECK,
+                passed=not frontier.differing,
+                metadata={"differing": dg.MetadataValue.json(frontier.differing)},
+                description="; ".join(f"{n}: {', '.join(t)}" for n, t in frontier.differing.items())[:1000] or None,
+            )
+        ],
     )
 
 

@@ -633,6 +633,23 @@ def frontier_steps(rows: Sequence[Mapping[str, Any]], pairs: pa.Table) -> list[d
     return steps
 
 
+def inputs_differing_from_reference(docs: Mapping[str, Mapping[str, Any]], reference: str) -> dict[str, list[str]]:
+    """Per candidate, the tasks whose windows are not the reference's (a task failed on one
+    side, or the cap or dataset differed): there the candidate is not on the same inputs."""
+    ref = docs.get(reference)
+    if ref is None:
+        return {}
+    out: dict[str, list[str]] = {}
+    for name, doc in docs.items():
+        tasks = sorted(set(ref["tasks"]) | set(doc["tasks"]))
+        differ = [
+            t for t in tasks if (ref["tasks"].get(t) or {}).get("windows") != (doc["tasks"].get(t) or {}).get("windows")
+        ]
+        if differ:
+            out[name] = differ
+    return out
+
+
 # --- the promotion gate ------------------------------------------------------------------------
 
 
@@ -741,6 +758,7 @@ class Frontier:
     rows: list[dict[str, Any]]
     steps: list[dict[str, Any]]
     promotion: dict[str, Any]
+    differing: dict[str, list[str]] = field(default_factory=dict)  # candidate -> tasks off the reference's inputs
 
 
 def build_frontier(lake: Lake, repo: str) -> Frontier:
@@ -759,7 +777,9 @@ def build_frontier(lake: Lake, repo: str) -> Frontier:
     doc = {"repo": repo, "reference": reference, "rows": rows, "steps": steps, "promotion": promotion}
     lake.write_bytes(LAYOUT.continuum_frontier(repo, "json"), json.dumps(doc, indent=2, default=str).encode())
     lake.write_bytes(LAYOUT.promotion(repo), json.dumps(promotion, indent=2, default=str).encode())
-    return Frontier(rows=rows, steps=steps, promotion=promotion)
+    return Frontier(
+        rows=rows, steps=steps, promotion=promotion, differing=inputs_differing_from_reference(docs, reference or "")
+    )
 
 
 # --- partition keys ----------------------------------------------------------------------------
