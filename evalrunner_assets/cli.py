@@ -1,4 +1,4 @@
-"""`evalrunner` command line: demo, compare, backfill, sql, lake verify, view, serve, repos, example-repo."""
+"""`evalrunner` command line: demo, compare, backfill, candidates, sql, lake verify, view, serve, repos, example-repo."""
 
 from __future__ import annotations
 
@@ -228,6 +228,85 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_args(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"evalrunner candidates add: --model-arg {pair!r} is not KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def cmd_candidates(args: argparse.Namespace) -> int:
+    from evalrunner_assets import candidates_run
+    from evalrunner_assets.pipeline import candidates as cands
+    from evalrunner_assets.report.frontier_markdown import (
+        render_frontier_table,
+        render_promotion,
+        render_steps_table,
+    )
+    from lake import LAYOUT, open_lake
+    from resources import SandboxResource
+
+    repo_id = _repo_id(args.repo, args.repo_id)
+    from evalrunner_assets.driver import default_resources
+
+    sandbox = None
+    if getattr(args, "backend", "bubblewrap") != "bubblewrap" or getattr(args, "workers", 0):
+        sandbox = SandboxResource(backend_name=args.backend, max_workers=args.workers or 0)
+    resources = default_resources(**({"sandbox": sandbox} if sandbox is not None else {}))
+    the_lake = resources["lake"].open()
+    try:
+        if args.action == "add":
+            resources["repos"].register(the_lake, repo_id, args.repo)
+            candidate = cands.Candidate(
+                name=args.name,
+                ref=args.ref,
+                model=args.model,
+                model_args=_model_args(args.model_arg),
+                description=args.description,
+            )
+            cands.parse_candidates(  # the same schema as the file: one set of rules
+                {
+                    "version": 1,
+                    "reference": args.name,
+                    "candidates": [candidate.to_dict() | {"ref": args.ref or "HEAD"}],
+                },
+                source="evalrunner candidates add",
+            )
+            candidates_run.add_candidate(resources, repo_id, candidate, reference=args.reference)
+            print(f"added candidate {args.name} of {repo_id}: {the_lake.url(LAYOUT.candidate(repo_id, args.name))}")
+            return 0
+        if args.action == "list":
+            candidates_run.declare_from_repo(resources, repo_id, args.repo)
+            reference, _ = cands.load_settings(the_lake, repo_id)
+            for name, c in cands.load_candidates(the_lake, repo_id).items():
+                where = cands.candidate_provenance(the_lake, repo_id, name).get("declared_in", "?")
+                mark = " (reference)" if name == reference else ""
+                print(f"{name}{mark}: ref {c.ref or 'HEAD'} · {c.model} · declared in {where}")
+            return 0
+        print(f"measuring the candidates of {repo_id}", flush=True)
+        result = candidates_run.measure_candidates(repo_id, args.repo, names=args.name or None, resources=resources)
+    except cands.CandidateError as exc:
+        print(f"evalrunner candidates: {exc}", file=sys.stderr)
+        return 2
+    for doc in result.measurements.values():
+        print(cands.reading(doc))
+    frontier = result.frontier
+    print()
+    print(render_frontier_table(frontier["rows"]))
+    print(render_steps_table(frontier["steps"]))
+    print(render_promotion(frontier["promotion"]))
+    lake = open_lake(home.lake_root())
+    print(f"chart: {lake.url(LAYOUT.continuum_frontier(repo_id, 'png'))}")
+    print(f"gate : {lake.url(LAYOUT.promotion(repo_id))}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from evalrunner_assets.example_repo import build_example_repo
 
@@ -393,9 +472,15 @@ def cmd_repos_add(args: argparse.Namespace) -> int:
 
 
 def cmd_example_repo(args: argparse.Namespace) -> int:
-    from evalrunner_assets.example_repo import VARIANTS, build_example_repo
+    from evalrunner_assets.example_repo import VARIANTS, build_example_candidates, build_example_repo
 
-    ex = build_example_repo(Path(args.dest), args.variant or VARIANTS)
+    if args.candidates and args.variant:
+        raise SystemExit("evalrunner example-repo: --candidates builds its own branch; drop --variant")
+    ex = (
+        build_example_candidates(Path(args.dest))
+        if args.candidates
+        else build_example_repo(Path(args.dest), args.variant or VARIANTS)
+    )
     print(
         json.dumps(
             {"path": str(ex.path), "base": ex.base_sha, **{name: v.sha for name, v in ex.variants.items()}}, indent=2
@@ -532,6 +617,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
     p.set_defaults(func=cmd_backfill)
 
+    p = add("candidates", help="candidate configurations: add, list, measure (frontier + promotion gate)")
+    actions = p.add_subparsers(dest="action", required=True)
+    for action, text in (
+        ("add", "store one candidate (a ref of the agent repo and a model)"),
+        ("list", "list a repository's candidates (its .evals/candidates.yaml and added ones)"),
+        ("measure", "measure candidates on the same inputs, then the frontier and the promotion gate"),
+    ):
+        q = actions.add_parser(action, help=text)
+        q.add_argument("--repo", required=True, help="local path or clone URL")
+        q.add_argument("--repo-id", default=None, help="owner/name (default: from the URL, or local/<dir>)")
+        if action == "add":
+            q.add_argument("--name", required=True, help="candidate name, e.g. runbook-skill")
+            q.add_argument("--ref", default=None, help="branch, tag or SHA it runs (default: the default branch)")
+            q.add_argument("--model", default="simagent/support-agent", help="Inspect model")
+            q.add_argument("--model-arg", action="append", default=[], help="KEY=VALUE model argument (repeatable)")
+            q.add_argument("--description", default="", help="what the candidate changes")
+            q.add_argument("--reference", action="store_true", help="make it the reference candidate")
+        if action == "measure":
+            q.add_argument("--name", action="append", default=[], help="measure only this candidate (repeatable)")
+            q.add_argument("--workers", type=int, default=0, help="sandboxes running at once (default: cores)")
+            q.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
+        q.set_defaults(func=cmd_candidates)
+
     p = add("sql", help="run SQL over the lake's tables (samples, events, batches, …)")
     p.add_argument("query", help="SQL text, or - to read it from stdin")
     p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
@@ -582,6 +690,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("example-repo", help="build the example agent repo with its PR variants")
     p.add_argument("dest")
     p.add_argument("--variant", action="append", default=None)
+    p.add_argument(
+        "--candidates",
+        action="store_true",
+        help="the repo for `candidates measure`: main with .evals/candidates.yaml, and improve-runbook",
+    )
     p.set_defaults(func=cmd_example_repo)
     return parser
 

@@ -10,6 +10,7 @@ import dagster as dg
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
+from evalrunner_assets.assets.candidates import CANDIDATE_ASSETS
 from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
 from evalrunner_assets.assets.series import SERIES_ASSETS
@@ -19,7 +20,7 @@ from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
 
 defs = dg.Definitions(
-    assets=[*ASSETS, *SERIES_ASSETS, GITHUB_INBOX],
+    assets=[*ASSETS, *SERIES_ASSETS, *CANDIDATE_ASSETS, GITHUB_INBOX],
     jobs=JOBS,
     sensors=[pr_sensor, sampling_sensor],
     resources={

@@ -259,6 +259,27 @@ def build_example_history(dest: Path, extra_neutral: int = 0) -> list[HistoryCom
     return commits
 
 
+# --- candidate configurations (for the continuum frontier) ------------------------------------
+
+CANDIDATES_SOURCE = VARIANT_PATCHES_DIR / "candidates.yaml"
+CANDIDATES_MESSAGE = "evals: declare the candidate configurations"
+
+
+def build_example_candidates(dest: Path) -> ExampleRepo:
+    """Create a git repo at ``dest`` with the example's base commit, its ``improve-runbook``
+    branch, and on ``main`` one more commit adding ``.evals/candidates.yaml`` (four candidates:
+    main, the runbook skill, the runbook skill on the bigger model, a fine-tune). The returned
+    repo's ``base_sha`` is that last commit."""
+    repo = build_example_repo(dest, variants=("improve-runbook",))
+    git = _Git(Path(dest))
+    target = Path(dest) / ".evals" / "candidates.yaml"
+    shutil.copyfile(CANDIDATES_SOURCE, target)
+    _normalise_modes(Path(dest))
+    git("add", "-A")
+    sha = git.commit(CANDIDATES_MESSAGE + "\n", BASE_COMMIT_DATE + timedelta(days=1))
+    return ExampleRepo(path=repo.path, base_branch=repo.base_branch, base_sha=sha, variants=repo.variants)
+
+
 def _normalise_modes(root: Path) -> None:
     # Git records only the executable bit; fix it so the tree (and SHA) never depends on the
     # modes the source checkout happens to have.

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from evalrunner_assets.assets.candidates import candidate_measurements, continuum_frontier
 from evalrunner_assets.assets.evals import comparison, eval_manifest, pr_report, task_samples
 from evalrunner_assets.assets.series import cohort_series
 
@@ -10,6 +11,9 @@ task_samples_job = dg.define_asset_job("task_samples_job", selection=[task_sampl
 comparison_job = dg.define_asset_job("comparison_job", selection=[comparison, pr_report])
 
 cohort_series_job = dg.define_asset_job("cohort_series_job", selection=[cohort_series])
+
+candidate_measurements_job = dg.define_asset_job("candidate_measurements_job", selection=[candidate_measurements])
+continuum_frontier_job = dg.define_asset_job("continuum_frontier_job", selection=[continuum_frontier])
 
 # Runs that write one head's comparison document and check run wait for each other: the run
 # coordinator (dagster.yaml, `tag_concurrency_limits`) allows one per value of this tag, so two
@@ -21,4 +25,11 @@ def comparison_run_tags(comparison_key: str) -> dict[str, str]:
     return {"evalrunner/comparison": comparison_key, REPORT_LOCK_TAG: comparison_key}
 
 
-JOBS = [eval_manifest_job, task_samples_job, comparison_job, cohort_series_job]
+JOBS = [
+    eval_manifest_job,
+    task_samples_job,
+    comparison_job,
+    cohort_series_job,
+    candidate_measurements_job,
+    continuum_frontier_job,
+]

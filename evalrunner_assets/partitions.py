@@ -18,6 +18,9 @@ commits_partitions = dg.DynamicPartitionsDefinition(name="commits")
 tasks_partitions = dg.DynamicPartitionsDefinition(name="tasks")
 comparisons_partitions = dg.DynamicPartitionsDefinition(name="comparisons")
 main_commits_partitions = dg.DynamicPartitionsDefinition(name="main_commits")
+# ``owner/repo:name``: one candidate configuration; ``owner/repo``: a repository's frontier.
+candidates_partitions = dg.DynamicPartitionsDefinition(name="candidates")
+candidate_repos_partitions = dg.DynamicPartitionsDefinition(name="candidate_repos")
 commit_task_partitions = dg.MultiPartitionsDefinition({"commit": commits_partitions, "task": tasks_partitions})
 
 

@@ -32,7 +32,15 @@ import pyarrow as pa
 
 import sql
 from lake.integrity import LakeIntegrityError, check_sizes, load_record
-from lake.schema import EVENTS_SCHEMA, SAMPLES_SCHEMA, SERIES_ROWS_SCHEMA, BatchRecord, batches_table
+from lake.schema import (
+    CANDIDATE_PAIRS_SCHEMA,
+    CANDIDATE_ROWS_SCHEMA,
+    EVENTS_SCHEMA,
+    SAMPLES_SCHEMA,
+    SERIES_ROWS_SCHEMA,
+    BatchRecord,
+    batches_table,
+)
 from lake.storage import Lake
 
 log = logging.getLogger("evalrunner.lake")
@@ -183,6 +191,32 @@ def register_series(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
     )
     con.register("series_rows", rows)
     con.execute(sql.load("cohort_series"))
+
+
+def _small_table(lake: Lake, rels: list[str], schema: pa.Schema) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(lake.fs.open(lake.path(rel), "rb")).cast(schema) for rel in rels]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def register_candidates(con: duckdb.DuckDBPyConnection, lake: Lake, repo: str) -> None:
+    """``candidate_rows`` (one row per candidate measurement and task / suite) and
+    ``candidate_pairs`` (the suite comparisons of every two candidates) of ``repo``: small,
+    read into memory."""
+    con.register(
+        "candidate_rows", _small_table(lake, lake.glob(lake.layout.candidate_rows_glob(repo)), CANDIDATE_ROWS_SCHEMA)
+    )
+    pairs = lake.layout.candidate_pairs(repo)
+    con.register("candidate_pairs", _small_table(lake, [pairs] if lake.exists(pairs) else [], CANDIDATE_PAIRS_SCHEMA))
+
+
+def connect_candidates(lake: Lake, repo: str) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with just the candidate tables of ``repo`` (the frontier reads no
+    sample rows, so no batch record is listed)."""
+    con = duckdb.connect(":memory:")
+    register_candidates(con, lake, repo)
+    return con
 
 
 def query(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None) -> pa.Table:

@@ -55,6 +55,17 @@ def check_task(task: str) -> str:
     return _check_segments("task id", task)
 
 
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise LakePathError(
+            f"{kind} name {name!r} must be 1-63 characters of [a-z0-9_.-], starting with a letter or digit"
+        )
+    return name
+
+
 def partition_value(value: str) -> str:
     """A Hive partition value: ``/`` and other unsafe characters percent-encoded."""
     return quote(value, safe="")
@@ -264,6 +275,48 @@ class LakeLayout:
         if ext not in ("png", "svg"):
             raise LakePathError(f"chart format {ext!r} is not 'png' or 'svg'")
         return f"series/{check_repo(repo)}/charts/{partition_value(branch)}.{ext}"
+
+    def candidate(self, repo: str, name: str) -> str:
+        """One candidate configuration of a repository (ref, model, model args) with where it
+        was declared (its provenance)."""
+        return f"candidates/{check_repo(repo)}/defs/{_check_name('candidate', name)}.json"
+
+    def candidates_glob(self, repo: str) -> str:
+        return f"candidates/{check_repo(repo)}/defs/*.json"
+
+    def candidate_settings(self, repo: str) -> str:
+        """Which candidate is the reference and how every candidate is measured."""
+        return f"candidates/{check_repo(repo)}/settings.json"
+
+    def candidate_measurement(self, repo: str, name: str) -> str:
+        """A candidate's latest measurement: per task score with interval, cost per sample,
+        p50 latency, tokens, and its paired comparison against the reference."""
+        return f"candidates/{check_repo(repo)}/measurements/{_check_name('candidate', name)}.json"
+
+    def candidate_measurements_glob(self, repo: str) -> str:
+        return f"candidates/{check_repo(repo)}/measurements/*.json"
+
+    def candidate_rows(self, repo: str, name: str) -> str:
+        """The same measurement as rows (one per task and one for the suite) for SQL."""
+        return f"candidates/{check_repo(repo)}/rows/{_check_name('candidate', name)}.parquet"
+
+    def candidate_rows_glob(self, repo: str) -> str:
+        return f"candidates/{check_repo(repo)}/rows/*.parquet"
+
+    def candidate_pairs(self, repo: str) -> str:
+        """Every pair of measured candidates compared on the suite's shared inputs."""
+        return f"candidates/{check_repo(repo)}/frontier/pairs.parquet"
+
+    def continuum_frontier(self, repo: str, ext: str) -> str:
+        """The frontier: ``json`` (rows, steps, promotion decision), ``png``/``svg`` (chart),
+        ``md`` (the tables as Markdown)."""
+        if ext not in ("json", "png", "svg", "md"):
+            raise LakePathError(f"frontier format {ext!r} is not 'json', 'png', 'svg' or 'md'")
+        return f"candidates/{check_repo(repo)}/frontier/frontier.{ext}"
+
+    def promotion(self, repo: str) -> str:
+        """The promotion gate's decision and its reasons."""
+        return f"candidates/{check_repo(repo)}/frontier/promotion.json"
 
     def env_record(self, env_digest: str) -> str:
         """The record of one built repository environment (what it holds, how it was built).

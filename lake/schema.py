@@ -380,3 +380,42 @@ SERIES_ROWS_SCHEMA = pa.schema(
         ("annotation", pa.string()),
     ]
 )
+
+# One row per (candidate measurement, scope) — scope 'task' or 'suite' (evalrunner_assets.pipeline.candidates).
+CANDIDATE_ROWS_SCHEMA = pa.schema(
+    [
+        ("repo", pa.string()),
+        ("candidate", pa.string()),
+        ("commit", pa.string()),
+        ("model", pa.string()),
+        ("is_reference", pa.bool_()),
+        ("scope", pa.string()),
+        ("name", pa.string()),
+        ("mean", pa.float64()),
+        ("lo", pa.float64()),
+        ("hi", pa.float64()),
+        ("inputs", pa.int64()),
+        ("cost_per_sample", pa.float64()),
+        ("p50_latency_s", pa.float64()),
+        ("tokens_per_sample", pa.float64()),
+        ("label_vs_reference", pa.string()),
+        ("delta_vs_reference", pa.float64()),
+        ("delta_lo", pa.float64()),
+        ("delta_hi", pa.float64()),
+    ]
+)
+
+# One row per ordered pair of measured candidates compared on the suite's shared inputs:
+# ``label`` says how ``candidate`` compares with ``other`` ('improved' = better).
+CANDIDATE_PAIRS_SCHEMA = pa.schema(
+    [
+        ("repo", pa.string()),
+        ("candidate", pa.string()),
+        ("other", pa.string()),
+        ("label", pa.string()),
+        ("pairs", pa.int64()),
+        ("delta", pa.float64()),
+        ("lo", pa.float64()),
+        ("hi", pa.float64()),
+    ]
+)

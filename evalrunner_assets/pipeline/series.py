@@ -153,6 +153,7 @@ def _measure_task(
     pool: Any,
     cancel: threading.Event | None,
     on_window: Callable[[Any], None] | None,
+    stop_early: bool = True,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "cohort": facts.cohort,
@@ -199,6 +200,8 @@ def _measure_task(
             break
         out["windows_run" if outcome.status == "landed" else "windows_reused"] += 1
         done.append(window)
+        if not stop_early:
+            continue  # every window runs anyway: its rows are read once, after the last
         rows = _load_rows(lake, _task_keys(export.repo, export.commit, facts, settings, done, backend.name, runtime))
         ids, values, errored = _input_values(rows, order)
         lo, hi = stats.mean_sequence_interval(values, settings.alpha, looks=_looks(done, ids, order))
@@ -214,6 +217,8 @@ def _measure_task(
     if pool is not None:
         # The session's thread ends with this point; a later point never needs it.
         pool.discard(backend, export, task_session_config(backend, export, facts, settings.run_settings()))
+    if not stop_early and done:
+        rows = _load_rows(lake, _task_keys(export.repo, export.commit, facts, settings, done, backend.name, runtime))
     ids, values, errored = _input_values(rows, order)
     out["windows"] = [w.name for w in done]
     out["samples"] = len(rows)
@@ -268,16 +273,29 @@ def measure_point(
     workers: int = 1,
     cancel: threading.Event | None = None,
     on_window: Callable[[Any], None] | None = None,
+    stop_early: bool = True,
 ) -> dict[str, Any]:
     """Measure ``commit`` (learn its evals, run what its tasks still need) and return the point
-    (not yet compared with the previous one: see :func:`flag_point`)."""
+    (not yet compared with the previous one: see :func:`flag_point`). ``stop_early=False`` runs
+    every window up to the cap (or the dataset's end) whatever the interval, so measurements of
+    different configurations cover the same inputs."""
     facts: CommitFacts = learn_commit(lake, backend, export, model=settings.model, cancel=cancel)
     runtime = backend.runtime_digest()
     names = sorted(facts.tasks)
     with cf.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="evalrunner-series") as ex:
         futures = {
             n: ex.submit(
-                _measure_task, lake, backend, export, facts.tasks[n], settings, runtime, pool, cancel, on_window
+                _measure_task,
+                lake,
+                backend,
+                export,
+                facts.tasks[n],
+                settings,
+                runtime,
+                pool,
+                cancel,
+                on_window,
+                stop_early,
             )
             for n in names
         }
@@ -327,8 +345,8 @@ def compare_points(
     params = stats.StatsParams(alpha=settings.alpha, margin=settings.margin, min_pairs=8, cap=max(8, settings.cap))
     task_flags: dict[str, Any] = {}
     for name in shared:
-        head = _point_rows(lake, later, name)
-        base = _point_rows(lake, earlier, name)
+        head = point_task_rows(lake, later, name)
+        base = point_task_rows(lake, earlier, name)
         order = sorted({str(r["sample_id"]) for r in head} | {str(r["sample_id"]) for r in base})
         order = sample_order(order, settings.seed)
         decision = stats.decide_task(stats.pair_task(head, base, order=order), params, len(shared), forecast=False)
@@ -405,7 +423,7 @@ def _signed(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2f}"
 
 
-def _point_rows(lake: Lake, point: Mapping[str, Any], task: str) -> list[dict[str, Any]]:
+def point_task_rows(lake: Lake, point: Mapping[str, Any], task: str) -> list[dict[str, Any]]:
     """The committed rows behind one task of a point (its windows, under its batch keys)."""
     from evalrunner_assets.pipeline.facts import load_facts
 

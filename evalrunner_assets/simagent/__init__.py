@@ -18,6 +18,7 @@ from ._behaviour import (
     success_probability,
 )
 from ._price import SIMAGENT_PRICE, TokenPrice
+from ._profiles import SIMULATED_MODELS, STANDARD_MODEL, SimulatedModel, simulated_model
 
 # The provider imports Inspect (~1.5 s); its names load on first use, so reading the price does not.
 _PROVIDER_NAMES = ("CHARS_PER_TOKEN", "DEFAULT_SEED", "PROVIDER", "SimulatedAgentAPI")
@@ -45,11 +46,15 @@ __all__ = [
     "Decision",
     "PROVIDER",
     "SIMAGENT_PRICE",
+    "SIMULATED_MODELS",
+    "STANDARD_MODEL",
+    "SimulatedModel",
     "SimulatedAgentAPI",
     "TokenPrice",
     "ToolExchange",
     "cues_present",
     "decide",
     "next_step",
+    "simulated_model",
     "success_probability",
 ]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._behaviour import Behaviour, Decision, decide
+from ._profiles import STANDARD_MODEL, SimulatedModel
 
 PAGING_SEVERITIES = ("SEV1", "SEV2")
 
@@ -107,7 +108,9 @@ def incident_key(request: str) -> str | None:
     return match.group(1) if match else None
 
 
-def next_step(conversation: Conversation, *, seed: int, sample_id: str, epoch: int) -> Step:
+def next_step(
+    conversation: Conversation, *, seed: int, sample_id: str, epoch: int, model: SimulatedModel = STANDARD_MODEL
+) -> Step:
     behaviour = classify_request(conversation.request)
     if behaviour is None:
         return Answer(
@@ -117,7 +120,15 @@ def next_step(conversation: Conversation, *, seed: int, sample_id: str, epoch: i
     incident = parse_incident(conversation.request)
     if incident is None:
         return Answer("I need the incident's id, service, severity and error code to help.")
-    decision = decide(behaviour, conversation.system, seed=seed, sample_id=sample_id, epoch=epoch)
+    decision = decide(
+        behaviour,
+        conversation.system,
+        seed=seed,
+        sample_id=sample_id,
+        epoch=epoch,
+        known_cues=model.known_cues,
+        bonus=model.bonus,
+    )
     return _PLANS[behaviour](incident, decision, conversation)
 
 

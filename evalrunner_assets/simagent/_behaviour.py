@@ -23,6 +23,9 @@ summary_quality     0.50    ``summary_structure``: impact … cause … next ste
 So the bundled example's base skills give 0.60 / 0.80 / 0.90; its ``improve-runbook`` variant
 adds ``error_code_query`` (runbook_lookup 0.85), ``regress-escalation`` drops ``owner_lookup``
 (escalation_policy 0.55), and ``no-op-wording`` keeps every cue (no change).
+
+A named simulated model (``_profiles``) may act on cues its prompt lacks (a fine-tune) or add a
+fixed lift to every behaviour (a bigger model); the draws stay the same for every model.
 """
 
 from __future__ import annotations
@@ -117,11 +120,23 @@ class Decision:
     failure_draw: float  # picks the failure mode when ``succeeds`` is false
 
 
-def decide(behaviour: Behaviour, prompt: str, *, seed: int, sample_id: str, epoch: int) -> Decision:
+def decide(
+    behaviour: Behaviour,
+    prompt: str,
+    *,
+    seed: int,
+    sample_id: str,
+    epoch: int,
+    known_cues: frozenset[str] = frozenset(),
+    bonus: float = 0.0,
+) -> Decision:
     """The agent's outcome on one sample. The draws do not depend on the prompt, only the
-    probability does — that is what makes both arms of a comparison share their randomness."""
-    cues = cues_present(behaviour, prompt)
-    probability = success_probability(behaviour, cues)
+    probability does — that is what makes both arms of a comparison share their randomness.
+    ``known_cues`` (guidance the model learned in training) count as present whatever the
+    prompt says; ``bonus`` is a more capable model's lift on every behaviour."""
+    own = {cue.name for cue in BEHAVIOUR_MODELS[behaviour].cues}
+    cues = cues_present(behaviour, prompt) | (known_cues & own)
+    probability = round(min(1.0, success_probability(behaviour, cues) + bonus), 10)
     outcome_draw = uniform_draw(seed, behaviour, sample_id, epoch, "outcome")
     failure_draw = uniform_draw(seed, behaviour, sample_id, epoch, "failure-mode")
     return Decision(behaviour, cues, probability, outcome_draw < probability, failure_draw)

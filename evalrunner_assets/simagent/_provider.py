@@ -31,6 +31,7 @@ from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 
 from ._agent import Answer, CallTool, Conversation, ToolExchange, incident_key, next_step
 from ._price import SIMAGENT_PRICE, TokenPrice  # noqa: F401  (re-exported)
+from ._profiles import simulated_model
 
 PROVIDER = "simagent"
 DEFAULT_SEED = 0
@@ -58,6 +59,8 @@ class SimulatedAgentAPI(ModelAPI):
             raise ValueError(
                 f"{PROVIDER}/{model_name} takes no model args (got {sorted(model_args)}); set the seed with --seed"
             )
+        self.simulated = simulated_model(model_name)
+        price = self.simulated.price
         set_model_info(
             f"{PROVIDER}/{model_name}",
             ModelInfo(
@@ -65,10 +68,10 @@ class SimulatedAgentAPI(ModelAPI):
                 model=model_name,
                 context_length=CONTEXT_WINDOW_TOKENS,
                 cost=ModelCost(
-                    input=SIMAGENT_PRICE.input_usd_per_mtok,
-                    output=SIMAGENT_PRICE.output_usd_per_mtok,
-                    input_cache_write=SIMAGENT_PRICE.input_usd_per_mtok,
-                    input_cache_read=SIMAGENT_PRICE.input_usd_per_mtok,
+                    input=price.input_usd_per_mtok,
+                    output=price.output_usd_per_mtok,
+                    input_cache_write=price.input_usd_per_mtok,
+                    input_cache_read=price.input_usd_per_mtok,
                 ),
             ),
         )
@@ -88,7 +91,7 @@ class SimulatedAgentAPI(ModelAPI):
         conversation = conversation_from_messages(input, [] if tool_choice == "none" else tools)
         seed = config.seed if config.seed is not None else DEFAULT_SEED
         sample_id, epoch = _active_sample(conversation.request)
-        step = next_step(conversation, seed=seed, sample_id=sample_id, epoch=epoch)
+        step = next_step(conversation, seed=seed, sample_id=sample_id, epoch=epoch, model=self.simulated)
 
         if isinstance(step, CallTool):
             call_id = (

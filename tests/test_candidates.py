@@ -1,0 +1,234 @@
+"""Candidates without sandboxes: the file's schema and its errors, the frontier query on known
+rows, the promotion gate's rules, and the simulated models behind the example's candidates."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from evalrunner_assets.example_repo import CANDIDATES_SOURCE
+from evalrunner_assets.pipeline import candidates as cands
+from evalrunner_assets.simagent import decide, simulated_model
+from lake import LAYOUT, open_lake
+from lake.layout import LakePathError
+from lake.schema import CANDIDATE_PAIRS_SCHEMA, CANDIDATE_ROWS_SCHEMA
+
+REPO = "acme/agent"
+
+
+def _doc(**overrides):
+    doc = {
+        "version": 1,
+        "reference": "main",
+        "candidates": [{"name": "main", "ref": "main"}, {"name": "big", "ref": "main", "model": "openai/gpt-4o"}],
+    }
+    doc.update(overrides)
+    return doc
+
+
+def test_the_example_candidates_file_is_valid():
+    declared = cands.parse_candidates_text(CANDIDATES_SOURCE.read_bytes())
+    assert declared.reference == "main"
+    assert list(declared.candidates) == ["main", "runbook-skill", "runbook-skill-large", "fine-tune"]
+    assert declared.settings.cap == 64 and declared.settings.margin == 0.1
+    assert declared.candidates["fine-tune"].model == "simagent/support-agent-ft"
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (
+            _doc(candidates=[{"name": "main"}, {"name": "big", "model": "gpt 4"}]),
+            "candidates.yaml: candidates[1] ('big').model: 'gpt 4' does not match",
+        ),
+        (
+            _doc(candidates=[{"name": "main", "skills": ["triage"]}]),
+            "candidates.yaml: candidates[0] ('main'): Additional properties are not allowed ('skills'",
+        ),
+        (_doc(candidates=[{"name": "Main!"}]), "candidates[0] ('Main!').name: 'Main!' is not a candidate name"),
+        (_doc(reference="prod"), "candidates.yaml: reference: 'prod' is not one of the candidates (main, big)"),
+        (_doc(candidates=[{"name": "main"}, {"name": "main"}]), "candidates[1].name: 'main' is declared twice"),
+        (_doc(settings={"cap": 4}), "candidates.yaml: settings.cap: 4 is less than the minimum of 8"),
+        ({"reference": "main", "candidates": []}, "candidates.yaml: (top level): 'version' is a required property"),
+    ],
+)
+def test_an_invalid_candidates_file_names_the_file_and_the_field(doc, expected):
+    with pytest.raises(cands.CandidateError) as err:
+        cands.parse_candidates(doc, source=".evals/candidates.yaml")
+    assert expected in str(err.value)
+
+
+def test_a_candidates_file_that_is_not_yaml_says_so():
+    with pytest.raises(cands.CandidateError, match="candidates.yaml at abc: not valid YAML"):
+        cands.parse_candidates_text("version: [1", source=".evals/candidates.yaml at abc")
+
+
+def test_candidate_names_are_checked_before_they_become_lake_paths():
+    assert LAYOUT.candidate(REPO, "runbook-skill") == "candidates/acme/agent/defs/runbook-skill.json"
+    with pytest.raises(LakePathError):
+        LAYOUT.candidate(REPO, "../escape")
+    assert cands.parse_candidate_key(cands.candidate_key(REPO, "big")) == (REPO, "big")
+    with pytest.raises(cands.CandidateError):
+        cands.parse_candidate_key("acme-agent")
+
+
+def _suite(name, score, cost, reference=False):
+    return {
+        "repo": REPO,
+        "candidate": name,
+        "commit": "0" * 40,
+        "model": "simagent/x",
+        "is_reference": reference,
+        "scope": "suite",
+        "name": "suite",
+        "mean": score,
+        "lo": score - 0.05,
+        "hi": score + 0.05,
+        "inputs": 192,
+        "cost_per_sample": cost,
+        "p50_latency_s": 0.1,
+        "tokens_per_sample": 900.0,
+    }
+
+
+def _write(lake, rel, rows, schema):
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buf)
+    lake.write_bytes(rel, buf.getvalue())
+
+
+def _pairs(labels):
+    mirror = {"improved": "regressed", "regressed": "improved"}
+    rows = []
+    for (a, b), label in labels.items():
+        rows.append({"repo": REPO, "candidate": a, "other": b, "label": label, "pairs": 192})
+        rows.append({"repo": REPO, "candidate": b, "other": a, "label": mirror.get(label, label), "pairs": 192})
+    return rows
+
+
+def test_the_frontier_query_drops_only_what_a_paired_test_shows_dominated(tmp_path):
+    lake = open_lake(str(tmp_path))
+    points = {
+        "cheap": (0.70, 1.0),
+        "better": (0.80, 2.0),
+        "worse-dearer": (0.75, 3.0),  # shown worse than `better`, which is cheaper: dominated
+        "same-dearer": (0.80, 3.5),  # shown equal to `better` (unchanged): dominated
+        "best": (0.85, 4.0),
+        "unclear": (0.80, 5.0),  # cheaper ones score as high and the test cannot tell: uncertain
+        "no-cost": (0.90, None),
+    }
+    for name, (score, cost) in points.items():
+        _write(
+            lake, LAYOUT.candidate_rows(REPO, name), [_suite(name, score, cost, name == "cheap")], CANDIDATE_ROWS_SCHEMA
+        )
+    labels = {
+        ("better", "cheap"): "improved",
+        ("worse-dearer", "better"): "regressed",
+        ("worse-dearer", "cheap"): "inconclusive",
+        ("same-dearer", "better"): "unchanged",
+        ("best", "better"): "improved",
+        ("best", "cheap"): "improved",
+        ("unclear", "better"): "inconclusive",
+        ("unclear", "best"): "inconclusive",
+        ("unclear", "cheap"): "improved",
+    }
+    _write(lake, LAYOUT.candidate_pairs(REPO), _pairs(labels), CANDIDATE_PAIRS_SCHEMA)
+    rows = {r["candidate"]: r for r in cands.frontier_rows(lake, REPO)}
+    assert {n: r["status"] for n, r in rows.items()} == {
+        "cheap": "frontier",
+        "better": "frontier",
+        "worse-dearer": "dominated",
+        "same-dearer": "dominated",
+        "best": "frontier",
+        "unclear": "uncertain",
+        "no-cost": "cost unknown",
+    }
+    assert rows["worse-dearer"]["dominated_by"] == "better"
+    assert rows["unclear"]["uncertain_against"] == "better, best"
+    assert list(rows) == ["cheap", "better", "worse-dearer", "same-dearer", "best", "unclear", "no-cost"]
+
+
+def _measured(name, flags, cost):
+    return {
+        "name": name,
+        "tasks": {t: {"mean": 0.8} for t in ("a", "b")},
+        "suite": {"cost_per_sample": cost},
+        "vs_reference": {"tasks": flags},
+    }
+
+
+def _flag(label, lo, hi, delta=0.0):
+    return {"label": label, "interval": [lo, hi], "delta": delta}
+
+
+def test_the_gate_needs_non_inferiority_on_every_task_and_a_gain_or_a_saving():
+    settings = cands.CandidateSettings(margin=0.05)
+    docs = {
+        "main": _measured("main", {}, 1.0),
+        "gain": _measured("gain", {"a": _flag("improved", 0.1, 0.3), "b": _flag("unchanged", -0.03, 0.03)}, 1.1),
+        "saving": _measured(
+            "saving", {"a": _flag("unchanged", -0.04, 0.04), "b": _flag("unchanged", -0.02, 0.02)}, 0.5
+        ),
+        "unsure": _measured("unsure", {"a": _flag("improved", 0.1, 0.3), "b": _flag("inconclusive", -0.08, 0.02)}, 0.9),
+        "worse": _measured("worse", {"a": _flag("regressed", -0.3, -0.1, -0.2), "b": _flag("improved", 0.1, 0.2)}, 0.8),
+        "flat": _measured("flat", {"a": _flag("unchanged", -0.04, 0.04), "b": _flag("unchanged", -0.02, 0.02)}, 1.2),
+    }
+    pairs = pa.Table.from_pylist(_pairs({("gain", "saving"): "improved"}), schema=CANDIDATE_PAIRS_SCHEMA)
+    decision = cands.promotion_gate(docs, "main", settings, pairs)
+    passed = {n for n, v in decision["candidates"].items() if v["passed"]}
+    assert passed == {"gain", "saving"}
+    assert decision["promoted"] == "gain"  # shown better than the cheaper `saving`: quality first
+    assert "b: not shown non-inferior" in decision["candidates"]["unsure"]["reasons"][0]
+    assert decision["candidates"]["worse"]["reasons"][0].startswith("a: regressed")
+    assert decision["candidates"]["flat"]["reasons"] == ["neither improved on a task nor cheaper than the reference"]
+    # Without the paired evidence that `gain` is better, cost breaks the tie.
+    tied = pa.Table.from_pylist(_pairs({("gain", "saving"): "unchanged"}), schema=CANDIDATE_PAIRS_SCHEMA)
+    assert cands.promotion_gate(docs, "main", settings, tied)["promoted"] == "saving"
+
+
+def test_the_simulated_models_differ_only_in_price_and_what_they_know():
+    assert simulated_model("anything").price == simulated_model("support-agent").price
+    large, ft = simulated_model("simagent/support-agent-large"), simulated_model("support-agent-ft")
+    assert large.price.input_usd_per_mtok == 3 * simulated_model("x").price.input_usd_per_mtok
+    prompt = "Search with runbook_search."  # search_tool cue only: 0.60
+    base = decide("runbook_lookup", prompt, seed=0, sample_id="INC-0001", epoch=1)
+    learned = decide("runbook_lookup", prompt, seed=0, sample_id="INC-0001", epoch=1, known_cues=ft.known_cues)
+    bigger = decide("runbook_lookup", prompt, seed=0, sample_id="INC-0001", epoch=1, bonus=large.bonus)
+    assert (base.probability, learned.probability, bigger.probability) == (0.60, 0.85, 0.70)
+    assert "error_code_query" in learned.cues
+    # The draw is shared: a model that is better never fails where the standard one succeeds.
+    assert not base.succeeds or (learned.succeeds and bigger.succeeds)
+
+
+def test_candidates_add_and_list_on_the_command_line(tmp_path, monkeypatch, capsys):
+    from evalrunner_assets import cli
+    from evalrunner_assets.example_repo import build_example_candidates
+
+    build_example_candidates(tmp_path / "repo")
+    monkeypatch.setenv("EVALRUNNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EVALRUNNER_LAKE", raising=False)
+    where = ["--repo", str(tmp_path / "repo"), "--repo-id", "example/support-agent"]
+    assert cli.main(["candidates", "add", *where, "--name", "Bad name"]) == 2
+    assert "'Bad name' is not a candidate name" in capsys.readouterr().err
+    assert cli.main(["candidates", "add", *where, "--name", "mini", "--model", "simagent/mini"]) == 0
+    capsys.readouterr()
+    assert cli.main(["candidates", "list", *where]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert "main (reference): ref main · simagent/support-agent · declared in .evals/candidates.yaml" in listed
+    assert "mini: ref HEAD · simagent/mini · declared in evalrunner candidates add" in listed
+    assert len(listed) == 5
+
+
+def test_a_candidate_off_the_reference_inputs_is_named_with_its_tasks():
+    def doc(windows_a, windows_b):
+        return {"tasks": {"a": {"windows": windows_a}, "b": {"windows": windows_b}}}
+
+    docs = {
+        "main": doc(["0-8", "8-16"], ["0-8"]),
+        "same": doc(["0-8", "8-16"], ["0-8"]),
+        "short": doc(["0-8"], ["0-8"]),
+    }
+    assert cands.inputs_differing_from_reference(docs, "main") == {"short": ["a"]}

@@ -1,0 +1,175 @@
+"""Candidates and the continuum frontier, end to end on a real Dagster instance and real sandboxes.
+
+The example repo declares four candidates in ``.evals/candidates.yaml`` whose success
+probabilities (simagent's documented cues, plus the simulated models' profiles) and prices are
+known:
+
+================== ============================= =============================== ============
+candidate          runbook / escalation / summary  model                           price
+================== ============================= =============================== ============
+main (reference)   0.60 / 0.80 / 0.90              standard                        1×
+runbook-skill      0.85 / 0.80 / 0.90              standard (skill adds a cue)     1×
+runbook-skill-large 0.95 / 0.90 / 1.00             bigger (+0.10 everywhere)       3×
+fine-tune          0.85 / 0.80 / 0.90              learned the runbook cue         2×
+================== ============================= =============================== ============
+
+So the frontier is main → runbook-skill → runbook-skill-large; the fine-tune is as good as the
+runbook skill at twice the price (dominated); every candidate passes the gate against main and
+the bigger model is promoted (quality first), unless a budget rules it out.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+from _pipeline_fixtures import evalrunner_home
+
+from evalrunner_assets.candidates_run import measure_candidates
+from evalrunner_assets.example_repo import build_example_candidates
+from evalrunner_assets.pipeline import candidates as cands
+from evalrunner_assets.simagent import SIMAGENT_PRICE, simulated_model
+from lake import LAYOUT
+
+REPO = "example/support-agent"
+TASKS = ("triage/runbook_lookup", "triage/escalation_policy", "triage/summary_quality")
+KNOWN = {
+    "main": (0.60, 0.80, 0.90),
+    "runbook-skill": (0.85, 0.80, 0.90),
+    "runbook-skill-large": (0.95, 0.90, 1.00),
+    "fine-tune": (0.85, 0.80, 0.90),
+}
+
+# 4 candidates × 3 evals × 64 inputs, then a second run that reuses everything (~2 min idle).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    root = tmp_path_factory.mktemp("candidates")
+    example = build_example_candidates(root / "repo")
+    with evalrunner_home(root / "home") as home:
+        instance = dg.DagsterInstance.ephemeral()
+        first = measure_candidates(REPO, str(example.path), instance=instance, resources=home.resources())
+        starts_after_first = len(home.starts())
+        second = measure_candidates(REPO, str(example.path), instance=instance, resources=home.resources())
+        yield {
+            "first": first,
+            "second": second,
+            "home": home,
+            "instance": instance,
+            "example": example,
+            "new_starts": len(home.starts()) - starts_after_first,
+        }
+
+
+def test_the_candidates_file_is_stored_with_its_provenance(measured):
+    assert sorted(measured["first"].declared) == sorted(KNOWN)
+    lake = measured["home"].lake()
+    provenance = cands.candidate_provenance(lake, REPO, "fine-tune")
+    assert provenance["declared_in"] == ".evals/candidates.yaml"
+    assert provenance["commit"] == measured["example"].base_sha
+    assert cands.load_candidates(lake, REPO)["runbook-skill-large"].model == "simagent/support-agent-large"
+
+
+def test_every_candidate_runs_the_same_inputs_and_matches_its_known_probabilities(measured):
+    docs = measured["first"].measurements
+    windows = {name: {t: docs[name]["tasks"][t]["windows"] for t in TASKS} for name in KNOWN}
+    assert all(w == windows["main"] for w in windows.values())
+    for name, probabilities in KNOWN.items():
+        for task, p in zip(TASKS, probabilities, strict=True):
+            t = docs[name]["tasks"][task]
+            assert t["inputs"] == 64
+            lo, hi = t["interval"]
+            assert lo <= p <= hi, (name, task, t["mean"], p)
+            assert t["p50_latency_s"] is not None and t["tokens_per_sample"] > 0
+
+
+def test_costs_follow_the_simulated_prices(measured):
+    cost = {n: d["suite"]["cost_per_sample"] for n, d in measured["first"].measurements.items()}
+    large = simulated_model("support-agent-large").price.input_usd_per_mtok / SIMAGENT_PRICE.input_usd_per_mtok
+    ft = simulated_model("support-agent-ft").price.input_usd_per_mtok / SIMAGENT_PRICE.input_usd_per_mtok
+    # Same prompts, nearly the same trajectories: the cost ratio is the price ratio (±10%).
+    assert cost["runbook-skill-large"] / cost["runbook-skill"] == pytest.approx(large, rel=0.1)
+    assert cost["fine-tune"] / cost["main"] == pytest.approx(ft, rel=0.1)
+    assert cost["main"] < cost["runbook-skill"] < cost["fine-tune"] < cost["runbook-skill-large"]
+
+
+def test_each_candidate_is_paired_against_the_reference(measured):
+    docs = measured["first"].measurements
+    assert docs["main"]["vs_reference"] == {}
+    skill = docs["runbook-skill"]["vs_reference"]["tasks"]
+    assert skill["triage/runbook_lookup"]["label"] == "improved"
+    assert {skill[t]["label"] for t in TASKS[1:]} == {"unchanged"}  # same cues: every pair ties
+    assert skill["triage/escalation_policy"]["delta"] == 0.0
+
+
+def test_the_frontier_matches_the_known_probabilities_and_prices(measured):
+    rows = {r["candidate"]: r for r in measured["first"].frontier["rows"]}
+    assert [r["candidate"] for r in measured["first"].frontier["rows"]] == [
+        "main",
+        "runbook-skill",
+        "fine-tune",
+        "runbook-skill-large",
+    ]
+    assert {n for n, r in rows.items() if r["status"] == "frontier"} == {"main", "runbook-skill", "runbook-skill-large"}
+    assert rows["fine-tune"]["status"] == "dominated"
+    assert rows["fine-tune"]["dominated_by"] == "runbook-skill"
+    steps = measured["first"].frontier["steps"]
+    assert [(s["from"], s["to"], s["paired_label"]) for s in steps] == [
+        ("main", "runbook-skill", "improved"),
+        ("runbook-skill", "runbook-skill-large", "improved"),
+    ]
+    assert steps[1]["cost_ratio"] == pytest.approx(3.0, rel=0.1)
+
+
+def test_the_gate_promotes_the_best_candidate_and_says_why(measured):
+    promotion = measured["first"].frontier["promotion"]
+    assert promotion["promoted"] == "runbook-skill-large"
+    assert all(v["passed"] for v in promotion["candidates"].values())
+    assert any("improved on triage/runbook_lookup" in r for r in promotion["candidates"]["fine-tune"]["reasons"])
+    assert any("fine-tune: not shown better than runbook-skill" in r for r in promotion["reasons"])
+    lake = measured["home"].lake()
+    assert lake.exists(LAYOUT.promotion(REPO))
+
+
+def test_a_budget_keeps_the_gate_to_what_it_allows(measured):
+    lake = measured["home"].lake()
+    docs = cands.load_measurements(lake, REPO)
+    pairs = pq.read_table(lake.fs.open(lake.path(LAYOUT.candidate_pairs(REPO)), "rb"))
+    budget = docs["runbook-skill"]["suite"]["cost_per_sample"] * 1.2
+    settings = cands.CandidateSettings(cap=64, margin=0.1, max_cost_per_sample=budget)
+    decision = cands.promotion_gate(docs, "main", settings, pairs)
+    assert decision["promoted"] == "runbook-skill"
+    assert not decision["candidates"]["runbook-skill-large"]["passed"]
+    assert any("over the budget" in r for r in decision["candidates"]["runbook-skill-large"]["reasons"])
+
+
+def test_the_chart_and_the_asset_metadata_land(measured):
+    lake = measured["home"].lake()
+    assert lake.read_bytes(LAYOUT.continuum_frontier(REPO, "png")).startswith(b"\x89PNG")
+    assert b"<svg" in lake.read_bytes(LAYOUT.continuum_frontier(REPO, "svg"))
+    mats = measured["instance"].fetch_materializations(dg.AssetKey("continuum_frontier"), limit=10).records
+    metadata = mats[0].asset_materialization.metadata
+    assert metadata["promoted"].value == "runbook-skill-large"
+    assert "runbook-skill → runbook-skill-large" in metadata["steps up the frontier"].value
+    key = dg.AssetCheckKey(dg.AssetKey("continuum_frontier"), "same_inputs_as_reference")
+    records = measured["instance"].event_log_storage.get_asset_check_execution_history(key, limit=10)
+    assert len(records) == 2  # one per measure
+    for rec in records:
+        assert rec.status.value == "SUCCEEDED"
+        assert rec.event.dagster_event.event_specific_data.passed  # type: ignore[union-attr]
+
+
+def test_a_second_measure_starts_no_sandbox_and_records_defined_jobs(measured):
+    assert measured["new_starts"] == 0
+    second = measured["second"]
+    assert second.frontier["promotion"]["promoted"] == "runbook-skill-large"
+    assert {r.job_name for r in measured["instance"].get_runs()} == {
+        "candidate_measurements_job",
+        "continuum_frontier_job",
+    }
+    keys = measured["instance"].get_dynamic_partitions("candidates")
+    assert sorted(keys) == sorted(f"{REPO}:{n}" for n in KNOWN)
+    mats = measured["instance"].fetch_materializations(dg.AssetKey("candidate_measurements"), limit=100).records
+    assert {m.partition_key for m in mats} == set(keys)
