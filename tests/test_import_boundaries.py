@@ -30,6 +30,7 @@ DAGSTER_HOMES: dict[str, str] = {
     # these import Dagster today. The `evalrunner` command itself (cli.py) imports none.
     "evalrunner_assets/driver.py": "driver layer: the CLI's runs on the local Dagster instance",
     "evalrunner_assets/backfill.py": "driver layer: `evalrunner backfill` records its runs in Dagster",
+    "evalrunner_assets/candidates_run.py": "driver layer: `evalrunner candidates measure` runs the defined jobs",
     "bench/compare_overhead.py": "benchmark: times the Dagster-recorded path against bare Inspect",
 }
 
