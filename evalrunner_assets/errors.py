@@ -135,7 +135,7 @@ def _outage(e: BaseException) -> bool:
     return isinstance(e, LakeWriteError) or type(e).__name__ == "ComparisonStopped"
 
 
-def _first_line(text: str, limit: int = 400) -> str:
+def _first_line(text: object, limit: int = 400) -> str:
     line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
 

@@ -37,7 +37,7 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -86,12 +86,15 @@ class BatchConflictError(LogIngestError):
 # -- reading -----------------------------------------------------------------------------------
 
 
-def _log_format(data: bytes) -> str:
+LogFormat = Literal["eval", "json"]
+
+
+def _log_format(data: bytes) -> LogFormat | None:
     if data[:4] == b"PK\x03\x04":
         return "eval"
     if data.lstrip()[:1] == b"{":
         return "json"
-    return ""
+    return None
 
 
 def _diagnose(source: str, data: bytes, exc: BaseException) -> LogIngestError:
@@ -127,7 +130,7 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def read_log_bytes(data: bytes, source: str) -> tuple[str, Any]:
+def read_log_bytes(data: bytes, source: str) -> tuple[LogFormat, Any]:
     """Parse ``data`` with ``inspect_ai.log``; returns (format, EvalLog) or raises LogIngestError."""
     from inspect_ai.log import read_eval_log
 
@@ -137,7 +140,7 @@ def read_log_bytes(data: bytes, source: str) -> tuple[str, Any]:
     if not fmt:
         raise _diagnose(source, data, ValueError("unknown format"))
     try:
-        log = read_eval_log(io.BytesIO(data), format=fmt)  # type: ignore[arg-type]
+        log = read_eval_log(io.BytesIO(data), format=fmt)
     except Exception as exc:  # inspect raises assorted errors: classify them
         raise _diagnose(source, data, exc) from exc
     return fmt, log
@@ -288,7 +291,7 @@ class _SampleColumns:
         c["input_tokens_cache_write"].append(_sum_opt(u.input_tokens_cache_write for u in usages))
         c["reasoning_tokens"].append(_sum_opt(u.reasoning_tokens for u in usages))
         costs = [u.total_cost for u in usages]
-        c["cost_usd"].append(sum(costs) if costs and None not in costs else None)  # type: ignore[arg-type]
+        c["cost_usd"].append(sum(costs) if costs and None not in costs else None)
         c["total_time_s"].append(s.total_time)
         c["working_time_s"].append(s.working_time)
         c["started_at"].append(_iso_ts(s.started_at))
@@ -450,7 +453,7 @@ def _record(
     key: BatchKey,
     log: Any,
     *,
-    fmt: str,
+    fmt: LogFormat,
     sha: str,
     size: int,
     raw_path: str,
@@ -468,7 +471,7 @@ def _record(
         publishable=key.publishable,
         missing_fields=key.missing_fields,
         log_status=log.status,
-        log_format=fmt,  # type: ignore[arg-type]
+        log_format=fmt,
         log_sha256=sha,
         log_bytes=size,
         raw_path=raw_path,
@@ -517,14 +520,14 @@ def land_batch(
     if existing is not None and existing.status == "ok":
         return _reuse_or_conflict(existing, sha, d, src)
 
-    common = dict(fmt=fmt, sha=sha, size=len(log_bytes), raw_path=raw_path, run_meta=run_meta)
+    common: dict[str, Any] = dict(fmt=fmt, sha=sha, size=len(log_bytes), raw_path=raw_path, run_meta=run_meta)
     agent_error = log.status == "error" and log_error_is_sample_error(
         log.error, [smp.error for smp in log.samples or []]
     )
     if log.status != "success" and not agent_error:
         message = _error_text(log.error) or f"log status is {log.status!r} with no error message"
         lake.write_bytes(raw_path, log_bytes)
-        record = _record(key, log, status=log.status, error=message, **common)  # type: ignore[arg-type]
+        record = _record(key, log, status=log.status, error=message, **common)
         lake.write_bytes(rec_path, record.to_json_bytes())
         raise LogStatusError(
             src, f"log status is {log.status!r} (infrastructure failure, no rows landed): {message}", record
@@ -548,7 +551,7 @@ def land_batch(
         sample_rows=samples.num_rows,
         event_rows=events.num_rows,
         errored_samples=errored,
-        **common,  # type: ignore[arg-type]
+        **common,
     )
     written: list[str] = []
     try:

@@ -25,8 +25,10 @@ import hashlib
 import json
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -74,7 +76,7 @@ def load_record(lake: Lake, rel: str) -> BatchRecord:
     try:
         return BatchRecord.model_validate_json(data)
     except ValidationError as exc:
-        first = exc.errors()[0] if exc.errors() else {}
+        first: Mapping[str, Any] = exc.errors()[0] if exc.errors() else {}
         if first.get("type") == "json_invalid":
             what = f"not valid JSON ({first.get('msg', 'invalid')})"
         else:

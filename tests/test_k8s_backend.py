@@ -291,6 +291,14 @@ def test_make_backend_builds_the_kubernetes_backend_from_configuration_only():
     assert isinstance(b, KubernetesBackend) and b.config.namespace == "sandboxes"
 
 
+def test_an_unknown_backend_name_lists_every_backend_make_backend_builds():
+    from evalrunner_assets.execution.backends import BACKENDS, UnknownBackend, make_backend
+
+    assert "kubernetes" in BACKENDS
+    with pytest.raises(UnknownBackend, match="bubblewrap, unsafe-local, kubernetes"):
+        make_backend("docker")
+
+
 def test_credential_like_environment_is_refused_before_any_pod_exists(standin, tmp_path, repo):
     result = backend(standin, tmp_path).run(py("print(1)", repo, env={"OPENAI_API_KEY": "sk-..."}))
     assert result.status is SandboxStatus.CRASHED and "OPENAI_API_KEY" in result.detail

@@ -126,6 +126,7 @@ def serve(stdin: TextIO, proto: TextIO) -> int:
     for line in stdin:
         if not line.strip():
             continue
+        reply: dict[str, Any]
         try:
             req = json.loads(line)
             op = req.get("op")

@@ -151,7 +151,7 @@ class Staging:
         """Remove staging directories of controllers that no longer run (``kill -9``)."""
         base = Path(parent or tempfile.gettempdir())
         pattern = re.compile(rf"^{re.escape(STAGING_PREFIX)}(\d+)-")
-        removed = []
+        removed: list[Path] = []
         try:
             entries = list(base.iterdir())
         except OSError:
@@ -415,7 +415,7 @@ class LocalWarmSession:
         if not self.dead:
             self.dead = "closed"
             try:
-                self.proc.proc.stdin.close()  # type: ignore[union-attr]  # EOF asks the worker to exit
+                self.proc.stdin.close()  # EOF asks the worker to exit
                 self.proc.proc.wait(timeout=5)
             except Exception:
                 pass

@@ -24,13 +24,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from evalrunner_assets.execution.sandbox import Limits, SandboxStatus
 
 STDERR_TAIL_BYTES = 16 * 1024
 REPLY_LINE_BYTES = 1024 * 1024  # a warm worker's reply line; the log itself travels as a file
 
-_SIGNAL_CAUSES = {
+_SIGNAL_CAUSES: dict[int, str] = {
     signal.SIGKILL: "killed (SIGKILL: memory limit, pids limit or an external kill)",
     signal.SIGXCPU: "CPU time limit exceeded (SIGXCPU)",
     signal.SIGXFSZ: "file size limit exceeded (SIGXFSZ)",
@@ -358,6 +359,13 @@ class _Drain:
     dropped: int = 0
 
 
+def _piped(stream: IO[bytes] | None) -> IO[bytes]:
+    """One of the child's pipes; LiveProcess starts every child with all three piped."""
+    if stream is None:
+        raise RuntimeError("the child was started without this pipe")
+    return stream
+
+
 class LiveProcess:
     """A child in its own session with drained pipes; killed as a whole process group."""
 
@@ -400,14 +408,14 @@ class LiveProcess:
 
     def _drain_stdout(self) -> None:
         d = self._stdout
-        for b in _chunks(self.proc.stdout.fileno()):  # type: ignore[union-attr]
+        for b in _chunks(_piped(self.proc.stdout).fileno()):
             room = d.cap - len(d.data)
             if room > 0:
                 d.data += b[:room]
             d.dropped += max(0, len(b) - max(room, 0))
 
     def _read_lines(self) -> None:
-        f = self.proc.stdout  # type: ignore[union-attr]
+        f = _piped(self.proc.stdout)
         while True:
             line = f.readline(REPLY_LINE_BYTES + 1)
             if not line:
@@ -423,19 +431,24 @@ class LiveProcess:
         self.lines.put(None)
 
     def _drain_stderr(self) -> None:
-        for b in _chunks(self.proc.stderr.fileno()):  # type: ignore[union-attr]
+        for b in _chunks(_piped(self.proc.stderr).fileno()):
             self._stderr.append(b)
             self._stderr_len += len(b)
             while self._stderr_len - len(self._stderr[0]) >= STDERR_TAIL_BYTES and len(self._stderr) > 1:
                 self._stderr_len -= len(self._stderr.popleft())
 
+    @property
+    def stdin(self) -> IO[bytes]:
+        return _piped(self.proc.stdin)
+
     def write_stdin(self, data: bytes, close: bool) -> None:
         def feed() -> None:
             try:
-                self.proc.stdin.write(data)  # type: ignore[union-attr]
-                self.proc.stdin.flush()  # type: ignore[union-attr]
+                stdin = self.stdin
+                stdin.write(data)
+                stdin.flush()
                 if close:
-                    self.proc.stdin.close()  # type: ignore[union-attr]
+                    stdin.close()
             except (BrokenPipeError, OSError, ValueError):
                 pass
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
 from evalrunner_assets.execution.sandbox import SandboxBackend
 from evalrunner_assets.execution.unsafe_local import UnsafeLocalBackend
 
 DEFAULT_BACKEND = "bubblewrap"
-BACKENDS = ("bubblewrap", "unsafe-local")
+BACKENDS = ("bubblewrap", "unsafe-local", "kubernetes")
 
 
 def default_workers() -> int:
@@ -21,18 +22,20 @@ class UnknownBackend(ValueError):
     """No sandbox backend has that name."""
 
 
-def make_backend(name: str = DEFAULT_BACKEND, **options: object) -> SandboxBackend:
-    """A backend by name: ``bubblewrap`` (default) or ``unsafe-local`` (explicit only).
+def make_backend(name: str = DEFAULT_BACKEND, **options: Any) -> SandboxBackend:
+    """A backend by name: ``bubblewrap`` (default), ``unsafe-local`` (explicit only) or
+    ``kubernetes``.
 
-    ``options`` go to the backend's constructor (e.g. ``staging_dir``)."""
+    ``options`` go to the backend's constructor (e.g. ``staging_dir``; the Kubernetes backend
+    takes its configuration fields, e.g. ``image`` and ``namespace``)."""
     if name == "bubblewrap":
-        return BubblewrapBackend(**options)  # type: ignore[arg-type]
+        return BubblewrapBackend(**options)
     if name == "unsafe-local":
-        return UnsafeLocalBackend(**options)  # type: ignore[arg-type]
+        return UnsafeLocalBackend(**options)
     if name == "kubernetes":
         try:
-            from evalrunner_assets.execution.kubernetes import KubernetesBackend  # type: ignore[import-not-found]
+            from evalrunner_assets.execution.kubernetes import KubernetesBackend
         except ImportError as exc:
             raise UnknownBackend("the kubernetes backend is not available in this build") from exc
-        return KubernetesBackend(**options)  # type: ignore[no-any-return]
+        return KubernetesBackend(**options)
     raise UnknownBackend(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")

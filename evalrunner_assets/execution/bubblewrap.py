@@ -260,7 +260,9 @@ class BubblewrapBackend(LocalBackend):
         a += list(request.argv)
         return a
 
-    def _command(self, request: SandboxRequest, staging: Staging):  # type: ignore[override]
+    def _command(
+        self, request: SandboxRequest, staging: Staging
+    ) -> tuple[list[str], dict[str, str], str | None, tuple[int, ...]]:
         argv = self.build_argv(request, staging)
         # bwrap itself gets a minimal environment; the sandbox's comes from --setenv.
         return argv, {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, "/", ()
@@ -271,7 +273,7 @@ class BubblewrapBackend(LocalBackend):
             return f"bubblewrap could not set up the sandbox: {stderr_tail.strip()[:500]}"
         return None
 
-    def _pids_mechanism(self, limits: Limits):  # type: ignore[override]
+    def _pids_mechanism(self, limits: Limits) -> tuple[Cgroup | None, int | None]:
         cg, nproc = super()._pids_mechanism(limits)
         if cg is None and nproc is None:
             raise SandboxUnavailable(

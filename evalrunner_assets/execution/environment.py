@@ -60,6 +60,7 @@ import threading
 import time
 import tomllib
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -139,13 +140,19 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _distribution_name(d: metadata.Distribution) -> str | None:
+    """The distribution's ``Name`` field, None when its metadata lacks one (a broken install)."""
+    # Membership then item, not .get: typeshed declares PackageMetadata.get only from Python 3.12.
+    return d.metadata["Name"] if "Name" in d.metadata else None
+
+
 @functools.lru_cache(maxsize=1)
 def controller_distributions() -> dict[str, tuple[str, str]]:
     """canonical name -> (name, version) of every distribution the controller runs with
     (evalrunner itself excluded: it is not on any index)."""
     out: dict[str, tuple[str, str]] = {}
     for d in metadata.distributions():
-        name = d.metadata.get("Name")
+        name = _distribution_name(d)
         if not name or _canonical(name) == "evalrunner":
             continue
         out.setdefault(_canonical(name), (name, d.version))
@@ -324,7 +331,7 @@ class IndexProxy(UnixService):
         self,
         hosts: set[str],
         *,
-        ports: set[int] = frozenset({80, 443}),  # type: ignore[assignment]
+        ports: Iterable[int] = frozenset({80, 443}),
         socket_dir: str | None = None,
     ) -> None:
         self.hosts = {h.lower() for h in hosts}
@@ -409,7 +416,7 @@ def _write_stubs(site: Path) -> list[str]:
     installed (and never fetches them), the resolver honours their requirements."""
     names = []
     for d in metadata.distributions():
-        name = d.metadata.get("Name")
+        name = _distribution_name(d)
         if not name or _canonical(name) == "evalrunner":
             continue
         stub = site / f"{re.sub(r'[-_.]+', '_', name)}-{d.version}.dist-info"

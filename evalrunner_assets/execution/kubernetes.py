@@ -762,7 +762,7 @@ class KubernetesBackend(SandboxBackend):
         return kubernetes.client.CoreV1Api(self._api_client)
 
     def _result(self, status: SandboxStatus, started: float, **kw: Any) -> SandboxResult:
-        base = dict(
+        base: dict[str, Any] = dict(
             exit_code=None,
             stdout=b"",
             stdout_truncated=False,
@@ -888,7 +888,7 @@ class _PodRun:
                 return self.backend._result(SandboxStatus.CRASHED, self.started, detail=f"pod vanished: {pipes_error}")
             obs = observe_pod(pod, pull_error_since=0.0, unschedulable_since=0.0, now=time.time(), config=self.config)
             if obs.phase == "failed":
-                return self.backend._result(obs.status, self.started, detail=obs.detail)
+                return self.backend._result(obs.status or SandboxStatus.CRASHED, self.started, detail=obs.detail)
             return self.backend._result(
                 SandboxStatus.CRASHED,
                 self.started,
@@ -987,7 +987,7 @@ class _PodRun:
             elif obs.phase == "waiting" and obs.reason == "Unschedulable":
                 unsched_since = unsched_since if unsched_since is not None else now
             if obs.phase == "failed":
-                return self.backend._result(obs.status, self.started, detail=obs.detail)
+                return self.backend._result(obs.status or SandboxStatus.CRASHED, self.started, detail=obs.detail)
             if obs.phase == "main-exited":
                 return self._collect(obs)
             if obs.phase == "deliver" and not self.delivered:
@@ -1042,8 +1042,10 @@ class _PodRun:
                 return self.backend._result(
                     SandboxStatus.KILLED, self.started, detail="sandbox container OOMKilled (memory limit)"
                 )
-            cause = {pod_wrapper.EXIT_NOT_DELIVERED: "the repository was never delivered"}.get(
-                obs.exit_code, "the wrapper failed"
+            cause = (
+                "the repository was never delivered"
+                if obs.exit_code == pod_wrapper.EXIT_NOT_DELIVERED
+                else "the wrapper failed"
             )
             return self.backend._result(
                 SandboxStatus.CRASHED,

@@ -359,10 +359,13 @@ def run(args: argparse.Namespace) -> int:
         out.start()
         err.start()
 
+        child_stdin = child.stdin
+        assert child_stdin is not None  # started with stdin=PIPE
+
         def feed() -> None:
             try:
-                child.stdin.write(stdin_bytes)
-                child.stdin.close()
+                child_stdin.write(stdin_bytes)
+                child_stdin.close()
             except (BrokenPipeError, OSError):
                 pass
 
@@ -522,6 +525,8 @@ def serve(args: argparse.Namespace) -> int:
             flush=True,
         )
         return EXIT_WRAPPER_ERROR
+    child_stdin = child.stdin
+    assert child_stdin is not None  # started with stdin=PIPE
     replies = _Lines(child.stdout, args.stdout_bytes)
     err = _Capture(child.stderr, tail=args.stderr_tail_bytes)
     replies.start()
@@ -560,8 +565,8 @@ def serve(args: argparse.Namespace) -> int:
             _clear_dir(out)
             request = request_path.read_bytes()
             try:
-                child.stdin.write(request.rstrip(b"\n") + b"\n")
-                child.stdin.flush()
+                child_stdin.write(request.rstrip(b"\n") + b"\n")
+                child_stdin.flush()
             except (BrokenPipeError, OSError):
                 pass
             line = None

@@ -64,7 +64,9 @@ class UnsafeLocalBackend(LocalBackend):
     def preflight(self) -> None:
         _refuse_in_ci()
 
-    def _command(self, request: SandboxRequest, staging: Staging):  # type: ignore[override]
+    def _command(
+        self, request: SandboxRequest, staging: Staging
+    ) -> tuple[list[str], dict[str, str], str | None, tuple[int, ...]]:
         _refuse_in_ci()
         log.warning(BANNER)
         workdir = check_workdir(request.workdir)

@@ -134,9 +134,12 @@ class WarmPool:
             gone = [k for k, e in self._entries.items() if not e.in_use and (e.commit, e.task) not in keep]
             closing = [self._entries.pop(k) for k in gone]
         if closing:
-            closer = threading.Thread(
-                target=lambda: [e.runner.close() for e in closing], name="evalrunner-close", daemon=True
-            )
+
+            def close_each() -> None:
+                for e in closing:
+                    e.runner.close()
+
+            closer = threading.Thread(target=close_each, name="evalrunner-close", daemon=True)
             with self._lock:
                 self._closers = [t for t in self._closers if t.is_alive()] + [closer]
             closer.start()

@@ -29,6 +29,7 @@ only on upstream requests. Nothing the gateway sends back to a sandbox carries t
 
 from __future__ import annotations
 
+import functools
 import hmac
 import http.server
 import json
@@ -581,7 +582,7 @@ class ModelGateway:
                 except httpx.HTTPError as exc:
                     if attempt < self.settings.max_retries:
                         wait = self._backoff(attempt, None)
-                        scope.record(lambda u, w=wait: _add_retry(u, w))
+                        scope.record(functools.partial(_add_retry, wait=wait))
                         self._sleep(wait)
                         attempt += 1
                         continue
@@ -594,7 +595,7 @@ class ModelGateway:
                     wait = self._backoff(attempt, resp.headers.get("retry-after"))
                     resp.read()
                     resp.close()
-                    scope.record(lambda u, w=wait: _add_retry(u, w))
+                    scope.record(functools.partial(_add_retry, wait=wait))
                     self._sleep(wait)
                     attempt += 1
                     continue

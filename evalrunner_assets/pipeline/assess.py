@@ -114,7 +114,7 @@ def _arm_rows(rows: list[dict[str, Any]], keys: list[BatchKey]) -> list[dict[str
     return [r for r in rows if r["batch"] in wanted]
 
 
-def _p50(values: list[float]) -> float | None:
+def _p50(values: list[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
 
@@ -152,6 +152,9 @@ class AssessCache:
     the allowance), another price table, lake or sandbox runtime empties it."""
 
     def __init__(self) -> None:
+        self._empty()
+
+    def _empty(self) -> None:
         self.request: ComparisonRequest | None = None
         self.prices: PriceTable | None = None
         self.runtime: tuple[str, ...] | None = None  # (lake, backend, runtime digest): keys and rows depend on them
@@ -167,7 +170,7 @@ class AssessCache:
         if self.request != request or self.prices != prices or self.runtime != runtime:
             if self.con is not None:
                 self.con.close()
-            self.__init__()  # type: ignore[misc]
+            self._empty()
             self.request, self.prices, self.runtime = request, prices, runtime
 
 

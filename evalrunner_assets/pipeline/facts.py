@@ -159,6 +159,9 @@ def learn_commit(
     tasks: dict[str, TaskFacts] = {}
     for entry in result.manifest.tasks:
         got = listed[entry.id]
+        name: str | None
+        ids: list[str]
+        digests: list[str]
         if isinstance(got, InspectRunError):
             name, ids, digests, failure = None, [], [], str(got)
         else:

@@ -263,8 +263,8 @@ class PackedScheduler:
                 if not in_flight:
                     break
                 done, _ = cf.wait(
-                    [u.future for u in in_flight.values()],
-                    timeout=0.25,  # type: ignore[misc]
+                    [u.future for u in in_flight.values() if u.future is not None],  # set on submission
+                    timeout=0.25,
                     return_when=cf.FIRST_COMPLETED,
                 )
                 if not done:

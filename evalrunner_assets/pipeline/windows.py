@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from evalrunner_assets.execution.environment import runtime_with_env
 from evalrunner_assets.execution.inspect_runner import (
@@ -208,8 +208,8 @@ def log_usage(log_bytes: bytes | None) -> dict[str, Any] | None:
     from inspect_ai.log import read_eval_log
 
     try:
-        fmt = "eval" if log_bytes[:4] == b"PK\x03\x04" else "json"
-        log = read_eval_log(io.BytesIO(log_bytes), format=fmt)  # type: ignore[arg-type]
+        fmt: Literal["eval", "json"] = "eval" if log_bytes[:4] == b"PK\x03\x04" else "json"
+        log = read_eval_log(io.BytesIO(log_bytes), format=fmt)
     except Exception:  # not a readable log: nothing can be said about its spend
         return None
     models: dict[str, dict[str, int]] = {}
@@ -322,13 +322,13 @@ def _sum_gateway_usage(usages: Sequence[dict[str, Any] | None]) -> dict[str, Any
     return total
 
 
-def _metered_usage(logged: dict[str, Any] | None, metered: dict[str, Any]) -> dict[str, Any]:
+def _metered_usage(logged: dict[str, Any] | None, metered: dict[str, Any] | None) -> dict[str, Any]:
     """A stopped window's spend: the gateway metered every call, including those of samples
     whose log records no usage (an errored sample's model calls are easily lost)."""
     usage = dict(logged or {"samples": 0, "samples_errored": 0, "log_status": None})
     models = {
         m: {k: int(u[k]) for k in ("input_tokens", "output_tokens", "total_tokens")}
-        for m, u in (metered.get("models") or {}).items()
+        for m, u in ((metered or {}).get("models") or {}).items()
     }
     usage["models"] = models
     for k in ("input_tokens", "output_tokens", "total_tokens"):
@@ -455,7 +455,7 @@ def run_task_windows(
     runtime = backend.runtime_digest()
     cfg = task_session_config(backend, export, facts, settings, cancel=cancel)
     windows = list(dict.fromkeys(windows))  # a window asked for twice runs once
-    outcomes: list[WindowOutcome] = []
+    outcomes: list[WindowOutcome | None] = []  # None: still to run (filled by finish)
     todo: list[tuple[int, Window]] = []
     for i, window in enumerate(windows):
         key = batch_key_for(
@@ -467,10 +467,10 @@ def run_task_windows(
         elif state == "failed":
             outcomes.append(WindowOutcome(key, "failed", failure=read_failure(lake, key)))
         else:
-            outcomes.append(None)  # type: ignore[arg-type]
+            outcomes.append(None)
             todo.append((i, window))
     if not todo:
-        return outcomes
+        return [o for o in outcomes if o is not None]
 
     def cancelled() -> bool:
         return cancel is not None and cancel.is_set()

@@ -15,7 +15,7 @@ def _path_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def comparison_chart(result: dict[str, Any]) -> alt.Chart:
+def comparison_chart(result: dict[str, Any]) -> alt.FacetChart:
     """One panel per task: the running Δ, its interval, the ±margin band and where sampling stopped."""
     margin = (result.get("params") or {}).get("margin", 0.05)
     rows = [{**r, "kind": "path"} for r in _path_rows(result)]

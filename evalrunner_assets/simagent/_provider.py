@@ -25,6 +25,7 @@ from inspect_ai.model import (
     ModelInfo,
     ModelOutput,
     ModelUsage,
+    StopReason,
     set_model_info,
 )
 from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
@@ -92,6 +93,7 @@ class SimulatedAgentAPI(ModelAPI):
         seed = config.seed if config.seed is not None else DEFAULT_SEED
         sample_id, epoch = _active_sample(conversation.request)
         step = next_step(conversation, seed=seed, sample_id=sample_id, epoch=epoch, model=self.simulated)
+        stop_reason: StopReason
 
         if isinstance(step, CallTool):
             call_id = (

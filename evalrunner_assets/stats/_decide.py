@@ -16,7 +16,7 @@ from evalrunner_assets.stats._params import StatsParams, check_n_tasks
 Label = Literal["improved", "regressed", "unchanged", "continue", "inconclusive"]
 LABELS: tuple[str, ...] = ("improved", "regressed", "unchanged", "continue", "inconclusive")
 
-_CODE_TO_LABEL = {
+_CODE_TO_LABEL: dict[int, Label] = {
     _sequence.CONTINUE: "continue",
     _sequence.IMPROVED: "improved",
     _sequence.REGRESSED: "regressed",
@@ -336,7 +336,7 @@ def decide_task(
         if more is not None and n < params.min_pairs:
             more = max(more, params.min_pairs - n)
     return TaskDecision(
-        label=label,  # type: ignore[arg-type]
+        label=label,
         reason=reason,
         pairs=n,
         decided_at=settled_at or None,

@@ -38,9 +38,9 @@ def dirichlet_support(deltas: np.ndarray, max_support: int | None = None) -> tup
     ``max_support``: with more distinct values than this, each value's count is split between
     the two nearest points of an even grid over [-1, 1] (keeps every count and the mean)."""
     d = np.round(np.asarray(deltas, dtype=np.float64), 12)
-    values, counts = np.unique(np.concatenate([d, [-1.0, 0.0, 1.0]]), return_counts=True)
+    values, occurrences = np.unique(np.concatenate([d, [-1.0, 0.0, 1.0]]), return_counts=True)
     anchors = np.isin(values, [-1.0, 0.0, 1.0])
-    counts = (counts - anchors.astype(np.int64)).astype(np.float64)  # remove the anchors we appended
+    counts = (occurrences - anchors.astype(np.int64)).astype(np.float64)  # remove the anchors we appended
     if max_support is not None and values.size > max_support:
         grid = np.linspace(-1.0, 1.0, max_support if max_support % 2 else max_support + 1)
         pos = (values + 1.0) / (grid[1] - grid[0])

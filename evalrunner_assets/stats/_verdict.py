@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from evalrunner_assets.stats._decide import TaskDecision
+from evalrunner_assets.stats._decide import Label, TaskDecision
 from evalrunner_assets.stats._errors import StatsError
 
 Verdict = Literal["RUNNING", "IMPROVED", "REGRESSED", "UNCHANGED", "INCONCLUSIVE"]
@@ -21,7 +21,7 @@ class RunVerdict:
     verdict: Verdict
     reasons: tuple[str, ...]
     p_improvement: float | None
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, Label] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     # Why p_improvement is None (it is shown only beside an IMPROVED or REGRESSED verdict).
     p_improvement_note: str | None = None
