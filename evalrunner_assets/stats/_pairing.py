@@ -181,38 +181,42 @@ def _check_values(table: pa.Table, side: str) -> None:
         seen.add(key)
 
 
-_local = threading.local()
-
-
 @functools.cache
 def _query_text(name: str) -> str:
     return sql.load(name)
 
 
-def _connection() -> duckdb.DuckDBPyConnection:
-    """This thread's DuckDB connection with the pairing rule's macros (one per thread and
-    process: a connection is not shared between threads, nor inherited across a fork)."""
-    con = getattr(_local, "con", None)
-    if con is None or getattr(_local, "pid", None) != os.getpid():
-        import duckdb  # here, not at import: seeded_order's users (the samplers) never pair
+_database_lock = threading.Lock()
+_database: tuple[int, duckdb.DuckDBPyConnection] | None = None  # (owning pid, connection)
 
-        con = duckdb.connect()
-        for name in sql.PAIRING_RULE:
-            con.execute(sql.load(name))
-        _local.con, _local.pid = con, os.getpid()
-    return con
+
+def _cursor() -> duckdb.DuckDBPyConnection:
+    """A connection of its own (a cursor) to this process's one DuckDB database, which holds the
+    pairing rule's macros. One database per process, not per thread: each adds 70-400 MB of
+    address space here, and a sandbox's limits are set between fork and exec (RLIMIT_AS), where
+    a parent grown past the limit makes the child crash; a forked child opens its own."""
+    global _database
+    with _database_lock:
+        if _database is None or _database[0] != os.getpid():
+            import duckdb  # here, not at import: seeded_order's users (the samplers) never pair
+
+            con = duckdb.connect(config={"threads": 1})  # small queries; one thread is enough
+            for name in sql.PAIRING_RULE:
+                con.execute(sql.load(name))
+            _database = (os.getpid(), con)
+        return _database[1].cursor()
 
 
 def _run_rule(query: str, relations: Mapping[str, pa.Table], params: Mapping[str, Any] | None = None) -> pa.Table:
-    """Run ``sql/<query>.sql`` over the given Arrow relations, registered under their names."""
-    con = _connection()
-    for name, table in relations.items():
-        con.register(name, table)
+    """Run ``sql/<query>.sql`` over the given Arrow relations, registered under their names on
+    a cursor of its own (registrations are per cursor, so concurrent calls do not meet)."""
+    cursor = _cursor()
     try:
-        return con.sql(_query_text(query), params=dict(params or {})).to_arrow_table()
+        for name, table in relations.items():
+            cursor.register(name, table)
+        return cursor.sql(_query_text(query), params=dict(params or {})).to_arrow_table()
     finally:
-        for name in relations:
-            con.unregister(name)
+        cursor.close()
 
 
 def _causes(errors: list[str | None], wheres: list[str | None]) -> tuple[tuple[str, str | None, int], ...]:
