@@ -121,12 +121,13 @@ class _Batches:
     tables: dict[str, pa.Table]
     rows: dict[str, list[dict[str, Any]]]
 
+    # Batches in digest order, as the rows were always summed (float sums depend on order).
     def arm_table(self, keys: list[BatchKey]) -> pa.Table | list[dict[str, Any]]:
-        tables = [self.tables[d] for d in dict.fromkeys(k.digest for k in keys)]
+        tables = [self.tables[d] for d in sorted({k.digest for k in keys})]
         return pa.concat_tables(tables) if tables else []
 
     def arm_rows(self, keys: list[BatchKey]) -> list[dict[str, Any]]:
-        return [r for d in dict.fromkeys(k.digest for k in keys) for r in self.rows[d]]
+        return [r for d in sorted({k.digest for k in keys}) for r in self.rows[d]]
 
 
 def _p50(values: list[float]) -> float | None:
@@ -393,18 +394,16 @@ def assess(
         for task in compared
     }
     # The tasks to decide again are paired together: one run of the pairing rule for them all.
-    pairings.update(
-        stats.pair_tasks(
-            {
-                task: (
-                    batches.arm_table(progress[task].keys["head"]),
-                    batches.arm_table(progress[task].keys["base"]),
-                    _task_order(head_facts.tasks[task], base_facts.tasks[task], request),
-                )
-                for task in compared
-                if cache is None or memos[task] not in cache.tasks
-            }
-        )
+    paired_now = stats.pair_tasks(
+        {
+            task: (
+                batches.arm_table(progress[task].keys["head"]),
+                batches.arm_table(progress[task].keys["base"]),
+                _task_order(head_facts.tasks[task], base_facts.tasks[task], request),
+            )
+            for task in compared
+            if cache is None or memos[task] not in cache.tasks
+        }
     )
     for task in compared:
         p = progress[task]
@@ -413,14 +412,13 @@ def assess(
             decision, doc, cost_per_pair, pairing = cache.tasks[memo]
             cache.hits += 1
         else:
-            pairing = pairings[task]
+            pairing = paired_now[task]
             decision, doc, cost_per_pair = _assess_task(
                 p,
                 head_facts.tasks[task],
                 base_facts.tasks[task],
                 pairing,
                 batches,
-                request,
                 params,
                 n_tasks,
                 budget_exhausted=budget_exhausted,
@@ -525,7 +523,6 @@ def _assess_task(
     bf: TaskFacts,
     pairing: stats.Pairing,
     batches: _Batches,
-    request: ComparisonRequest,
     params: stats.StatsParams,
     n_tasks: int,
     *,
