@@ -4,7 +4,11 @@ Views:
 - ``batches``  — one row per batch record (``sql/batches_view.sql``);
 - ``samples``  — rows of committed batches only (``sql/samples_view.sql``);
 - ``events``   — likewise (``sql/events_view.sql``);
-- ``input_scores`` — epochs averaged per input (``sql/input_scores_view.sql``).
+- ``input_scores`` — each input's epochs reduced by the pairing rule (``sql/input_scores_view.sql``);
+- ``paired_inputs(repo, head, base)`` — a parameterised view (table macro): head vs base per
+  input by the pairing rule (``sql/paired_inputs_view.sql``). The rule itself is the table
+  macros ``input_scores_of`` / ``paired_inputs_of`` (``sql.PAIRING_RULE``), which the comparison
+  engine applies to the rows of the batches it selected.
 
 The set of Parquet files comes from the batch records, not from a glob: a table file whose
 record was never written (a landing that failed) is invisible, and each file's size is checked
@@ -23,7 +27,7 @@ cloud extensions are downloaded at run time and are unavailable offline).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,7 +61,7 @@ def raise_problem(exc: LakeIntegrityError) -> None:
     raise exc
 
 
-VIEWS = ("batches_view", "samples_view", "events_view", "input_scores_view")
+VIEWS = ("batches_view", "samples_view", "events_view", *sql.PAIRING_RULE, "input_scores_view", "paired_inputs_view")
 
 
 @contextmanager
@@ -161,10 +165,12 @@ def connect(
     database: str = ":memory:",
     records: list[BatchRecord] | None = None,
     on_problem: OnProblem = warn_problem,
+    views: Sequence[str] = (*VIEWS, "cohort_series"),
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the lake's views (``batches``, ``samples``, ``events``, …);
     with ``records``, the views cover only those batches (reading a few batches of a large lake
-    without listing every record)."""
+    without listing every record). ``views``: the ``sql/`` definitions to create, in order (a
+    caller that runs one query names just what it reads; creating each costs milliseconds)."""
     con = duckdb.connect(database)
     if not lake.is_local:
         con.register_filesystem(lake.fs)
@@ -174,9 +180,11 @@ def connect(
     con.register("events_schema", EVENTS_SCHEMA.empty_table())
     refresh(con, lake, records, on_problem)
     with interruptible():
-        for name in VIEWS:
-            con.execute(sql.load(name))
-        register_series(con, lake)
+        for name in views:
+            if name == "cohort_series":
+                register_series(con, lake)
+            else:
+                con.execute(sql.load(name))
     return con
 
 

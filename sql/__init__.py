@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from importlib import resources
 
+# The pairing rule: table macros, in the order they must be created. The lake's connection
+# (lake.duck) and the comparison engine (stats.pair_task) both create them from these files.
+PAIRING_RULE = ("input_scores_of", "paired_inputs_of")
+
 
 def load(name: str) -> str:
     """Text of ``sql/<name>.sql``; raises FileNotFoundError naming the query if absent."""

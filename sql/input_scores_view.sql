@@ -1,18 +1,17 @@
--- input_scores: one row per (repo, commit, task, sample id): the input is the unit, so each
--- input's epochs are averaged first. score is the mean over scored epochs (errored epochs have a
--- null score and are counted in errors); null when no epoch was scored.
+-- input_scores: one row per (repo, commit, task, sample id) of every committed batch, each
+-- input's epochs reduced by the pairing rule (input_scores_of.sql: errored epochs score 0, an
+-- input with an unscored epoch has no score, the digest its epochs share).
 create or replace view input_scores as
 select
     repo,
     "commit",
     task,
     sample_id,
-    count(*) as epochs,
-    count(error) as errors,
-    count(score) as scored_epochs,
-    avg(score) as score,
-    sum(total_tokens)::bigint as total_tokens,
-    sum(cost_usd) filter (where cost_usd is not null) as cost_usd_known,
-    count(*) - count(cost_usd) as cost_unknown_epochs
-from samples
-group by repo, "commit", task, sample_id
+    epochs,
+    errored_epochs,
+    unscored_epochs,
+    score,
+    input_digest,
+    first_error,
+    first_error_where
+from input_scores_of('samples')

@@ -145,8 +145,10 @@ def test_view_command_opens_inspect_view_on_raw_logs(tmp_path):
     assert "--recursive" in cmd and "--no-trust-content" in cmd and cmd[-2:] == ["--port", "7999"]
 
 
-def test_paired_samples_follows_the_python_pairing_rule_on_digests_and_errors():
-    # The same rows through sql/paired_samples.sql and stats.pair_task give the same pairs.
+def test_paired_samples_and_the_engine_share_one_rule_on_digests_and_errors():
+    # The lake's query over every row of two commits (sql/paired_samples.sql, through the
+    # paired_inputs view) and the engine's pairing of the same rows (stats.pair_task) apply one
+    # rule (sql.PAIRING_RULE) and give the same pairs, with the rule's outcome pinned below.
     import duckdb
 
     from evalrunner_assets.stats import pair_task
@@ -174,12 +176,15 @@ def test_paired_samples_follows_the_python_pairing_rule_on_digests_and_errors():
         'create table samples (repo varchar, "commit" varchar, task varchar, sample_id varchar, '
         "epoch bigint, score double, error varchar, input_digest varchar)"
     )
+    con.execute("alter table samples add column error_where varchar")
     for commit, arm in rows.items():
         for sid, epoch, score, error, digest in arm:
             con.execute(
-                "insert into samples values (?, ?, 't', ?, ?, ?, ?, ?)",
+                "insert into samples values (?, ?, 't', ?, ?, ?, ?, ?, null)",
                 [REPO, commit, sid, epoch, score, error, digest],
             )
+    for name in (*sql.PAIRING_RULE, "paired_inputs_view"):
+        con.execute(sql.load(name))
     got = con.sql(sql.load("paired_samples"), params={"repo": REPO, "head": HEAD, "base": BASE}).fetchall()
     sql_pairs = {r[1]: r[4] for r in got if r[4] is not None}
 
@@ -190,3 +195,8 @@ def test_paired_samples_follows_the_python_pairing_rule_on_digests_and_errors():
     assert sql_pairs == pytest.approx(dict(zip(p.sample_ids, p.deltas.tolist())))
     assert sorted(sql_pairs) == ["1", "3", "4"] and sql_pairs["3"] == -1.0  # errored head scores 0
     assert sorted(p.changed_inputs) == ["2", "5"]
+    status = con.sql(
+        "select sample_id, pair_status from paired_inputs($repo, $head, $base) order by sample_id",
+        params={"repo": REPO, "head": HEAD, "base": BASE},
+    ).fetchall()
+    assert status == [("1", "paired"), ("2", "changed_input"), ("3", "paired"), ("4", "paired"), ("5", "changed_input")]

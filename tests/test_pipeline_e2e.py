@@ -290,6 +290,43 @@ def test_assess_with_a_cache_gives_the_same_document_and_sees_a_changed_request(
     assert cache.hits == 0
 
 
+def test_sql_users_get_the_engines_pairs_from_the_paired_inputs_rule(
+    improved: Run, home: PipelineHome, example: ExampleRepo
+) -> None:
+    # One pairing rule (sql/paired_inputs_of.sql): over the batches the comparison document
+    # names, SQL on the lake's samples view gives exactly the pairs the engine decided on.
+    from lake import connect
+
+    backend = home.resources()["sandbox"].backend()
+    lake = home.lake()
+    request = request_for(example, "improve-runbook", "101", changed_files=(TRIAGE_SKILL,))
+    engine = assess(lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest(), detail=False)
+    r = improved.result
+    con = connect(lake)
+    for task, doc in r["tasks"].items():
+        pairing = engine.pairings[task]
+        assert engine.result["tasks"][task]["batches"] == doc["batches"]
+        assert pairing.n_pairs == doc["decision"]["pairs"] > 0
+        con.execute(
+            "create or replace temp table comparison_rows as select * from samples "
+            "where batch in (select unnest(?::varchar[]))",
+            [doc["batches"]["head"] + doc["batches"]["base"]],
+        )
+        rows = con.sql(
+            "select sample_id, pair_status, head_score, base_score, delta "
+            "from paired_inputs_of('comparison_rows', 'comparison_rows', ?, ?, ?) where task = ?",
+            params=[REPO_ID, r["head_sha"], r["base_sha"], task],
+        ).fetchall()
+        paired = {sid: (head, base, delta) for sid, status, head, base, delta in rows if status == "paired"}
+        assert sorted(paired) == sorted(pairing.sample_ids)
+        assert [paired[sid] for sid in pairing.sample_ids] == [
+            (h, b, pytest.approx(h - b)) for h, b in zip(pairing.head, pairing.base)
+        ]
+        assert tuple(sorted(sid for sid, status, *_ in rows if status == "changed_input")) == pairing.changed_inputs
+        head_only = tuple(sorted(sid for sid, status, *_ in rows if status == "head_only"))
+        assert head_only == pairing.unpaired_head
+
+
 # --- changed-file affinity ----------------------------------------------------------------------
 
 

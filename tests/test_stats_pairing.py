@@ -121,3 +121,18 @@ def test_integer_sample_ids_pair_with_their_string_form():
 def test_bad_rows_raise_errors_naming_the_input(head, order, message):
     with pytest.raises(PairingError, match=message):
         pair_task(head, [row("a", 1, 1.0)], order=order)
+
+
+def test_concurrent_pairings_from_many_threads_each_get_their_own_rows():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def pair(k: int):
+        head = [row(f"s{i}", 1, float((i + k) % 2)) for i in range(50 + k)]
+        base = [row(f"s{i}", 1, 0.0) for i in range(50 + k)]
+        return pair_task(head, base)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(pair, range(32)))
+    for k, p in enumerate(results):
+        assert p.n_pairs == 50 + k
+        assert sum(p.head) == sum((i + k) % 2 for i in range(50 + k))

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
+
 from evalrunner_assets import stats
 from evalrunner_assets.execution.inspect_runner import sample_order
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, load_facts
@@ -75,6 +77,8 @@ class Assessment:
     needs_facts: list[str]  # commits whose manifest/sample ids are not learnt yet
     next_windows: list[PlannedWindow]
     result: dict[str, Any]  # the comparison document (RUNNING with no tasks until facts are known)
+    # Each compared task's pairs, as the pairing rule gave them (sql/paired_inputs_of.sql).
+    pairings: dict[str, stats.Pairing] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -109,9 +113,21 @@ def affinity(tasks: Mapping[str, TaskFacts], changed: Iterable[str]) -> dict[str
     return out
 
 
-def _arm_rows(rows: list[dict[str, Any]], keys: list[BatchKey]) -> list[dict[str, Any]]:
-    wanted = {k.digest for k in keys}
-    return [r for r in rows if r["batch"] in wanted]
+@dataclass
+class _Batches:
+    """Sample rows of committed batches by batch digest, in query order: as Arrow tables (what
+    the pairing rule reads) and as dicts (what the accounting reads)."""
+
+    tables: dict[str, pa.Table]
+    rows: dict[str, list[dict[str, Any]]]
+
+    # Batches in digest order, as the rows were always summed (float sums depend on order).
+    def arm_table(self, keys: list[BatchKey]) -> pa.Table | list[dict[str, Any]]:
+        tables = [self.tables[d] for d in sorted({k.digest for k in keys})]
+        return pa.concat_tables(tables) if tables else []
+
+    def arm_rows(self, keys: list[BatchKey]) -> list[dict[str, Any]]:
+        return [r for d in sorted({k.digest for k in keys}) for r in self.rows[d]]
 
 
 def _p50(values: list[float | None]) -> float | None:
@@ -162,7 +178,8 @@ class AssessCache:
         self.keys: dict[tuple[str, str, str], BatchKey] = {}
         self.committed: set[str] = set()  # digests of batches known committed
         self.rows: dict[str, list[dict[str, Any]]] = {}  # digest -> its sample rows, in query order
-        self.tasks: dict[tuple[Any, ...], tuple[stats.TaskDecision, dict[str, Any], float | None]] = {}
+        self.tables: dict[str, pa.Table] = {}  # digest -> the same rows as Arrow (for the pairing rule)
+        self.tasks: dict[tuple[Any, ...], tuple[stats.TaskDecision, dict[str, Any], float | None, stats.Pairing]] = {}
         self.hits = 0  # task results reused (for measurements)
         self.con: Any = None  # a DuckDB connection, opened on first use
 
@@ -184,23 +201,35 @@ def _load_facts(lake: Lake, repo: str, commit: str, cache: AssessCache | None) -
     return facts
 
 
+# What comparison_samples.sql reads: the engine's connection creates no other view.
+_SAMPLES_ONLY = ("samples_view",)
+
+
 def _load_rows(lake: Lake, keys: list[BatchKey], cache: AssessCache | None = None) -> list[dict[str, Any]]:
     """Sample rows of ``keys``' committed batches, ordered by (batch, sample id, epoch); with a
     cache only batches not read before are queried."""
+    batches = _load_batches(lake, keys, cache)
+    return [r for d in sorted(batches.rows) for r in batches.rows[d]]
+
+
+def _load_batches(lake: Lake, keys: list[BatchKey], cache: AssessCache | None = None) -> _Batches:
+    """Sample rows of ``keys``' committed batches by batch digest; with a cache only batches not
+    read before are queried."""
     digests = sorted({k.digest for k in keys})
     if not digests:
-        return []
+        return _Batches({}, {})
     missing = digests if cache is None else [d for d in digests if d not in cache.rows]
-    fetched: dict[str, list[dict[str, Any]]] = {d: [] for d in missing}
+    fetched: dict[str, pa.Table] = {}
+    fetch = set(missing)
     if missing:
         from lake import duck
 
-        wanted = {k.digest: k for k in keys if k.digest in fetched}
+        wanted = {k.digest: k for k in keys if k.digest in fetch}
         records = duck.read_batch_records(lake, list(wanted.values()))
         # A file that no longer has its recorded size is a LakeIntegrityError here (assess
         # quarantines the batch and plans again), never rows silently read.
         if cache is None:
-            con = duck.connect(lake, records=records, on_problem=duck.raise_problem)
+            con = duck.connect(lake, records=records, on_problem=duck.raise_problem, views=_SAMPLES_ONLY)
             try:
                 table = duck.query(con, "comparison_samples", {"batches": missing})
             finally:
@@ -209,16 +238,25 @@ def _load_rows(lake: Lake, keys: list[BatchKey], cache: AssessCache | None = Non
             # One connection for the cache's life (opening one costs more than the query);
             # its views are pointed at just the batches read now.
             if cache.con is None:
-                cache.con = duck.connect(lake, records=records, on_problem=duck.raise_problem)
+                cache.con = duck.connect(lake, records=records, on_problem=duck.raise_problem, views=_SAMPLES_ONLY)
             else:
                 duck.refresh(cache.con, lake, records, duck.raise_problem)
             table = duck.query(cache.con, "comparison_samples", {"batches": missing})
-        for row in table.to_pylist():
-            fetched[row["batch"]].append(row)
+        # The query orders by batch: each batch's rows are one slice.
+        batch_column = table.column("batch").to_pylist()
+        start = 0
+        for end in range(1, len(batch_column) + 1):
+            if end == len(batch_column) or batch_column[end] != batch_column[start]:
+                fetched[batch_column[start]] = table.slice(start, end - start)
+                start = end
+        for digest in missing:
+            fetched.setdefault(digest, table.slice(0, 0))
+    rows = {d: t.to_pylist() for d, t in fetched.items()}
     if cache is None:
-        return [r for d in digests for r in fetched[d]]
-    cache.rows.update(fetched)
-    return [r for d in digests for r in cache.rows[d]]
+        return _Batches(fetched, rows)
+    cache.tables.update(fetched)
+    cache.rows.update(rows)
+    return _Batches({d: cache.tables[d] for d in digests}, {d: cache.rows[d] for d in digests})
 
 
 def assess(
@@ -310,7 +348,7 @@ def assess(
 
     all_keys = [k for p in progress.values() for arm in ("head", "base") for k in p.keys[arm]]
     try:
-        rows = _load_rows(lake, all_keys, cache)
+        batches = _load_batches(lake, all_keys, cache)
     except LakeIntegrityError as exc:
         if exc.record is None:
             raise
@@ -320,6 +358,7 @@ def assess(
         if cache is not None:
             cache.committed.clear()
             cache.rows.clear()
+            cache.tables.clear()
         return assess(
             lake,
             request,
@@ -330,7 +369,7 @@ def assess(
             cache=cache,
         )
     n_tasks = max(1, len(compared))
-    samples_run = len(rows)
+    samples_run = sum(len(r) for r in batches.rows.values())
     budget = None
     if request.budget_samples is not None:
         budget = request.budget_samples + request.extra_samples
@@ -340,32 +379,49 @@ def assess(
     task_docs: dict[str, Any] = {}
     failures: dict[str, str] = {}
     plan_states: dict[str, stats.TaskPlanState] = {}
-    for task in compared:
-        p = progress[task]
-        budget_exhausted = budget_left is not None and budget_left <= 0
-        memo = (
+    pairings: dict[str, stats.Pairing] = {}
+    budget_exhausted = budget_left is not None and budget_left <= 0
+    memos = {
+        task: (
             task,
-            tuple(k.digest for k in p.keys["head"]),
-            tuple(k.digest for k in p.keys["base"]),
-            p.n_samples,
-            p.limit,
-            tuple(sorted(p.failures.items())),
+            tuple(k.digest for k in progress[task].keys["head"]),
+            tuple(k.digest for k in progress[task].keys["base"]),
+            progress[task].n_samples,
+            progress[task].limit,
+            tuple(sorted(progress[task].failures.items())),
             budget_exhausted,
             n_tasks,
             touched[task],
             detail,
         )
+        for task in compared
+    }
+    # The tasks to decide again are paired together: one run of the pairing rule for them all.
+    paired_now = stats.pair_tasks(
+        {
+            task: (
+                batches.arm_table(progress[task].keys["head"]),
+                batches.arm_table(progress[task].keys["base"]),
+                _task_order(head_facts.tasks[task], base_facts.tasks[task], request),
+            )
+            for task in compared
+            if cache is None or memos[task] not in cache.tasks
+        }
+    )
+    for task in compared:
+        p = progress[task]
+        memo = memos[task]
         if cache is not None and memo in cache.tasks:
-            decision, doc, cost_per_pair = cache.tasks[memo]
+            decision, doc, cost_per_pair, pairing = cache.tasks[memo]
             cache.hits += 1
         else:
+            pairing = paired_now[task]
             decision, doc, cost_per_pair = _assess_task(
-                task,
                 p,
                 head_facts.tasks[task],
                 base_facts.tasks[task],
-                rows,
-                request,
+                pairing,
+                batches,
                 params,
                 n_tasks,
                 budget_exhausted=budget_exhausted,
@@ -375,7 +431,8 @@ def assess(
                 budget_samples=budget,
             )
             if cache is not None:
-                cache.tasks[memo] = (decision, doc, cost_per_pair)
+                cache.tasks[memo] = (decision, doc, cost_per_pair, pairing)
+        pairings[task] = pairing
         task_docs[task] = copy.deepcopy(doc)  # the document may be edited; the cached one stays
         decisions[task] = decision
         if "head" in p.failures and "base" not in p.failures:
@@ -435,7 +492,7 @@ def assess(
     }
     if next_windows:
         result["final_verdict"]["verdict"] = "RUNNING"
-    return Assessment(request, [], next_windows, result)
+    return Assessment(request, [], next_windows, result, pairings)
 
 
 def _batch_key(
@@ -458,13 +515,17 @@ def _batch_key(
     return key
 
 
+def _task_order(hf: TaskFacts, bf: TaskFacts, request: ComparisonRequest) -> list[str]:
+    """The task's pre-committed sample order (the same for both arms): what pairs follow."""
+    return sample_order(sorted(set(hf.sample_ids) | set(bf.sample_ids)), request.seed)
+
+
 def _assess_task(
-    task: str,
     p: TaskProgress,
     hf: TaskFacts,
     bf: TaskFacts,
-    rows: list[dict[str, Any]],
-    request: ComparisonRequest,
+    pairing: stats.Pairing,
+    batches: _Batches,
     params: stats.StatsParams,
     n_tasks: int,
     *,
@@ -475,11 +536,7 @@ def _assess_task(
     budget_samples: int | None = None,
 ) -> tuple[stats.TaskDecision, dict[str, Any], float | None]:
     """One task's decision, its document and the mean cost of a pair, from its committed
-    batches alone."""
-    head_rows = _arm_rows(rows, p.keys["head"])
-    base_rows = _arm_rows(rows, p.keys["base"])
-    seq = sample_order(sorted(set(hf.sample_ids) | set(bf.sample_ids)), request.seed)
-    pairing = stats.pair_task(head_rows, base_rows, order=seq)
+    batches alone (``pairing``: the pairing rule over exactly those batches)."""
     decision = stats.decide_task(
         pairing,
         params,
@@ -492,8 +549,8 @@ def _assess_task(
         dataset_size=p.n_samples,
         budget_samples=budget_samples,
     )
-    head_acc = _arm_accounting(head_rows, prices)
-    base_acc = _arm_accounting(base_rows, prices)
+    head_acc = _arm_accounting(batches.arm_rows(p.keys["head"]), prices)
+    base_acc = _arm_accounting(batches.arm_rows(p.keys["base"]), prices)
     cost_per_pair = None
     if head_acc["cost_per_sample_usd"] is not None and base_acc["cost_per_sample_usd"] is not None:
         cost_per_pair = (head_acc["cost_per_sample_usd"] + base_acc["cost_per_sample_usd"]) / 2

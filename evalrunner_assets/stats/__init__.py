@@ -15,7 +15,7 @@ from evalrunner_assets.stats._decide import (
 )
 from evalrunner_assets.stats._errors import PairingError, ParamsError, PlanError, StatsError
 from evalrunner_assets.stats._mean import mean_sequence_interval, wilson_interval
-from evalrunner_assets.stats._pairing import Pairing, arm_input_means, pair_task, seeded_order
+from evalrunner_assets.stats._pairing import Pairing, arm_input_means, pair_task, pair_tasks, seeded_order
 from evalrunner_assets.stats._params import StatsParams
 from evalrunner_assets.stats._planner import (
     ARMS,
@@ -56,6 +56,7 @@ __all__ = [
     "estimated_cost",
     "mean_sequence_interval",
     "pair_task",
+    "pair_tasks",
     "plan_next_windows",
     "run_verdict",
     "seeded_order",

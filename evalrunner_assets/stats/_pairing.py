@@ -1,21 +1,37 @@
 """Pair head and base sample rows of one task by sample id and input digest (DESIGN §6).
 
-The one pairing rule (``sql/paired_samples.sql`` states the same in SQL): an input pairs when
-both arms ran its sample id and, where either arm knows the sample's input digest, both digests
-are equal. Samples without ids carry Inspect's positional ids, so an id alone does not say the
-inputs are the same; a mismatch is counted as unpaired (``changed_inputs``), never paired.
-Errored epochs (the sample raised in the repository's code) score 0; see the stats README.
+The pairing rule lives in SQL, once: ``sql/input_scores_of.sql`` (each arm's epochs reduced per
+input) and ``sql/paired_inputs_of.sql`` (head vs base per input). The lake's ``paired_inputs``
+view applies it to every committed row; :func:`pair_task` applies the same text through DuckDB
+to the rows it is given (the comparison engine gives it the rows of the batches it selected),
+then orders the pairs for the statistics. This module adds no rule of its own: it checks what
+it receives and builds a :class:`Pairing` from the rule's per-input rows.
+
+The rule: an input pairs when both arms scored its sample id and, where either arm knows the
+sample's input digest, both digests are equal. Samples without ids carry Inspect's positional
+ids, so an id alone does not say the inputs are the same; a mismatch is counted
+(``changed_inputs``), never paired. Errored epochs (the sample raised in the repository's
+code) score 0; see the stats README.
 """
 
 from __future__ import annotations
 
-import math
+import functools
+import os
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import sql
+
+if TYPE_CHECKING:
+    import duckdb
 
 from evalrunner_assets.sample_order import seeded_order
 from evalrunner_assets.stats._errors import PairingError
@@ -23,30 +39,35 @@ from evalrunner_assets.stats._errors import PairingError
 _REQUIRED = ("sample_id", "epoch", "score", "error")
 
 
-@dataclass(frozen=True)
-class _ArmSummary:
-    means: dict[str, float]
-    errored: frozenset[str]  # inputs with an errored epoch (scored 0)
-    unscored: frozenset[str]  # inputs with an epoch neither scored nor errored (excluded)
-    errored_epochs: int
-    epochs: int
-    digests: dict[str, str | None]  # per input; "" when its epochs disagree
-    causes: tuple[tuple[str, str | None, int], ...]  # (error, where, inputs), most frequent first
+# The columns the pairing rule reads (sql/input_scores_of.sql), as each arm's relation carries them.
+_RULE_SCHEMA = pa.schema(
+    [
+        ("repo", pa.string()),
+        ("commit", pa.string()),
+        ("task", pa.string()),
+        ("sample_id", pa.string()),
+        ("epoch", pa.int64()),
+        ("score", pa.float64()),
+        ("error", pa.string()),
+        ("error_where", pa.string()),
+        ("input_digest", pa.string()),
+    ]
+)
+# The value the rows' repo column gets here: each relation holds one arm (its commit column
+# says which) of the tasks named in its task column.
+_REPO = ""
 
-    @property
-    def inputs(self) -> int:
-        return len(self.digests)
+Rows: TypeAlias = Iterable[Mapping[str, Any]] | pa.Table  # one arm: mappings, or an Arrow table
 
 
-def _summarize(rows: Iterable[Mapping[str, Any]], side: str) -> _ArmSummary:
-    scores: dict[str, list[float]] = {}
-    errored: set[str] = set()
-    unscored: set[str] = set()
-    digests: dict[str, str | None] = {}
-    first_error: dict[str, tuple[str, str | None]] = {}
-    seen: set[tuple[str, int]] = set()
-    errored_epochs = 0
-    epochs = 0
+def _rows_table(rows: Iterable[Mapping[str, Any]], side: str, task: str) -> pa.Table:
+    """In-memory rows as the rule's relation, after checking each row's types."""
+    ids: list[str] = []
+    epochs: list[int] = []
+    scores: list[float | None] = []
+    errors: list[str | None] = []
+    wheres: list[str | None] = []
+    digests: list[str | None] = []
     for index, row in enumerate(rows):
         missing = [k for k in _REQUIRED if k not in row]
         if missing:
@@ -57,50 +78,142 @@ def _summarize(rows: Iterable[Mapping[str, Any]], side: str) -> _ArmSummary:
         sid = str(sid)
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
             raise PairingError(f"{side} sample {sid!r}: epoch must be an integer, got {epoch!r}")
-        key = (sid, int(epoch))
-        if key in seen:
-            raise PairingError(
-                f"{side} sample {sid!r} epoch {epoch} appears twice; each (sample_id, epoch) must be unique per side"
-            )
-        seen.add(key)
-        epochs += 1
         digest = row.get("input_digest")
         if digest is not None and not isinstance(digest, str):
             raise PairingError(
                 f"{side} sample {sid!r} epoch {epoch}: input_digest must be a string or None, got {digest!r}"
             )
-        if sid in digests and digests[sid] != digest:
-            digest = ""  # epochs of one id with different inputs: matches nothing
-        digests[sid] = digest
         if error is not None and not isinstance(error, str):
             raise PairingError(f"{side} sample {sid!r} epoch {epoch}: error must be a string or None, got {error!r}")
-        if error:
-            # The sample raised in the repository's code: the agent failed it (score 0).
-            errored.add(sid)
-            errored_epochs += 1
-            first_error.setdefault(sid, (error, row.get("error_where")))
-            scores.setdefault(sid, []).append(0.0)
-            continue
-        if score is None:
-            # Neither scored nor errored (e.g. a scorer value outside [0, 1]): not comparable.
-            unscored.add(sid)
-            continue
-        if isinstance(score, bool) or not isinstance(score, (int, float, np.integer, np.floating)):
+        if (
+            not error
+            and score is not None
+            and (isinstance(score, bool) or not isinstance(score, (int, float, np.integer, np.floating)))
+        ):
             raise PairingError(f"{side} sample {sid!r} epoch {epoch}: score must be a number in [0, 1], got {score!r}")
-        value = float(score)
-        if not (0.0 <= value <= 1.0) or math.isnan(value):
-            raise PairingError(
-                f"{side} sample {sid!r} epoch {epoch}: score {value!r} is outside [0, 1]; map scores with value_to_float first"
-            )
-        scores.setdefault(sid, []).append(value)
-    # An input with an unscored epoch is excluded whole: averaging only its other epochs would
-    # weight inputs unequally.
-    means = {sid: float(np.mean(v)) for sid, v in scores.items() if sid not in unscored}
-    causes = Counter(first_error.values())
-    ranked = tuple(
-        (err, where, n) for (err, where), n in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1] or ""))
+        where = row.get("error_where")
+        ids.append(sid)
+        epochs.append(int(epoch))
+        scores.append(None if score is None or error else float(score))
+        errors.append(error)
+        wheres.append(where if isinstance(where, str) else None)
+        digests.append(digest)
+    n = len(ids)
+    return pa.table(
+        [
+            pa.array([_REPO] * n, pa.string()),
+            pa.array([side] * n, pa.string()),
+            pa.array([task] * n, pa.string()),
+            pa.array(ids, pa.string()),
+            pa.array(epochs, pa.int64()),
+            pa.array(scores, pa.float64()),
+            pa.array(errors, pa.string()),
+            pa.array(wheres, pa.string()),
+            pa.array(digests, pa.string()),
+        ],
+        schema=_RULE_SCHEMA,
     )
-    return _ArmSummary(means, frozenset(errored), frozenset(unscored), errored_epochs, epochs, digests, ranked)
+
+
+def _arrow_table(rows: pa.Table, side: str, task: str) -> pa.Table:
+    """An Arrow table of sample rows (e.g. the lake's ``comparison_samples``) as the rule's
+    relation: its columns cast to the rule's types; repo, commit and task set for this arm."""
+    missing = [k for k in _REQUIRED if k not in rows.column_names]
+    if missing:
+        raise PairingError(f"{side} rows lack {', '.join(missing)}; rows need {', '.join(_REQUIRED)}")
+    n = rows.num_rows
+    columns = []
+    for name in _RULE_SCHEMA.names:
+        type_ = _RULE_SCHEMA.field(name).type
+        if name in ("repo", "commit", "task"):
+            value = {"repo": _REPO, "commit": side, "task": task}[name]
+            columns.append(pa.repeat(pa.scalar(value, type_), n))
+        elif name not in rows.column_names:
+            columns.append(pa.nulls(n, type_))
+        else:
+            column = rows.column(name)
+            if name == "epoch" and not pa.types.is_integer(column.type):
+                raise PairingError(f"{side} rows: epoch must be an integer column, got {column.type}")
+            if name == "score" and not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+                raise PairingError(f"{side} rows: score must be a numeric column in [0, 1], got {column.type}")
+            if name in ("sample_id", "epoch") and column.null_count:
+                raise PairingError(f"{side} rows: {name} is null in {column.null_count} row(s)")
+            columns.append(column.cast(type_))
+    return pa.table(columns, schema=_RULE_SCHEMA)
+
+
+def _arm_relation(rows: Rows, side: str, task: str = "") -> pa.Table:
+    table = _arrow_table(rows, side, task) if isinstance(rows, pa.Table) else _rows_table(rows, side, task)
+    _check_values(table, side)
+    return table
+
+
+def _check_values(table: pa.Table, side: str) -> None:
+    """What the rule takes for granted: scores of unerrored epochs in [0, 1] (value_to_float
+    mapped them) and one row per (sample_id, epoch)."""
+    if not table.num_rows:
+        return
+    score = table.column("score")
+    unerrored = pc.equal(pc.coalesce(table.column("error"), ""), "")
+    outside = pc.and_(unerrored, pc.or_(pc.is_nan(score), pc.or_(pc.less(score, 0.0), pc.greater(score, 1.0))))
+    if pc.any(outside).as_py():
+        bad = table.filter(pc.fill_null(outside, False)).slice(0, 1).to_pylist()[0]
+        raise PairingError(
+            f"{side} sample {bad['sample_id']!r} epoch {bad['epoch']}: score {bad['score']!r} is outside [0, 1]; "
+            "map scores with value_to_float first"
+        )
+    seen: set[tuple[str, int]] = set()
+    for key in zip(table.column("sample_id").to_pylist(), table.column("epoch").to_pylist()):
+        if key in seen:
+            raise PairingError(
+                f"{side} sample {key[0]!r} epoch {key[1]} appears twice; each (sample_id, epoch) must be unique per side"
+            )
+        seen.add(key)
+
+
+@functools.cache
+def _query_text(name: str) -> str:
+    return sql.load(name)
+
+
+_database_lock = threading.Lock()
+_database: tuple[int, duckdb.DuckDBPyConnection] | None = None  # (owning pid, connection)
+
+
+def _cursor() -> duckdb.DuckDBPyConnection:
+    """A connection of its own (a cursor) to this process's one DuckDB database, which holds the
+    pairing rule's macros. One database per process, not per thread: each adds 70-400 MB of
+    address space here, and a sandbox's limits are set between fork and exec (RLIMIT_AS), where
+    a parent grown past the limit makes the child crash; a forked child opens its own."""
+    global _database
+    with _database_lock:
+        if _database is None or _database[0] != os.getpid():
+            import duckdb  # here, not at import: seeded_order's users (the samplers) never pair
+
+            con = duckdb.connect(config={"threads": 1})  # small queries; one thread is enough
+            for name in sql.PAIRING_RULE:
+                con.execute(sql.load(name))
+            _database = (os.getpid(), con)
+        return _database[1].cursor()
+
+
+def _run_rule(query: str, relations: Mapping[str, pa.Table], params: Mapping[str, Any] | None = None) -> pa.Table:
+    """Run ``sql/<query>.sql`` over the given Arrow relations, registered under their names on
+    a cursor of its own (registrations are per cursor, so concurrent calls do not meet)."""
+    cursor = _cursor()
+    try:
+        for name, table in relations.items():
+            cursor.register(name, table)
+        return cursor.sql(_query_text(query), params=dict(params or {})).to_arrow_table()
+    finally:
+        cursor.close()
+
+
+def _causes(errors: list[str | None], wheres: list[str | None]) -> tuple[tuple[str, str | None, int], ...]:
+    """(error, where, inputs) of the errored inputs' first errors, most frequent first."""
+    counts = Counter(zip(errors, wheres))
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0] or "", kv[0][1] or ""))
+    return tuple((err or "", where, n) for (err, where), n in ranked)
 
 
 @dataclass(frozen=True)
@@ -238,65 +351,112 @@ class Pairing:
         }
 
 
-def pair_task(
-    head_rows: Iterable[Mapping[str, Any]],
-    base_rows: Iterable[Mapping[str, Any]],
-    order: Sequence[str | int] | None = None,
-) -> Pairing:
+def pair_task(head_rows: Rows, base_rows: Rows, order: Sequence[str | int] | None = None) -> Pairing:
     """Pair one task's head and base rows by sample id and input digest.
 
-    Each arm's epochs are averaged per sample id first (the input is the unit); an errored epoch
-    scores 0. Inputs with an epoch neither scored nor errored are excluded on that side and
-    counted (``unscored_*``); ids run on one side only are counted as unpaired; ids run on both
-    whose ``input_digest`` differs (one side without a digest while the other has one counts
-    as different; rows without digests on both sides pair by id) are counted as
-    ``changed_inputs``, never paired. Pairs follow ``order`` (the task's seeded sample order, the
-    same for both arms); without it, :func:`seeded_order` with seed 0 is used. Every paired id
-    must appear in ``order``, since the confidence sequence is only valid in a pre-committed order.
+    The rule is SQL, run here through DuckDB on the rows given (``sql/paired_inputs_of.sql``,
+    the same text the lake's ``paired_inputs`` view applies to every committed row): each arm's
+    epochs are averaged per sample id first (the input is the unit); an errored epoch scores 0.
+    Inputs with an epoch neither scored nor errored are excluded on that side and counted
+    (``unscored_*``); ids run on one side only are counted as unpaired; ids run on both whose
+    ``input_digest`` differs (one side without a digest while the other has one counts as
+    different; rows without digests on both sides pair by id) are counted as
+    ``changed_inputs``, never paired.
+
+    ``head_rows`` / ``base_rows``: one task's rows of each arm, as mappings (``sample_id``,
+    ``epoch``, ``score``, ``error``, optional ``error_where`` and ``input_digest``) or as an Arrow
+    table with those columns (what the engine reads from the lake). Pairs follow ``order`` (the
+    task's seeded sample order, the same for both arms); without it, :func:`seeded_order` with
+    seed 0 is used. Every paired id must appear in ``order``, since the confidence sequence is
+    only valid in a pre-committed order.
     """
-    head = _summarize(head_rows, "head")
-    base = _summarize(base_rows, "base")
-    both = set(head.means) & set(base.means)
-    changed = sorted(s for s in both if head.digests[s] != base.digests[s] or head.digests[s] == "")
-    paired = both - set(changed)
-    # Unpaired: scored on one side and never run on the other (not merely unscored there).
-    unpaired_head = sorted(set(head.means) - set(base.digests))
-    unpaired_base = sorted(set(base.means) - set(head.digests))
+    return pair_tasks({"": (head_rows, base_rows, order)})[""]
+
+
+def pair_tasks(tasks: Mapping[str, tuple[Rows, Rows, Sequence[str | int] | None]]) -> dict[str, Pairing]:
+    """:func:`pair_task` for several tasks at once, ``{task: (head_rows, base_rows, order)}``:
+    one DuckDB query for all of them (a query costs milliseconds however few rows it reads, and
+    the engine pairs every task whose batches changed after each window)."""
+    if not tasks:
+        return {}
+    heads = [_arm_relation(head, "head", task) for task, (head, _, _) in tasks.items()]
+    bases = [_arm_relation(base, "base", task) for task, (_, base, _) in tasks.items()]
+    inputs = _run_rule(
+        "paired_arm_rows",
+        {"head_rows": pa.concat_tables(heads), "base_rows": pa.concat_tables(bases)},
+        {"repo": _REPO, "head": "head", "base": "base"},
+    )
+    if len(tasks) == 1:
+        ((task, (_, _, order)),) = tasks.items()
+        return {task: _pairing_of(inputs, order)}
+    task_column = inputs.column("task")
+    return {
+        task: _pairing_of(inputs.filter(pc.equal(task_column, task)), order) for task, (_, _, order) in tasks.items()
+    }
+
+
+def _pairing_of(inputs: pa.Table, order: Sequence[str | int] | None) -> Pairing:
+    """The :class:`Pairing` of the rule's per-input rows (``sql/paired_arm_rows.sql``), pairs in
+    the pre-committed ``order``."""
+    status = inputs.column("pair_status")
+
+    def ids_with(value: str) -> list[str]:
+        return inputs.column("sample_id").filter(pc.equal(status, value)).to_pylist()
+
+    paired_rows = inputs.filter(pc.equal(status, "paired"))
+    paired_ids: list[str] = paired_rows.column("sample_id").to_pylist()
     if order is None:
-        ordered = seeded_order(paired, 0)
+        ordered = seeded_order(paired_ids, 0)
     else:
         position: dict[str, int] = {}
         for i, sid in enumerate(order):
             position.setdefault(str(sid), i)
-        missing = sorted(paired - position.keys())
+        missing = sorted(set(paired_ids) - position.keys())
         if missing:
             shown = ", ".join(repr(m) for m in missing[:5])
             raise PairingError(
                 f"{len(missing)} paired sample ids are not in `order` (e.g. {shown}); pass the task's full seeded sample order"
             )
-        ordered = sorted(paired, key=position.__getitem__)
+        ordered = sorted(paired_ids, key=position.__getitem__)
+    row_of = {sid: i for i, sid in enumerate(paired_ids)}
+    head_scores = paired_rows.column("head_score").to_numpy()
+    base_scores = paired_rows.column("base_score").to_numpy()
+    take = np.fromiter((row_of[s] for s in ordered), dtype=np.int64, count=len(ordered))
+
+    def arm(side: str) -> dict[str, Any]:
+        epochs = inputs.column(f"{side}_epochs").to_numpy()
+        errors = inputs.column(f"{side}_errors").to_numpy()
+        unscored = inputs.column(f"{side}_unscored").to_numpy()
+        errored = inputs.filter(pc.greater(inputs.column(f"{side}_errors"), 0))
+        return {
+            f"errored_{side}": int(np.count_nonzero(errors)),
+            f"errored_epochs_{side}": int(errors.sum()),
+            f"unscored_{side}": int(np.count_nonzero(unscored)),
+            f"inputs_{side}": int(np.count_nonzero(epochs)),
+            f"error_causes_{side}": _causes(
+                errored.column(f"{side}_first_error").to_pylist(),
+                errored.column(f"{side}_first_error_where").to_pylist(),
+            ),
+        }
+
     return Pairing(
         sample_ids=tuple(ordered),
-        head=tuple(head.means[s] for s in ordered),
-        base=tuple(base.means[s] for s in ordered),
-        errored_head=len(head.errored),
-        errored_base=len(base.errored),
-        unpaired_head=tuple(unpaired_head),
-        unpaired_base=tuple(unpaired_base),
-        errored_epochs_head=head.errored_epochs,
-        errored_epochs_base=base.errored_epochs,
-        changed_inputs=tuple(changed),
-        unscored_head=len(head.unscored),
-        unscored_base=len(base.unscored),
-        inputs_head=head.inputs,
-        inputs_base=base.inputs,
-        error_causes_head=head.causes,
-        error_causes_base=base.causes,
+        head=tuple(head_scores[take].tolist()),
+        base=tuple(base_scores[take].tolist()),
+        unpaired_head=tuple(sorted(ids_with("head_only"))),
+        unpaired_base=tuple(sorted(ids_with("base_only"))),
+        changed_inputs=tuple(sorted(ids_with("changed_input"))),
+        **arm("head"),
+        **arm("base"),
     )
 
 
-def arm_input_means(rows: Iterable[Mapping[str, Any]]) -> tuple[dict[str, float], int]:
-    """One arm on its own, by the pairing rule: each input's mean over its epochs (an errored
-    epoch scores 0, an input with an unscored epoch is left out), and how many inputs raised."""
-    summary = _summarize(rows, "arm")
-    return dict(summary.means), len(summary.errored)
+def arm_input_means(rows: Rows) -> tuple[dict[str, float], int]:
+    """One arm on its own, by the pairing rule (``sql/input_scores_of.sql``, run through
+    DuckDB): each input's mean over its epochs (an errored epoch scores 0, an input with an
+    unscored epoch is left out), and how many inputs raised."""
+    table = _run_rule("arm_input_scores", {"arm_rows": _arm_relation(rows, "arm")})
+    scored = table.filter(pc.is_valid(table.column("score")))
+    means = dict(zip(scored.column("sample_id").to_pylist(), scored.column("score").to_pylist()))
+    errored = int(np.count_nonzero(table.column("errored_epochs").to_numpy()))
+    return means, errored
