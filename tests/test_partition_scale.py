@@ -224,9 +224,10 @@ def test_sensor_ticks_stay_flat_from_100_to_10k_decided_prs(world: World) -> Non
     assert len(list(world.lake.listdir(LAYOUT.inbox_prefix(QUEUE_SOURCE)))) < 20
     assert len(list(world.lake.glob("comparisons/*/*/*/*.request.json"))) == world.prs + OPEN
     for name, at_100, at_10k in (("sampling", small[0], big[0]), ("pr", small[1], big[1])):
-        # flat: at most twice the 100-PR tick, plus 10 ms for a busy 2-core machine (the tick
-        # that walked every PR took seconds at 10k; an unpruned inbox queue adds ~30 ms)
-        assert at_10k <= 2 * at_100 + 0.01, (name, at_100, at_10k)
+        # flat: at most twice the 100-PR tick, plus 50 ms for a busy shared machine. The tick
+        # that walked every comparison took seconds at 10k; an unpruned inbox queue adds only
+        # ~30 ms, which the queue-size check above catches instead.
+        assert at_10k <= 2 * at_100 + 0.05, (name, at_100, at_10k)
 
 
 # -- retirement through the sensor -------------------------------------------------------------
