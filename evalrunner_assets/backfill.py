@@ -14,7 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from evalrunner_assets.partitions import add_partitions
+from evalrunner_assets.partitions import add_partitions, trim_main_commits
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.keys import commit_key
 
@@ -72,6 +72,7 @@ def run_backfill(
     }
     instance = instance or local_instance()
     keys = [commit_key(repo, c.sha) for c in chosen]
+    trim_main_commits(instance, keys)
     add_partitions(instance, PARTITIONS, keys)
     job = defs.resolve_job_def("cohort_series_job")
     runs = 0

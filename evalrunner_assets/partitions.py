@@ -6,6 +6,12 @@
 - ``main_commits``: ``owner/repo@<40-hex sha>`` of commits on a repository's series branch
   (one point of the cohort series each; added in first-parent order)
 ``task_samples`` is partitioned by the product ``commit × task``.
+
+Decided PRs are retired (:func:`retire_comparison`): their ``comparisons`` key goes, and so do
+their ``commits`` keys unless an open comparison still needs them. The lake stays the record and
+the event log keeps every materialization, so the sets hold the open work only. ``main_commits``
+keeps the newest ``MAIN_COMMITS_KEPT`` keys (:func:`trim_main_commits`); older points stay in the
+lake's series and a backfill adds their keys again. README, "Partitions", gives the bounds.
 """
 
 from __future__ import annotations
@@ -13,6 +19,12 @@ from __future__ import annotations
 import dagster as dg
 
 from evalrunner_assets.pipeline.keys import commit_key
+from evalrunner_assets.pipeline.open_index import mark_closed
+from evalrunner_assets.pipeline.spec import ComparisonRequest
+from lake import Lake
+
+# A year of pushes at 1,000 a day would pass Dagster's advised 100k partitions: the oldest go.
+MAIN_COMMITS_KEPT = 20_000
 
 commits_partitions = dg.DynamicPartitionsDefinition(name="commits")
 tasks_partitions = dg.DynamicPartitionsDefinition(name="tasks")
@@ -36,7 +48,7 @@ def add_partitions(instance: dg.DagsterInstance, name: str, keys: list[str]) -> 
 
     keys = list(dict.fromkeys(keys))
     for attempt in range(3):
-        have = set(instance.get_dynamic_partitions(name))
+        have = set(instance.get_dynamic_partitions(name))  # one query; the sets hold open work only
         missing = [k for k in keys if k not in have]
         if not missing:
             return
@@ -46,3 +58,48 @@ def add_partitions(instance: dg.DagsterInstance, name: str, keys: list[str]) -> 
         except IntegrityError:
             if attempt == 2:
                 raise
+
+
+def comparison_commit_keys(request: ComparisonRequest) -> list[str]:
+    """The ``commits`` keys a comparison runs on (base and head)."""
+    return list(dict.fromkeys(commit_key(request.repo, sha) for sha in (request.base_sha, request.head_sha)))
+
+
+def retire_comparison(
+    instance: dg.DagsterInstance, lake: Lake, request: ComparisonRequest, keep_commits: set[str]
+) -> list[str]:
+    """Retire a decided comparison: delete its ``comparisons`` key and those of its ``commits``
+    keys not in ``keep_commits`` (the commits of comparisons still open), then drop it from the
+    lake's open index. Returns the partition keys deleted.
+
+    Materializations stay in the event log and every file stays in the lake; a later
+    ``/eval more`` or a new PR on the same commit adds the keys again. Deleting first and closing
+    last makes a crash in between harmless: the comparison is still listed as open, so the next
+    tick retires it again (deleting a key that is gone is a no-op)."""
+    deleted = []
+    for key in comparison_commit_keys(request):
+        if key not in keep_commits:
+            instance.delete_dynamic_partition("commits", key)
+            deleted.append(key)
+    instance.delete_dynamic_partition("comparisons", request.key)
+    deleted.append(request.key)
+    mark_closed(lake, request.repo, request.pr, request.head_sha)
+    return deleted
+
+
+def trim_main_commits(instance: dg.DagsterInstance, incoming: list[str], keep: int = MAIN_COMMITS_KEPT) -> list[str]:
+    """Delete the oldest ``main_commits`` keys so that, once ``incoming`` is added, at most
+    ``keep`` remain (``incoming`` itself is never deleted). Returns the keys deleted.
+
+    The set lists keys in the order they were added (first-parent order for pushes and
+    backfills), so the oldest points go first; their series points, charts and materializations
+    stay, and ``evalrunner backfill`` over them adds the keys again."""
+    have = instance.get_dynamic_partitions("main_commits")
+    present, wanted = set(have), set(incoming)
+    excess = len(have) + len(wanted - present) - keep
+    if excess <= 0:
+        return []
+    doomed = [k for k in have if k not in wanted][:excess]
+    for key in doomed:
+        instance.delete_dynamic_partition("main_commits", key)
+    return doomed

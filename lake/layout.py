@@ -16,6 +16,7 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _DELIVERY = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 TABLES = ("samples", "events")
+OPEN_COMPARISONS = "index/open-comparisons"
 
 
 class LakePathError(ValueError):
@@ -243,6 +244,27 @@ class LakeLayout:
         """Files beside a comparison: chart PNG/SVG, rendered comment markdown, check-run JSON."""
         _check_segments("artifact name", name)
         return f"comparisons/{check_repo(repo)}/{_pr(pr)}/{check_commit(head)}.{name}"
+
+    def open_comparison(self, repo: str, pr: int | str, head: str) -> str:
+        """The marker of a comparison that is not retired yet, so the sampling sensor lists the
+        open ones instead of every PR ever. One directory per repository, files only: a closed
+        comparison leaves no empty directory behind for the listing to walk."""
+        return f"{OPEN_COMPARISONS}/{check_repo(repo)}/{_pr(pr)}@{check_commit(head)}.json"
+
+    def open_comparisons_glob(self) -> str:
+        return f"{OPEN_COMPARISONS}/*/*/*.json"
+
+    def parse_open_comparison(self, rel: str) -> tuple[str, str, str]:
+        """(repo, pr, head) of a marker path made by :meth:`open_comparison`."""
+        parts = rel.split("/")
+        name = parts[-1][: -len(".json")] if parts[-1].endswith(".json") else ""
+        pr, _, head = name.rpartition("@")
+        try:
+            if len(parts) != 5 or self.open_comparison(f"{parts[2]}/{parts[3]}", pr, head) != rel:
+                raise LakePathError("")
+        except LakePathError:
+            raise LakePathError(f"not an open-comparison marker path: {rel!r}") from None
+        return f"{parts[2]}/{parts[3]}", pr, head
 
     def repo_source(self, repo: str) -> str:
         """Where a repository is fetched from (clone URL or local path), recorded when it is

@@ -10,6 +10,9 @@ Storage (all paths from ``lake.layout``):
 - ``inbox/github-queue/<received_ns:020d>-<delivery-id>.json`` — the *queue entry*: the same
   record bytes under a name that sorts by receive time, so readers list names, never read old
   files, and process deliveries in a stable order.
+- ``inbox/github-done/<delivery-id>.json`` — a queue entry the committed cursor has passed for
+  good (stamped before its trailing window): moved out of the queue, so a reader lists a window's
+  worth of names, not every delivery ever (``archive_passed``).
 - ``inbox/github-dead/<delivery-id>.json`` — the *dead letter*: a queue entry the sensors could
   not handle (unreadable, invalid, or it raised), moved here with the reason, so the cursor moves
   on and one bad delivery never blocks the others.
@@ -41,6 +44,7 @@ from lake.storage import Lake
 
 INBOX_SOURCE = "github"
 QUEUE_SOURCE = "github-queue"
+DONE_SOURCE = "github-done"
 DEAD_LETTER_VERSION = 1
 RECORD_VERSION = 1
 
@@ -443,7 +447,11 @@ def write_delivery(lake: Lake, record: InboxRecord) -> bool:
     except (ValidationError, OSError, ValueError):
         return False  # a claim we cannot read is still a claim: never enqueue twice
     entry = LAYOUT.inbox(QUEUE_SOURCE, queue_name(first.received_ns, first.delivery_id))
-    if not lake.exists(entry) and not lake.exists(LAYOUT.inbox_dead_letter(INBOX_SOURCE, first.delivery_id)):
+    if (
+        not lake.exists(entry)
+        and not lake.exists(LAYOUT.inbox_dead_letter(INBOX_SOURCE, first.delivery_id))
+        and not lake.exists(LAYOUT.inbox(DONE_SOURCE, first.delivery_id))
+    ):
         # The first receipt crashed between its writes: enqueue now, stamped now, so a reader
         # whose window has moved past the original stamp still sees it (readers dedupe by id).
         lake.write_once(LAYOUT.inbox(QUEUE_SOURCE, queue_name(time.time_ns(), first.delivery_id)), first_bytes)
@@ -528,6 +536,42 @@ def read_inbox(
         hw = max(hw, ns)
     keep = tuple(sorted((k, v) for k, v in seen.items() if v > hw - window_ns))
     return out, InboxCursor(hw=hw, seen=keep)
+
+
+def archive_passed(
+    lake: Lake,
+    cursor: InboxCursor | str | None,
+    *,
+    limit: int | None = None,
+    window_ns: int = DEFAULT_WINDOW_NS,
+) -> int:
+    """Move queue entries stamped at or before ``cursor``'s floor to ``inbox/github-done/``;
+    returns how many moved (at most ``limit``).
+
+    Pass the cursor the last *committed* tick left: no read from it or a later cursor looks at
+    those entries again, so they were handled (or dead-lettered) already. Copied before removed,
+    so a crash in between leaves an entry in both places, never in neither."""
+    if not isinstance(cursor, InboxCursor):
+        cursor = InboxCursor.from_json(cursor)
+    floor = cursor.hw - window_ns
+    if floor <= 0:
+        return 0
+    moved = 0
+    for rel in lake.listdir(LAYOUT.inbox_prefix(QUEUE_SOURCE)):
+        if limit is not None and moved >= limit:
+            break
+        stem = rel.rsplit("/", 1)[-1]
+        m = _QUEUE_NAME.match(stem[: -len(".json")]) if stem.endswith(".json") else None
+        if not m or int(m.group(1)) > floor:
+            continue
+        try:
+            data = lake.read_bytes(rel)
+        except OSError:
+            continue  # moved by a concurrent reader
+        lake.write_once(LAYOUT.inbox(DONE_SOURCE, m.group(2)), data)
+        lake.remove(rel)
+        moved += 1
+    return moved
 
 
 class DeadLetter(BaseModel):

@@ -22,8 +22,10 @@ import dagster as dg
 
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
 from evalrunner_assets.jobs import cohort_series_job, comparison_job, comparison_run_tags, eval_manifest_job
+from evalrunner_assets.partitions import comparison_commit_keys, trim_main_commits
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.keys import commit_key
+from evalrunner_assets.pipeline.open_index import mark_open
 from evalrunner_assets.pipeline.scheduler import sweep_orphaned_temp_files
 from evalrunner_assets.pipeline.spec import (
     ComparisonRequest,
@@ -40,6 +42,7 @@ from sensors.inbox import (
     InboxEntry,
     InboxError,
     MoreSamples,
+    archive_passed,
     dead_letter,
     intent_for,
     read_inbox,
@@ -51,6 +54,9 @@ GIT_BASE_URL = os.environ.get(GIT_BASE_URL_ENV, "https://github.com")
 # writers' temp files on the first tick and then at most this often (the receiver sweeps on start).
 SWEEP_INTERVAL_S = 600.0
 _last_sweep: dict[str, float] = {}
+# Moving a passed queue entry costs a read, a write and a delete: a backlog (an inbox from before
+# entries were moved) drains over several ticks.
+ARCHIVE_PER_TICK = 500
 
 
 def _ensure_source(the_lake, repos: RepoResource, repo: str) -> None:
@@ -137,6 +143,10 @@ def _handle(
             context.log.warning(f"/eval more on {intent.repo}#{intent.pr}: no comparison to extend")
             return
         save_request(the_lake, latest.with_extra_samples(intent.n))
+        # A decided comparison may have been retired: list it as open again, with its partitions.
+        mark_open(the_lake, latest.repo, latest.pr, latest.head_sha)
+        work.commits |= set(comparison_commit_keys(latest))
+        work.comparisons.add(latest.key)
         retire_failures(the_lake, latest.repo, (latest.base_sha, latest.head_sha))
         context.log.info(f"{latest.key}: allowance raised by {intent.n} samples per task")
 
@@ -158,6 +168,9 @@ def pr_sensor(
         for path in sweep_orphaned_temp_files(root, [LAYOUT.inbox_root()]):
             context.log.info(f"removed {path}: its writer died before renaming it")
     entries, cursor = read_inbox(the_lake, context.cursor, limit=200)
+    # Entries the committed cursor has passed for good leave the queue, so the listing above
+    # stays a window's worth of deliveries however many PRs came before.
+    archive_passed(the_lake, context.cursor, limit=ARCHIVE_PER_TICK)
     work = _Work()
     for entry in entries:
         try:
@@ -180,6 +193,8 @@ def pr_sensor(
     if work.commits:
         partition_requests.append(dg.AddDynamicPartitionsRequest("commits", sorted(work.commits)))
     if work.main_commits:
+        for key in trim_main_commits(context.instance, work.main_commits):
+            context.log.info(f"main_commits: retired {key}, the oldest point (its series point stays in the lake)")
         partition_requests.append(
             dg.AddDynamicPartitionsRequest("main_commits", list(dict.fromkeys(work.main_commits)))
         )

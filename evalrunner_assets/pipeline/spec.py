@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from evalrunner_assets.pipeline.keys import comparison_key
+from evalrunner_assets.pipeline.open_index import mark_open
 from lake import LAYOUT, Lake
 from lake.layout import check_commit, check_repo
 
@@ -123,11 +124,14 @@ def load_request(lake: Lake, repo: str, pr: str, head: str) -> ComparisonRequest
 
 def open_comparison(lake: Lake, request: ComparisonRequest) -> ComparisonRequest:
     """Write the request unless this comparison already has one (a redelivery or a restart
-    keeps the original, including any `/eval more` allowance). Returns the request in force."""
+    keeps the original, including any `/eval more` allowance), and list it among the open
+    comparisons the sampling sensor drives. Returns the request in force."""
     rel = request_path(request.repo, request.pr, request.head_sha)
-    if lake.write_once(rel, request.to_json()):
-        return request
-    return ComparisonRequest.from_json(lake.read_bytes(rel))
+    if not lake.write_once(rel, request.to_json()):
+        request = ComparisonRequest.from_json(lake.read_bytes(rel))
+    # After the request, so an open marker always has a request to read.
+    mark_open(lake, request.repo, request.pr, request.head_sha)
+    return request
 
 
 def latest_request(lake: Lake, repo: str, pr: str) -> ComparisonRequest | None:
