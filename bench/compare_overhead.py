@@ -110,7 +110,7 @@ def _bare(tmp: Path, repo: Path, home: Path, work: dict[tuple[str, str], list[st
         cfg = TaskRunConfig(repo="local/repo", task=task, spec=tf.spec, model=DEFAULT_MODEL, workdir=tf.workdir)
         argv = list(cold_argv(cfg, tf.inspect_task, ids))
         argv[argv.index("--log-dir") + 1] = str(tmp / "bare-logs" / f"{commit[:7]}-{task.replace('/', '_')}")
-        argv[0] = str(Path(sys.executable).with_name("inspect"))
+        argv[0] = sys.executable  # `python -m inspect_ai eval …`: bare `inspect eval`
         jobs.append((argv, export / tf.workdir))
 
     def run(job: tuple[list[str], Path]) -> None:
