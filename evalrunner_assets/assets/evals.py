@@ -233,7 +233,10 @@ def comparison(context: dg.AssetExecutionContext, lake: LakeResource, sandbox: S
     the_lake = lake.open()
     request = load_request(the_lake, repo, pr, head)
     backend = sandbox.backend()
-    saved = save_comparison(the_lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest())
+    assessment = assess_mod.assess(
+        the_lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest()
+    )
+    saved = save_comparison(the_lake, assessment.result)
     return dg.MaterializeResult(metadata=comparison_metadata(saved))
 
 

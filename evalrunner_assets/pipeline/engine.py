@@ -599,9 +599,15 @@ class ComparisonEngine:
 
     def compare(self, step: Step) -> SavedComparison:
         try:
-            saved = save_comparison(
-                self.lake, self.request, backend_name=self.backend.name, runtime_digest=self.runtime
-            )
+            with self._assess_lock:  # the planning cache serves the detailed assessment too
+                result = assess_mod.assess(
+                    self.lake,
+                    self.request,
+                    backend_name=self.backend.name,
+                    runtime_digest=self.runtime,
+                    cache=self._assess_cache,
+                ).result
+            saved = save_comparison(self.lake, result)
             self.recorder.comparison_saved(saved)
             self.report(step)
         except (LakeUnavailable, LakeWriteError, ComparisonFailed, KeyboardInterrupt):

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from evalrunner_assets.pipeline import assess as assess_mod
-from evalrunner_assets.pipeline.spec import ComparisonRequest
 from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
 from lake import LAYOUT
 
@@ -28,18 +27,15 @@ class SavedComparison:
     chart_png: bytes | None
 
 
-def save_comparison(
-    the_lake: Any, request: ComparisonRequest, *, backend_name: str, runtime_digest: str
-) -> SavedComparison:
-    """Judge ``request`` from the lake's state, save the document and its chart files."""
-    result = assess_mod.assess(the_lake, request, backend_name=backend_name, runtime_digest=runtime_digest).result
+def save_comparison(the_lake: Any, result: dict[str, Any]) -> SavedComparison:
+    """Save a comparison document (an assessment's ``result``, with detail) and its chart files."""
     url = assess_mod.save_result(the_lake, result)
     png = None
     if result["tasks"]:
         chart = render_chart(result)
         for ext, data in chart.items():
             the_lake.write_bytes(
-                LAYOUT.comparison_artifact(request.repo, request.pr, request.head_sha, f"chart.{ext}"), data
+                LAYOUT.comparison_artifact(result["repo"], result["pr"], result["head_sha"], f"chart.{ext}"), data
             )
         png = chart["png"]
     return SavedComparison(result, url, png)
