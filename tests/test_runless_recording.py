@@ -55,10 +55,20 @@ def test_recorder_reports_runless_materializations_and_checks_without_runs(tmp_p
         assert samples.partition_key == f"{commit}|t/one"
         metadata, checks = samples_metadata(lake, [])
         assert dict(samples.asset_materialization.metadata) == metadata  # type: ignore[union-attr]
+        # The same partition recorded again (a second PR on the same base, a resume) is accepted.
+        recorder = DagsterRecorder(lake, instance)
+        recorder.start(request)
+        recorder.samples_landed(commit, "t/one", ["w000000-000016"], [])
+        recorder.close(wait=True)
+        assert len(instance.fetch_materializations(dg.AssetKey("task_samples"), limit=10).records) == 2
         for check in checks:
             key = dg.AssetCheckKey(dg.AssetKey("task_samples"), check["check_name"])
-            (evaluation,) = instance.event_log_storage.get_asset_check_execution_history(key, limit=10)
-            assert evaluation.status.value == "SUCCEEDED" and evaluation.partition == f"{commit}|t/one"
+            history = instance.event_log_storage.get_asset_check_execution_history(key, limit=10)
+            assert len(history) == 2
+            for evaluation in history:
+                assert evaluation.status.value == "SUCCEEDED"
+                data = evaluation.event.dagster_event.event_specific_data  # type: ignore[union-attr]
+                assert data.metadata["partition"].value == f"{commit}|t/one"
 
 
 def test_recording_after_close_without_wait_is_dropped(tmp_path: Path) -> None:

@@ -124,8 +124,20 @@ class DagsterRecorder:
             metadata, checks = samples_metadata(self.lake, outcomes)
             self._materialization(instance, "task_samples", partition, metadata)
             for check in checks:
+                # Not partitioned: Dagster stores one runless evaluation per check and partition
+                # at most (a unique index over asset, check, run id "" and partition), and a
+                # partition is recorded again by every comparison on the same base and on resume.
+                # The partition is named in the evaluation's metadata and description instead.
+                described = f"{partition}: {check['description']}" if check.get("description") else str(partition)
                 instance.report_runless_asset_event(
-                    dg.AssetCheckEvaluation(asset_key=dg.AssetKey("task_samples"), partition=partition, **check)
+                    dg.AssetCheckEvaluation(
+                        asset_key=dg.AssetKey("task_samples"),
+                        **{
+                            **check,
+                            "metadata": {**check["metadata"], "partition": dg.MetadataValue.text(str(partition))},
+                            "description": described,
+                        },
+                    )
                 )
 
         repo, sha = parse_commit_key(commit)
