@@ -110,7 +110,7 @@ def _bare(tmp: Path, repo: Path, home: Path, work: dict[tuple[str, str], list[st
         cfg = TaskRunConfig(repo="local/repo", task=task, spec=tf.spec, model=DEFAULT_MODEL, workdir=tf.workdir)
         argv = list(cold_argv(cfg, tf.inspect_task, ids))
         argv[argv.index("--log-dir") + 1] = str(tmp / "bare-logs" / f"{commit[:7]}-{task.replace('/', '_')}")
-        argv[0] = str(Path(sys.executable).with_name("inspect"))
+        argv[0] = sys.executable  # `python -m inspect_ai eval …`: bare `inspect eval`
         jobs.append((argv, export / tf.workdir))
 
     def run(job: tuple[list[str], Path]) -> None:
@@ -136,6 +136,20 @@ def _dagster_runs(home: Path) -> dict[str, float]:
             kind = run.tags.get("evalrunner/step", "?").split(":", 1)[0]
             out[kind] = out.get(kind, 0.0) + (stats.end_time - stats.start_time)
             out[f"{kind} (runs)"] = out.get(f"{kind} (runs)", 0) + 1
+    instance.dispose()
+    return out
+
+
+def _runless_events(home: Path) -> dict[str, int]:
+    """Materializations recorded outside any run (by `evalrunner compare`), per asset."""
+    import dagster as dg
+
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    instance = dg.DagsterInstance.get()
+    out: dict[str, int] = {}
+    for asset in ("eval_manifest", "task_samples", "comparison", "pr_report"):
+        records = instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records
+        out[asset] = sum(1 for r in records if not r.run_id)
     instance.dispose()
     return out
 
@@ -220,6 +234,10 @@ def main(argv: list[str]) -> None:
         print(f"    protocol + log transfer (the rest)      : {timing['total_s'] - timing['eval_s']:7.1f} s")
         for kind in sorted(k for k in runs if not k.endswith("(runs)")):
             print(f"  Dagster runs [{kind}]".ljust(43) + f": {runs[kind]:7.1f} s in {int(runs[kind + ' (runs)'])} runs")
+        runless = _runless_events(home)
+        if any(runless.values()):
+            listed = ", ".join(f"{asset} {n}" for asset, n in runless.items())
+            print(f"  Dagster runless materializations         : {listed} (no runs)")
         print(f"  ingest (every log landed again)          : {ingest:7.1f} s")
         print(
             f"  planning in the run (statistics, cached) : {planning.get('seconds', float('nan')):7.1f} s in {planning.get('calls', 0)} calls"

@@ -51,8 +51,9 @@ def run_backfill(
     instance: dg.DagsterInstance | None = None,
     resources: dict[str, Any] | None = None,
 ) -> BackfillResult:
+    from evalrunner_assets.assets.recording import local_instance
     from evalrunner_assets.definitions import defs
-    from evalrunner_assets.driver import default_resources, local_instance
+    from resources import default_resources
 
     resources = resources or default_resources()
     the_lake = resources["lake"].open()

@@ -169,7 +169,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     resources = None
     if args.backend != "bubblewrap" or args.workers:
-        from evalrunner_assets.driver import default_resources
+        from resources import default_resources
 
         resources = default_resources(sandbox=SandboxResource(backend_name=args.backend, max_workers=args.workers or 0))
     # The outage breaker (ComparisonStopped, exit 3), a gateway that cannot start (exit 2) and
@@ -196,7 +196,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     )
     resources = None
     if args.backend != "bubblewrap" or args.workers:
-        from evalrunner_assets.driver import default_resources
+        from resources import default_resources
 
         resources = default_resources(sandbox=SandboxResource(backend_name=args.backend, max_workers=args.workers or 0))
     print(

@@ -15,7 +15,7 @@ from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
 from evalrunner_assets.assets.series import SERIES_ASSETS
 from evalrunner_assets.jobs import JOBS
-from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
+from resources import SandboxResource, default_resources
 from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
 
@@ -23,10 +23,6 @@ defs = dg.Definitions(
     assets=[*ASSETS, *SERIES_ASSETS, *CANDIDATE_ASSETS, GITHUB_INBOX],
     jobs=JOBS,
     sensors=[pr_sensor, sampling_sensor],
-    resources={
-        "lake": LakeResource(),
-        "sandbox": SandboxResource.from_env(),  # deploy/k8s sets EVALRUNNER_SANDBOX_* in the pods
-        "repos": RepoResource(),
-        "github": GitHubResource(),
-    },
+    # deploy/k8s sets EVALRUNNER_SANDBOX_* in the pods
+    resources=default_resources(sandbox=SandboxResource.from_env()),
 )

@@ -127,6 +127,30 @@ class GitHubResource(dg.ConfigurableResource):
     def upsert_pr_comment(self, repo: str, pr: int, body: str, marker: str = DEFAULT_MARKER) -> int:
         return self.get_client().upsert_pr_comment(repo, pr, body, marker)
 
+    def post_report(self, repo: str, pr: str, head: str, check: dict[str, Any], body: str) -> dict[str, Any]:
+        """Post a PR report (the head's one check run, the one PR comment) when GitHub is
+        configured and ``pr`` is a PR number: the ids it created, or ``github_error`` for a
+        permanent GitHub error (reported, never hidden); ``{}`` when there is nowhere to post."""
+        if not (self.is_configured() and pr.isdigit()):
+            return {}
+        try:
+            client = self.get_client()
+            # The head's one check run, found whatever its status: re-opened when more samples
+            # run, left untouched when it already shows this verdict.
+            run_id = client.report_check_run(
+                repo,
+                head,
+                check["status"],
+                check["conclusion"],
+                title=check["title"],
+                summary=check["summary"],
+                text=body,
+            )
+            comment_id = client.upsert_pr_comment(repo, int(pr), body)
+        except GitHubError as exc:
+            return {"github_error": str(exc)}
+        return {"github_comment_id": comment_id, "github_check_run_id": run_id}
+
     def changed_files(self, repo: str, pr: int, cap: int = 300) -> list[str]:
         return self.get_client().changed_files(repo, pr, cap)
 

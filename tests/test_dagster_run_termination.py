@@ -32,15 +32,20 @@ WINDOWS = ["w000000-000016", "w000016-000032", "w000032-000064", "w000064-000128
 
 _RUN = r"""
 import sys
-from evalrunner_assets.driver import ComparisonFailed, _materialize, default_resources, local_instance
-from evalrunner_assets.pipeline.loop import Step
+import dagster as dg
+from evalrunner_assets.assets.evals import ASSETS, task_samples
+from evalrunner_assets.driver import local_instance
+from resources import default_resources
 commit, task, comparison, windows = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
-step = Step("samples", "samples:termination-test", commit=commit, task=task, windows=tuple(windows))
-try:
-    _materialize(step, comparison, local_instance(), default_resources())
-except ComparisonFailed as exc:
-    print(exc, file=sys.stderr)
-    sys.exit(1)
+dg.materialize(
+    ASSETS,
+    selection=[task_samples],
+    partition_key=dg.MultiPartitionKey({"commit": commit, "task": task}),
+    instance=local_instance(),
+    resources=default_resources(),
+    run_config={"ops": {"task_samples": {"config": {"comparison": comparison, "windows": windows}}}},
+    tags={"evalrunner/step": "samples:termination-test"},
+)
 """
 
 
@@ -48,7 +53,8 @@ def test_terminating_a_task_samples_run_kills_its_sandbox_within_15s(tmp_path: P
     home = tmp_path / "home"
     monkeypatch.setenv("EVALRUNNER_HOME", str(home))
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
-    from evalrunner_assets.driver import default_resources, local_instance
+    from evalrunner_assets.driver import local_instance
+    from resources import default_resources
 
     example = build_example_repo(tmp_path / "repo", ["improve-runbook"])
     resources = default_resources()

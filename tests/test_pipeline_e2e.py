@@ -193,7 +193,7 @@ def test_identical_base_and_head_runs_each_window_once(
     ran = [(s["labels"]["task"], s["labels"].get("window") or s["samples"]) for s in runs]
     assert len(ran) == len(set(ran)), ran
     assert identical.new_failures == set()
-    for rec in check_records(instance, identical.result["comparison"], "no_error_logs"):
+    for rec in check_records(instance, identical.result, "no_error_logs"):
         assert rec.event.dagster_event.event_specific_data.passed  # type: ignore[union-attr]
 
 
@@ -429,33 +429,46 @@ def test_chart_files_exist_in_the_lake(improved: Run) -> None:
 # --- the Dagster instance -----------------------------------------------------------------------
 
 
-def check_records(instance: dg.DagsterInstance, comparison: str, name: str) -> list[Any]:
-    """The evaluations of one task_samples check in the runs of one comparison."""
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={"evalrunner/comparison": comparison}))
-    run_ids = {r.run_id for r in runs}
+def check_records(instance: dg.DagsterInstance, result: dict[str, Any], name: str) -> list[Any]:
+    """The evaluations of one task_samples check on the commits of one comparison."""
+    commits = {f"{result['repo']}@{result[side]}" for side in ("base_sha", "head_sha")}
     key = dg.AssetCheckKey(dg.AssetKey("task_samples"), name)
     history = instance.event_log_storage.get_asset_check_execution_history(key, limit=1000)
-    return [rec for rec in history if rec.run_id in run_ids]
+    return [rec for rec in history if _check_partition(rec).split("|")[0] in commits]
+
+
+def _check_partition(rec: Any) -> str:
+    """The task_samples partition a runless check evaluation names in its metadata."""
+    return rec.event.dagster_event.event_specific_data.metadata["partition"].value
 
 
 def test_task_samples_checks_are_recorded_as_passed(improved: Run, instance: dg.DagsterInstance) -> None:
-    comparison = improved.result["comparison"]
-    samples_runs = [
-        r
-        for r in instance.get_runs(filters=dg.RunsFilter(tags={"evalrunner/comparison": comparison}))
-        if r.tags.get("evalrunner/step", "").startswith("samples:")
+    """The CLI records each finished (commit, task) outside any Dagster run: a runless
+    materialization marked as recorded by `evalrunner compare`, with one evaluation per check."""
+    from evalrunner_assets.assets.recording import RECORDED_BY, RECORDED_BY_TAG
+
+    samples = instance.fetch_materializations(dg.AssetKey("task_samples"), limit=1000).records
+    recorded = [
+        rec
+        for rec in samples
+        if rec.asset_materialization is not None and rec.asset_materialization.tags.get(RECORDED_BY_TAG) == RECORDED_BY
     ]
-    assert samples_runs
-    for name in ("reproducibility_fields_present", "no_error_logs"):
-        records = check_records(instance, comparison, name)
-        assert len(records) == len(samples_runs), name
-        for rec in records:
+    assert recorded
+    assert all(rec.run_id == "" for rec in recorded)  # runless: no run to re-execute
+    assert {"windows", "windows_run", "samples", "batches"} <= set(recorded[0].asset_materialization.metadata)  # type: ignore[union-attr]
+    for name in ("reproducibility_fields_present", "no_error_logs", "lake_files_match_records"):
+        key = dg.AssetCheckKey(dg.AssetKey("task_samples"), name)
+        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=1000)
+        assert len(history) == len(recorded), name
+        assert {_check_partition(rec) for rec in history} == {rec.partition_key for rec in recorded}, name
+        for rec in history:
             assert rec.status.value == "SUCCEEDED", (name, rec.status)
             assert rec.event.dagster_event.event_specific_data.passed, name  # type: ignore[union-attr]
     latest = instance.get_latest_asset_check_evaluation_record(
         dg.AssetCheckKey(dg.AssetKey("task_samples"), "no_error_logs")
     )
     assert latest is not None
+    assert not instance.get_runs(), "the CLI starts no Dagster run (no ephemeral jobs)"
 
 
 def test_comparison_and_report_are_materialized_per_pr_head(

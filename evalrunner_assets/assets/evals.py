@@ -5,8 +5,8 @@ Each asset body is a short narrative; the steps live in ``evalrunner_assets.pipe
 """
 
 import base64
-import json
 from collections import Counter
+from typing import Any
 
 import dagster as dg
 
@@ -20,9 +20,10 @@ from evalrunner_assets.partitions import (
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.facts import facts_summary, learn_commit, load_facts
 from evalrunner_assets.pipeline.keys import parse_commit_key, parse_comparison_key
+from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport, save_comparison, write_report
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, load_request
 from evalrunner_assets.pipeline.windows import batch_state, run_task_windows
-from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
+from evalrunner_assets.report import render_comment
 from lake import LAYOUT, Window
 from lake.integrity import LakeIntegrityError, load_record, quarantine, verify_record
 from lake.schema import BatchRecord
@@ -51,19 +52,22 @@ def eval_manifest(
     export = repos.export(the_lake, repo, sha)
     facts = learn_commit(the_lake, sandbox.backend(context), export, model=DEFAULT_MODEL)
     add_partitions(context.instance, "tasks", sorted(facts.tasks))
+    return dg.MaterializeResult(metadata=manifest_metadata(the_lake, repo, sha, facts))
+
+
+def manifest_metadata(the_lake, repo: str, sha: str, facts) -> dict[str, Any]:
+    """What an ``eval_manifest`` materialization shows of one learnt commit."""
     summary = facts_summary(facts)
-    return dg.MaterializeResult(
-        metadata={
-            "tasks": dg.MetadataValue.int(summary["tasks"]),
-            "samples": dg.MetadataValue.int(summary["samples"]),
-            "discovery": dg.MetadataValue.text(summary["discovery_source"]),
-            "listing_failures": dg.MetadataValue.int(summary["listing_failures"]),
-            # The repository environment its sandboxes mount (digest), or none.
-            "environment": dg.MetadataValue.text(summary["environment"] or "none"),
-            "manifest": dg.MetadataValue.path(the_lake.url(LAYOUT.manifest(repo, sha))),
-            "task_ids": dg.MetadataValue.md("\n".join(f"- `{t}`" for t in sorted(facts.tasks))),
-        }
-    )
+    return {
+        "tasks": dg.MetadataValue.int(summary["tasks"]),
+        "samples": dg.MetadataValue.int(summary["samples"]),
+        "discovery": dg.MetadataValue.text(summary["discovery_source"]),
+        "listing_failures": dg.MetadataValue.int(summary["listing_failures"]),
+        # The repository environment its sandboxes mount (digest), or none.
+        "environment": dg.MetadataValue.text(summary["environment"] or "none"),
+        "manifest": dg.MetadataValue.path(the_lake.url(LAYOUT.manifest(repo, sha))),
+        "task_ids": dg.MetadataValue.md("\n".join(f"- `{t}`" for t in sorted(facts.tasks))),
+    }
 
 
 class TaskSamplesConfig(dg.Config):
@@ -144,46 +148,53 @@ def task_samples(
     finally:
         if gateway is not None:
             gateway.close()
+    metadata, checks = samples_metadata(the_lake, outcomes)
+    return dg.MaterializeResult(metadata=metadata, check_results=[dg.AssetCheckResult(**c) for c in checks])
+
+
+def samples_metadata(the_lake, outcomes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What a ``task_samples`` materialization shows of its windows' ``outcomes``, and its asset
+    checks' evaluations (keyword arguments of ``AssetCheckResult`` / ``AssetCheckEvaluation``).
+    Verifies every file the windows' batch records vouch for (a batch that fails is quarantined)."""
     status = Counter(o.status for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
     missing = sorted({f for o in outcomes for f in o.key.missing_fields})
     records = _records(the_lake, outcomes)
     mismatches = _verify(the_lake, records)
-    return dg.MaterializeResult(
-        metadata={
-            "windows": dg.MetadataValue.int(len(outcomes)),
-            "windows_run": dg.MetadataValue.int(status["landed"]),
-            "windows_reused": dg.MetadataValue.int(status["reused"]),
-            "windows_failed": dg.MetadataValue.int(len(failed)),
-            "samples": dg.MetadataValue.int(sum(r.sample_rows for r in records)),
-            "errors": dg.MetadataValue.int(sum(r.errored_samples for r in records)),
-            "batches": dg.MetadataValue.json([o.key.digest for o in outcomes]),
+    metadata = {
+        "windows": dg.MetadataValue.int(len(outcomes)),
+        "windows_run": dg.MetadataValue.int(status["landed"]),
+        "windows_reused": dg.MetadataValue.int(status["reused"]),
+        "windows_failed": dg.MetadataValue.int(len(failed)),
+        "samples": dg.MetadataValue.int(sum(r.sample_rows for r in records)),
+        "errors": dg.MetadataValue.int(sum(r.errored_samples for r in records)),
+        "batches": dg.MetadataValue.json([o.key.digest for o in outcomes]),
+    }
+    checks = [
+        {
+            "check_name": REPRODUCIBILITY_CHECK,
+            "passed": not missing,
+            "metadata": {"missing_fields": dg.MetadataValue.json(missing)},
+            "description": "unpublishable: missing " + ", ".join(missing) if missing else None,
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name=REPRODUCIBILITY_CHECK,
-                passed=not missing,
-                metadata={"missing_fields": dg.MetadataValue.json(missing)},
-                description="unpublishable: missing " + ", ".join(missing) if missing else None,
-            ),
-            dg.AssetCheckResult(
-                check_name=ERROR_LOG_CHECK,
-                passed=not failed,
-                severity=dg.AssetCheckSeverity.ERROR,
-                metadata={"failures": dg.MetadataValue.json({o.key.window.name: o.failure for o in failed})},
-            ),
-            dg.AssetCheckResult(
-                check_name=INTEGRITY_CHECK,
-                passed=not mismatches,
-                severity=dg.AssetCheckSeverity.ERROR,
-                metadata={
-                    "files_checked": dg.MetadataValue.int(sum(len(r.files()) for r in records)),
-                    "quarantined": dg.MetadataValue.json(mismatches),
-                },
-                description="; ".join(mismatches)[:1000] if mismatches else None,
-            ),
-        ],
-    )
+        {
+            "check_name": ERROR_LOG_CHECK,
+            "passed": not failed,
+            "severity": dg.AssetCheckSeverity.ERROR,
+            "metadata": {"failures": dg.MetadataValue.json({o.key.window.name: o.failure for o in failed})},
+        },
+        {
+            "check_name": INTEGRITY_CHECK,
+            "passed": not mismatches,
+            "severity": dg.AssetCheckSeverity.ERROR,
+            "metadata": {
+                "files_checked": dg.MetadataValue.int(sum(len(r.files()) for r in records)),
+                "quarantined": dg.MetadataValue.json(mismatches),
+            },
+            "description": "; ".join(mismatches)[:1000] if mismatches else None,
+        },
+    ]
+    return metadata, checks
 
 
 def _verify(the_lake, records: list[BatchRecord]) -> list[str]:
@@ -225,28 +236,27 @@ def comparison(context: dg.AssetExecutionContext, lake: LakeResource, sandbox: S
     assessment = assess_mod.assess(
         the_lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest()
     )
-    result = assessment.result
-    url = assess_mod.save_result(the_lake, result)
-    metadata = {}
-    if result["tasks"]:
-        chart = render_chart(result)
-        for ext, data in chart.items():
-            the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, f"chart.{ext}"), data)
-        png = base64.b64encode(chart["png"]).decode()
+    saved = save_comparison(the_lake, assessment.result)
+    return dg.MaterializeResult(metadata=comparison_metadata(saved))
+
+
+def comparison_metadata(saved: SavedComparison) -> dict[str, Any]:
+    """What a ``comparison`` materialization shows of one saved comparison document."""
+    result = saved.result
+    metadata: dict[str, Any] = {
+        "verdict": dg.MetadataValue.text(result["verdict"]),
+        "p_improvement": result["final_verdict"].get("p_improvement"),
+        "pairs": dg.MetadataValue.int(sum(t["decision"]["pairs"] for t in result["tasks"].values())),
+        "labels": dg.MetadataValue.json({t: d["decision"]["label"] for t, d in result["tasks"].items()}),
+        "samples_run": dg.MetadataValue.int(result["samples_run"]),
+        "spend_usd": result["spend_usd"],
+        "comparison_json": dg.MetadataValue.path(saved.url),
+        "summary": dg.MetadataValue.md(render_comment(result)),
+    }
+    if saved.chart_png is not None:
+        png = base64.b64encode(saved.chart_png).decode()
         metadata["chart"] = dg.MetadataValue.md(f"![how many samples until we know](data:image/png;base64,{png})")
-    return dg.MaterializeResult(
-        metadata={
-            "verdict": dg.MetadataValue.text(result["verdict"]),
-            "p_improvement": result["final_verdict"].get("p_improvement"),
-            "pairs": dg.MetadataValue.int(sum(t["decision"]["pairs"] for t in result["tasks"].values())),
-            "labels": dg.MetadataValue.json({t: d["decision"]["label"] for t, d in result["tasks"].items()}),
-            "samples_run": dg.MetadataValue.int(result["samples_run"]),
-            "spend_usd": result["spend_usd"],
-            "comparison_json": dg.MetadataValue.path(url),
-            "summary": dg.MetadataValue.md(render_comment(result)),
-            **metadata,
-        }
-    )
+    return metadata
 
 
 @dg.asset(
@@ -263,46 +273,28 @@ def pr_report(context: dg.AssetExecutionContext, lake: LakeResource, github: Git
     result = assess_mod.load_result(the_lake, repo, pr, head)
     if result is None:
         raise dg.Failure(f"no comparison for {context.partition_key} yet; materialize comparison first")
-    body = render_comment(result)
-    status, conclusion, title = check_run_state(result["verdict"], result["samples_run"], result["samples_possible"])
-    check = {
-        "name": "evalrunner / evals",
-        "head_sha": head,
-        "status": status,
-        "conclusion": conclusion,
-        "title": title,
-        "summary": render_summary(result),
-    }
-    comment_url = the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, "comment.md"), body.encode())
-    the_lake.write_bytes(
-        LAYOUT.comparison_artifact(repo, pr, head, "check_run.json"), json.dumps(check, indent=2).encode()
-    )
-    metadata: dict = {
-        "check_run": dg.MetadataValue.json(check),
-        "comment_file": dg.MetadataValue.path(comment_url),
-        "comment": dg.MetadataValue.md(body),
-    }
-    if github.is_configured() and pr.isdigit():
-        from resources.github import GitHubError
+    report = write_report(the_lake, result, github)
+    if report.github_error is not None:
+        context.log.error(f"posting to GitHub failed: {report.github_error}")
+    elif not report.posted:
+        context.log.info(f"GitHub not configured: comment written to {report.comment_url}\n{report.body}")
+    return dg.MaterializeResult(metadata=report_metadata(report))
 
-        try:
-            client = github.get_client()
-            # The head's one check run, found whatever its status: re-opened when more samples
-            # run, left untouched when it already shows this verdict.
-            run_id = client.report_check_run(
-                repo, head, status, conclusion, title=title, summary=check["summary"], text=body
-            )
-            comment_id = client.upsert_pr_comment(repo, int(pr), body)
-            metadata["github_comment_id"] = dg.MetadataValue.int(comment_id)
-            metadata["github_check_run_id"] = dg.MetadataValue.int(run_id)
-        except GitHubError as exc:
-            # A permanent GitHub error is reported on the run, never hidden; the report files
-            # in the lake are still complete.
-            context.log.error(f"posting to GitHub failed: {exc}")
-            metadata["github_error"] = dg.MetadataValue.text(str(exc))
-    else:
-        context.log.info(f"GitHub not configured: comment written to {comment_url}\n{body}")
-    return dg.MaterializeResult(metadata=metadata)
+
+def report_metadata(report: WrittenReport) -> dict[str, Any]:
+    """What a ``pr_report`` materialization shows of one written report."""
+    metadata: dict[str, Any] = {
+        "check_run": dg.MetadataValue.json(report.check),
+        "comment_file": dg.MetadataValue.path(report.comment_url),
+        "comment": dg.MetadataValue.md(report.body),
+    }
+    for name in ("github_comment_id", "github_check_run_id"):
+        if name in report.posted:
+            metadata[name] = dg.MetadataValue.int(report.posted[name])
+    if report.github_error is not None:
+        # A permanent GitHub error is reported on the materialization, never hidden.
+        metadata["github_error"] = dg.MetadataValue.text(report.github_error)
+    return metadata
 
 
 ASSETS = [eval_manifest, task_samples, comparison, pr_report]

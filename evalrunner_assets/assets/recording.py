@@ -1,0 +1,216 @@
+"""What ``evalrunner compare`` did, recorded in a Dagster instance as runless asset events.
+
+The comparison engine (:mod:`evalrunner_assets.pipeline.engine`) runs outside any Dagster run;
+its work appears in each asset's history as materializations (and asset-check evaluations)
+reported with ``instance.report_runless_asset_event``: no run to re-execute, tagged
+``evalrunner/recorded_by: evalrunner-compare`` so the UI shows them as external. Their metadata
+comes from the same functions the asset bodies use. The daemon path materializes the same
+assets through the defined jobs (re-executable from the UI).
+
+Opening the instance (~1–2.5 s) and every event happen on one recorder thread, off the
+engine's path: the instance opens while the commits are learnt.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import dagster as dg
+
+from evalrunner_assets import home
+from evalrunner_assets.assets.evals import (
+    comparison_metadata,
+    eval_manifest,
+    manifest_metadata,
+    report_metadata,
+    samples_metadata,
+)
+from evalrunner_assets.partitions import add_partitions
+from evalrunner_assets.pipeline.engine import ComparisonFailed
+from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
+from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport
+from evalrunner_assets.pipeline.spec import ComparisonRequest
+from evalrunner_assets.pipeline.windows import WindowOutcome
+
+RECORDED_BY_TAG = "evalrunner/recorded_by"
+RECORDED_BY = "evalrunner-compare"
+# A recording already under way when the comparison stops gets this long to finish.
+STOP_WAIT_S = 10.0
+
+
+def local_instance() -> dg.DagsterInstance:
+    """The persistent local instance at ``$DAGSTER_HOME`` (default ``<EVALRUNNER_HOME>/dagster``)."""
+    # An explicit dagster.yaml: the defaults — SQLite storage under this directory — are what
+    # we want, and Dagster otherwise warns on every start that the file is missing.
+    path = home.ensure_dagster_home()
+    os.environ["DAGSTER_HOME"] = str(path)
+    # Opening a fresh instance creates its SQLite tables; two processes doing it at once race
+    # ("table run_tags already exists"). One process at a time creates or migrates it.
+    with _InstanceLock(path):
+        instance = dg.DagsterInstance.get()
+        instance.get_runs(limit=1)  # every storage opened (and created) under the lock
+        instance.get_dynamic_partitions("commits")
+    return instance
+
+
+class _InstanceLock:
+    """An exclusive lock on ``<dagster home>/.evalrunner-instance.lock`` (held by one process)."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = os.path.join(str(path), ".evalrunner-instance.lock")
+        self.fd: int | None = None
+
+    def __enter__(self) -> _InstanceLock:
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import fcntl
+
+        assert self.fd is not None
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+class DagsterRecorder:
+    """A :class:`~evalrunner_assets.pipeline.engine.Recorder` writing runless asset events to
+    ``instance`` (default: :func:`local_instance`, opened on the recorder thread)."""
+
+    def __init__(self, lake: Any, instance: dg.DagsterInstance | None = None) -> None:
+        self.lake = lake
+        self._given = instance
+        self._thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalrunner-recorder")
+        self._pending: list[cf.Future] = []
+        self._instance: cf.Future | None = None
+        self._comparison = ""
+        self._closed = threading.Event()
+
+    # --- the Recorder protocol ------------------------------------------------------------------
+
+    def start(self, request: ComparisonRequest) -> None:
+        self._comparison = request.key
+        commits = [commit_key(request.repo, sha) for sha in (request.base_sha, request.head_sha)]
+
+        def open_instance() -> dg.DagsterInstance:
+            instance = self._given or local_instance()
+            # Another process may add the same keys at the same moment (two PRs on one base).
+            add_partitions(instance, "commits", commits)
+            add_partitions(instance, "comparisons", [request.key])
+            return instance
+
+        self._instance = self._thread.submit(open_instance)
+
+    def commit_learnt(self, commit: str, facts: Any, *, learnt_now: bool) -> None:
+        def record(instance: dg.DagsterInstance) -> None:
+            add_partitions(instance, "tasks", sorted(facts.tasks))
+            # Learnt by an earlier run that never recorded it: recorded now.
+            if learnt_now or commit not in instance.get_materialized_partitions(eval_manifest.key):
+                repo, sha = parse_commit_key(commit)
+                self._materialization(instance, "eval_manifest", commit, manifest_metadata(self.lake, repo, sha, facts))
+
+        self._submit(f"manifest:{commit}", f"recording the evals of {commit}", record)
+
+    def samples_landed(self, commit: str, task: str, windows: list[str], outcomes: list[WindowOutcome]) -> None:
+        partition = dg.MultiPartitionKey({"commit": commit, "task": task})
+
+        def record(instance: dg.DagsterInstance) -> None:
+            metadata, checks = samples_metadata(self.lake, outcomes)
+            self._materialization(instance, "task_samples", partition, metadata)
+            for check in checks:
+                # Not partitioned: Dagster stores one runless evaluation per check and partition
+                # at most (a unique index over asset, check, run id "" and partition), and a
+                # partition is recorded again by every comparison on the same base and on resume.
+                # The partition is named in the evaluation's metadata and description instead.
+                described = f"{partition}: {check['description']}" if check.get("description") else str(partition)
+                instance.report_runless_asset_event(
+                    dg.AssetCheckEvaluation(
+                        asset_key=dg.AssetKey("task_samples"),
+                        **{
+                            **check,
+                            "metadata": {**check["metadata"], "partition": dg.MetadataValue.text(str(partition))},
+                            "description": described,
+                        },
+                    )
+                )
+
+        repo, sha = parse_commit_key(commit)
+        self._submit(
+            f"samples:{self._comparison}:{commit}:{task}:{','.join(windows)}",
+            f"recording {task} of {repo} at {sha[:7]}",
+            record,
+        )
+
+    def comparison_saved(self, saved: SavedComparison) -> None:
+        metadata = comparison_metadata(saved)  # rendered now: the document is the one just saved
+        self._submit(
+            f"compare:{self._comparison}",
+            "recording the comparison",
+            lambda instance: self._materialization(instance, "comparison", self._comparison, metadata),
+        )
+
+    def report_written(self, report: WrittenReport) -> None:
+        metadata = report_metadata(report)
+        self._submit(
+            f"report:{self._comparison}",
+            "writing the report",
+            lambda instance: self._materialization(instance, "pr_report", self._comparison, metadata),
+        )
+
+    def close(self, *, wait: bool) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if wait:
+            self._thread.shutdown(wait=True)
+            for f in self._pending:
+                f.result()
+        else:
+            # Stopping: queued recordings are dropped (what they record stays in the lake);
+            # one already under way gets a bounded wait.
+            self._thread.shutdown(wait=False, cancel_futures=True)
+            cf.wait(self._pending, timeout=STOP_WAIT_S)
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def instance(self) -> dg.DagsterInstance:
+        assert self._instance is not None, "start() opens the instance"
+        return self._instance.result()
+
+    def _materialization(
+        self, instance: dg.DagsterInstance, asset: str, partition: str, metadata: dict[str, Any]
+    ) -> None:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(
+                asset_key=asset,
+                partition=partition,
+                metadata=metadata,
+                tags={RECORDED_BY_TAG: RECORDED_BY},
+                description="recorded by `evalrunner compare` (outside a Dagster run)",
+            )
+        )
+
+    def _submit(self, what: str, where: str, record: Callable[[dg.DagsterInstance], None]) -> None:
+        """Queue ``record`` on the recorder thread; a recording that failed before stops the
+        comparison here (ComparisonFailed naming it)."""
+        for f in [f for f in self._pending if f.done()]:
+            self._pending.remove(f)
+            f.result()
+        if self._closed.is_set():
+            return
+
+        def run() -> None:
+            try:
+                record(self.instance())
+            except Exception as exc:
+                raise ComparisonFailed(
+                    f"recording {what} in Dagster failed: {type(exc).__name__}: {exc}", where=where
+                ) from exc
+
+        self._pending.append(self._thread.submit(run))

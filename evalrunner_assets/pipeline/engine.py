@@ -1,0 +1,745 @@
+"""The comparison engine: what next, run it, land it, decide, report — for one comparison.
+
+The same decisions the sensors make: ``assess`` → ``next_steps``. First the commits not learnt
+yet are learnt at once (discovery in the sandbox, then each task's sample ids listed in the warm
+sandbox its windows will use); then the sample windows of all tasks and both commits run packed
+on one bounded worker pool (:mod:`evalrunner_assets.pipeline.scheduler`: no per-round barrier,
+an outage breaker folded in submission order, cancellation, resume). While windows run, the
+comparison document (and so the in-progress check run) is saved again at most every
+``progress_every_s``; at the end the final document and its PR report.
+
+What the engine did is told to a :class:`Recorder` (the CLI records it in Dagster; see
+``evalrunner_assets.assets.recording``): each learnt commit, each finished (commit, task) with
+its windows' outcomes, each saved comparison and each written report. Planning after each
+window reads only what changed (:class:`~evalrunner_assets.pipeline.assess.AssessCache`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import importlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from evalrunner_assets.discovery import DiscoveryError
+from evalrunner_assets.execution.inspect_runner import InspectRunError
+from evalrunner_assets.gateway import GatewayError, ModelGateway, start_gateway, with_gateway
+from evalrunner_assets.pipeline import assess as assess_mod
+from evalrunner_assets.pipeline.facts import learn_commit, load_facts
+from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
+from evalrunner_assets.pipeline.loop import Step, next_steps
+from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport, save_comparison, write_report
+from evalrunner_assets.pipeline.scheduler import (
+    DEFAULT_BREAKER_THRESHOLD,
+    JOIN_SECONDS,
+    PackedScheduler,
+    Unit,
+    default_workers,
+    failure_kind,
+    sweep_orphaned_temp_files,
+)
+from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
+from evalrunner_assets.pipeline.windows import (
+    WindowOutcome,
+    batch_key_for,
+    batch_state,
+    record_failure,
+    retire_failures,
+    run_task_windows,
+    session_config,
+)
+from lake import LAYOUT, Window, integrity
+from lake.storage import LakeUnavailable, LakeWriteError
+
+# The comparison document is saved again for progress at most this often while windows run.
+PROGRESS_EVERY_S = 20.0
+
+
+class ComparisonFailed(RuntimeError):
+    """A step of the comparison failed; the message names the step and the cause, ``where`` says
+    what the step was doing for a person, and ``__cause__`` is the original exception."""
+
+    where: str | None = None
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+class ComparisonStopped(ComparisonFailed):
+    """The outage breaker (or the lake) stopped the comparison; ``result`` is the saved document
+    (``status: "stopped"``, ``breaker``: the failures that tripped it)."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class Recorder(Protocol):
+    """Where the engine's work is recorded besides the lake (e.g. a Dagster instance). Calls come
+    in the order the work happened; a recorder may do its work later, on its own thread."""
+
+    def start(self, request: ComparisonRequest) -> None:
+        """The comparison is about to run (its commits and comparison keys are known)."""
+
+    def commit_learnt(self, commit: str, facts: Any, *, learnt_now: bool) -> None:
+        """``commit``'s evals are known: learnt by this run (``learnt_now``) or an earlier one."""
+
+    def samples_landed(self, commit: str, task: str, windows: list[str], outcomes: list[WindowOutcome]) -> None:
+        """This comparison needs nothing more of (``commit``, ``task``): its windows' outcomes."""
+
+    def comparison_saved(self, saved: SavedComparison) -> None:
+        """The comparison document (and its chart) was saved to the lake."""
+
+    def report_written(self, report: WrittenReport) -> None:
+        """The PR report was written to the lake (and posted when GitHub is configured)."""
+
+    def close(self, *, wait: bool) -> None:
+        """Finish what was recorded (``wait``) or drop what is queued with a bounded wait for
+        what is under way (stopping). Raises :class:`ComparisonFailed` when recording failed."""
+
+
+class NullRecorder:
+    """Records nothing: the lake alone holds the comparison."""
+
+    def start(self, request: ComparisonRequest) -> None:
+        pass
+
+    def commit_learnt(self, commit: str, facts: Any, *, learnt_now: bool) -> None:
+        pass
+
+    def samples_landed(self, commit: str, task: str, windows: list[str], outcomes: list[WindowOutcome]) -> None:
+        pass
+
+    def comparison_saved(self, saved: SavedComparison) -> None:
+        pass
+
+    def report_written(self, report: WrittenReport) -> None:
+        pass
+
+    def close(self, *, wait: bool) -> None:
+        pass
+
+
+def warm_up() -> None:
+    """One-time costs paid while the sandboxes start instead of on the critical path: the
+    inspect_ai import that landing the first window needs (~1.5 s), and the chart renderer's
+    engine that the final report needs (~0.4 s)."""
+    importlib.import_module("inspect_ai.log")
+    try:
+        from evalrunner_assets.report.chart import warm_up as warm_up_chart
+
+        warm_up_chart()
+    except Exception:  # the report renders (and reports any error) without the warm-up
+        pass
+
+
+def sweep_lake(the_lake: Any) -> list[str]:
+    """Temporary files that dead writers left anywhere in a local lake (any repo, the inbox,
+    quarantine…): a temp file carries its writer's pid, so a live writer's is never touched."""
+    if not the_lake.is_local:
+        return []  # object stores write with one PUT: nothing half-written to sweep
+    return sweep_orphaned_temp_files(os.path.abspath(the_lake.root), [""])
+
+
+def step_description(step: Step) -> str:
+    """What a step was doing, for a person reading an error."""
+    if step.kind == "manifest" and step.commit:
+        repo, sha = parse_commit_key(step.commit)
+        return f"learning the evals of {repo} at {sha[:7]}"
+    if step.kind == "samples" and step.commit:
+        repo, sha = parse_commit_key(step.commit)
+        return f"recording {step.task} of {repo} at {sha[:7]}"
+    return "recording the comparison" if step.kind == "compare" else "writing the report"
+
+
+def run_comparison(
+    request: ComparisonRequest,
+    *,
+    resources: dict[str, Any],
+    recorder: Recorder | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Run ``request`` to its final verdict; returns the comparison document.
+
+    ``resources``: ``lake``, ``sandbox``, ``repos`` and ``github`` (as the assets use them).
+    Options as for :class:`ComparisonEngine`. A lake that cannot be reached (or a disk too full
+    to land on) stops the comparison like the outage breaker does — :class:`ComparisonStopped`,
+    ``status: "stopped"`` — and the same call resumes once the lake is back."""
+    try:
+        return ComparisonEngine.open(request, resources, recorder or NullRecorder(), **options).run()
+    except (LakeUnavailable, LakeWriteError) as exc:
+        raise lake_stopped(request, resources, exc) from exc
+    except ComparisonFailed as exc:
+        if isinstance(exc, ComparisonStopped):
+            raise
+        # Recording failed: if the lake is down, that is the cause to report.
+        down = _lake_down(resources)
+        if down is not None:
+            raise lake_stopped(request, resources, down) from exc
+        raise
+
+
+def _lake_down(resources: dict[str, Any]) -> Exception | None:
+    """The lake's fault if it cannot be reached now, else None."""
+    try:
+        the_lake = resources["lake"].open()
+        the_lake.exists(LAYOUT.batches_root())
+    except (LakeUnavailable, LakeWriteError) as exc:
+        return exc
+    return None
+
+
+def lake_stopped(request: ComparisonRequest, resources: dict[str, Any], exc: Exception) -> ComparisonStopped:
+    """The stopped outcome of a comparison whose lake failed. The document is saved when the
+    lake takes it (e.g. a lake write failed but the lake is up), and returned either way."""
+    reason = f"lake unavailable: {exc}" if isinstance(exc, LakeUnavailable) else f"lake write failed: {exc}"
+    result: dict[str, Any] = {
+        "schema_version": assess_mod.SCHEMA_VERSION,
+        "comparison": request.key,
+        "repo": request.repo,
+        "pr": request.pr,
+        "head_sha": request.head_sha,
+        "base_sha": request.base_sha,
+        "status": "stopped",
+        "verdict": "INCONCLUSIVE",
+        "stopped_reason": reason,
+        "final_verdict": {"verdict": "INCONCLUSIVE", "reasons": [reason], "p_improvement": None},
+        "tasks": {},
+    }
+    try:
+        the_lake = resources["lake"].open()
+        saved = assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)
+        if saved is not None:
+            result = {**saved, **{k: result[k] for k in ("status", "verdict", "stopped_reason")}}
+            result.setdefault("final_verdict", {})["verdict"] = "INCONCLUSIVE"
+        assess_mod.save_result(the_lake, result)
+    except (LakeUnavailable, LakeWriteError):
+        pass  # the lake is down: the caller prints the outcome
+    return ComparisonStopped(reason, result)
+
+
+def gateway_summary(gateway: ModelGateway) -> dict[str, Any]:
+    """What the comparison sent through the model gateway (closed scopes; all of them by the
+    time the warm pool has closed)."""
+    return {
+        **gateway.total.to_dict(),
+        "budget_usd": gateway.settings.budget_usd,
+        "spent_usd": round(gateway.spent_usd, 9),
+        "max_in_flight": dict(gateway.max_in_flight),
+        "max_concurrency": gateway.settings.max_concurrency,
+    }
+
+
+def _sandbox_counts(backend: Any) -> dict[str, Any]:
+    """The sandboxes this comparison started (e.g. cold pods vs warm session pods), when the
+    backend counts them: ``{"sandboxes": {...}}`` or nothing."""
+    counts = backend.sandbox_counts() if hasattr(backend, "sandbox_counts") else {}
+    return {"sandboxes": counts} if counts else {}
+
+
+class ComparisonEngine:
+    """One comparison, run to its verdict. Build it with :meth:`open`, then :meth:`run` it once.
+
+    ``workers``: sandboxes running at once (default: the sandbox resource's ``max_workers``,
+    else the machine's cores). ``packed=False`` keeps a barrier per round (for measurements).
+    ``progress_every_s``: while windows run, the comparison is saved again (and reported) when
+    a task's samples are recorded, at most this often. ``retry_failed``: windows of these
+    commits that failed on infrastructure before this call are tried again (their failure
+    records are retired to ``failures-retired/``). ``model_gateway``: run the model gateway
+    (real keys stay here; each sandbox reaches it through its own channel with a scoped token).
+    Default: when the model is ``openai/…`` or ``anthropic/…``. A spent ``budget_usd`` ends the
+    comparison with status ``budget_spent``. :meth:`run` raises :class:`ComparisonStopped` when
+    ``breaker_threshold`` consecutive infrastructure failures trip the outage breaker, and
+    re-raises ``KeyboardInterrupt`` after every sandbox is killed and the cancellation recorded
+    in the document (``status: "cancelled"``). ``on_step(step, saved document)`` is told of
+    each learnt commit, each finished window step and each saved comparison."""
+
+    @classmethod
+    def open(
+        cls,
+        request: ComparisonRequest,
+        resources: dict[str, Any],
+        recorder: Recorder,
+        *,
+        retry_failed: bool = True,
+        model_gateway: bool | None = None,
+        **options: Any,
+    ) -> ComparisonEngine:
+        """Prepare the lake (sweep, register the repository, open the comparison, retire old
+        failures) and the sandbox backend (preflight, the model gateway when one is needed)."""
+        the_lake = resources["lake"].open()
+        quarantined_before = len(integrity.QUARANTINED)
+        sweep_lake(the_lake)
+        resources["repos"].register(the_lake, request.repo, request.source)
+        request = open_comparison(the_lake, request)
+        # A window that failed on infrastructure in an earlier run (an outage since fixed) gets
+        # one more try in this one; within this run a failure stops its task.
+        retired = retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha)) if retry_failed else []
+        backend = resources["sandbox"].backend()
+        backend.preflight()
+        runtime = backend.runtime_digest()
+        gateway = start_gateway(request.model, request.budget_usd, model_gateway)
+        if gateway is not None:
+            if backend.name == "kubernetes":
+                gateway.close()
+                raise GatewayError(
+                    "the model gateway is not supported on the kubernetes backend yet "
+                    "(sandbox pods have no channel to it); use --backend bubblewrap"
+                )
+            backend = with_gateway(backend, gateway)
+        return cls(
+            request,
+            resources,
+            recorder,
+            the_lake=the_lake,
+            backend=backend,
+            runtime=runtime,
+            retired=retired,
+            gateway=gateway,
+            quarantined_before=quarantined_before,
+            **options,
+        )
+
+    def __init__(
+        self,
+        request: ComparisonRequest,
+        resources: dict[str, Any],
+        recorder: Recorder,
+        *,
+        the_lake: Any,
+        backend: Any,
+        runtime: str,
+        retired: list[str],
+        gateway: ModelGateway | None,
+        quarantined_before: int,
+        on_step: Callable[[Step, dict[str, Any] | None], None] | None = None,
+        workers: int | None = None,
+        breaker_threshold: int = DEFAULT_BREAKER_THRESHOLD,
+        packed: bool = True,
+        stop: threading.Event | None = None,
+        progress_every_s: float = PROGRESS_EVERY_S,
+    ) -> None:
+        self.request, self.resources, self.recorder = request, resources, recorder
+        self.lake, self.backend, self.runtime = the_lake, backend, runtime
+        self.retired, self.gateway, self.quarantined_before = retired, gateway, quarantined_before
+        self.on_step, self.progress_every_s = on_step, progress_every_s
+        sandbox = resources["sandbox"]
+        self.pool = sandbox.warm_pool()
+        if workers is None:
+            workers = sandbox.worker_count() if hasattr(sandbox, "worker_count") else None
+        self.settings = assess_mod.run_settings(request)
+        self.exports: dict[str, Any] = {}
+        self.facts: dict[str, Any] = {}
+        # Planning runs after every window (and from the progress thread): the cache makes each
+        # call cost only the tasks whose batches changed.
+        self._assess_cache, self._assess_lock = assess_mod.AssessCache(), threading.Lock()
+        self.planning = {"calls": 0, "seconds": 0.0}  # measured, for the execution summary
+        self.stop = stop or threading.Event()
+        # Worker threads live for the whole comparison: a warm sandbox dies with the thread that
+        # opened it, and those opened while learning the commits serve the windows afterwards.
+        n_workers = default_workers() if workers is None else workers
+        self.window_threads = cf.ThreadPoolExecutor(
+            max_workers=max(1, n_workers), thread_name_prefix="evalrunner-window"
+        )
+        # Progress comparisons (assess, chart, report) run here, off the scheduling path.
+        self.progress_thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalrunner-progress")
+        self._progress: list[cf.Future] = []
+        self._last_compare = time.monotonic()
+        self.scheduler = PackedScheduler(
+            plan=self.plan,
+            run_step=self.run_step,
+            on_done=self.on_done,
+            kill_sandboxes=self.kill_sandboxes,
+            workers=workers,
+            breaker_threshold=breaker_threshold,
+            # A sample budget is spent across tasks in a fixed order: keep the round barrier then.
+            packed=packed and request.budget_samples is None,
+            stop=self.stop,
+            executor=self.window_threads,
+        )
+        self.ran: dict[tuple[str, str], list[str]] = {}  # (commit, task) → windows landed by this run
+        self.outcomes: dict[tuple[str, str], list[WindowOutcome]] = {}
+        self.live_tasks: set[str] = set()  # undecided tasks: planned or in flight, on either arm
+        self.finished: set[tuple[str, str]] = set()
+
+    # --- reading the state ----------------------------------------------------------------------
+
+    def assess(self) -> assess_mod.Assessment:
+        with self._assess_lock:
+            started = time.monotonic()
+            try:
+                return assess_mod.assess(
+                    self.lake,
+                    self.request,
+                    backend_name=self.backend.name,
+                    runtime_digest=self.runtime,
+                    detail=False,
+                    cache=self._assess_cache,
+                )
+            finally:
+                self.planning["calls"] += 1
+                self.planning["seconds"] += time.monotonic() - started
+
+    def saved(self) -> dict[str, Any] | None:
+        return assess_mod.load_result(self.lake, self.request.repo, self.request.pr, self.request.head_sha)
+
+    def export(self, ck: str) -> Any:  # on the driving thread: exports are not made concurrently
+        if ck not in self.exports:
+            repo, sha = parse_commit_key(ck)
+            self.exports[ck] = self.resources["repos"].export(self.lake, repo, sha)
+        return self.exports[ck]
+
+    def kill_sandboxes(self) -> None:
+        if self.pool is not None:
+            self.pool.kill_all()
+
+    # --- the run --------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        try:
+            self.recorder.start(self.request)
+            threading.Thread(target=warm_up, name="evalrunner-warm-up", daemon=True).start()
+            self.learn_commits()
+            return self.run_windows()
+        finally:
+            if self.gateway is not None:
+                self.gateway.close()
+
+    # 1. What is there to compare.
+
+    def learn_commits(self) -> None:
+        """Commits not learnt yet are learnt at once (ids listed in the warm sandboxes the windows
+        will use), then each commit is recorded."""
+        request = self.request
+        learning: list[cf.Future] = []
+        needs: list[str] = []
+        try:
+            needs = list(self.assess().needs_facts)
+            for sha in needs:
+                self.export(commit_key(request.repo, sha))
+            lister = self._list_in_warm_sessions if self.pool is not None and self.pool.supports(self.backend) else None
+            learners = cf.ThreadPoolExecutor(max_workers=max(1, len(needs)), thread_name_prefix="evalrunner-learn")
+            learning = [
+                learners.submit(
+                    learn_commit,
+                    self.lake,
+                    self.backend,
+                    self.exports[commit_key(request.repo, sha)],
+                    model=request.model,
+                    cancel=self.stop,
+                    lister=functools.partial(lister, self.exports[commit_key(request.repo, sha)]) if lister else None,
+                )
+                for sha in needs
+            ]
+            try:
+                cf.wait(learning)
+            finally:
+                learners.shutdown(wait=False, cancel_futures=True)
+            for sha, f in zip(needs, learning, strict=True):
+                exc = f.exception()
+                if isinstance(exc, DiscoveryError):  # the repository has no usable evals
+                    step = self._manifest_step(sha)
+                    raise ComparisonFailed(
+                        f"manifest step {step.run_key} failed: {type(exc).__name__}: {exc}",
+                        where=step_description(step),
+                    ) from exc
+                if exc is not None:
+                    raise exc
+            still = self.assess().needs_facts
+            if still:  # not expected once every learning succeeded, kept as a guard
+                raise ComparisonFailed(f"the evals of {', '.join(still)} are still unknown after learning them")
+        except KeyboardInterrupt:
+            self.stop.set()
+            self.kill_sandboxes()
+            cf.wait(learning, timeout=JOIN_SECONDS)
+            self.window_threads.shutdown(wait=False, cancel_futures=True)
+            self.recorder.close(wait=False)
+            self.finish("cancelled", "cancelled by the user (SIGINT) while learning the commits' evals")
+            self._close_pool()
+            raise
+        except BaseException:
+            self.window_threads.shutdown(wait=False, cancel_futures=True)
+            self.recorder.close(wait=False)
+            self._close_pool()
+            raise
+        for sha in dict.fromkeys((request.base_sha, request.head_sha)):
+            ck = commit_key(request.repo, sha)
+            self.facts[ck] = load_facts(self.lake, request.repo, sha)
+            self.recorder.commit_learnt(ck, self.facts[ck], learnt_now=sha in needs)
+            if sha in needs and self.on_step is not None:
+                self.on_step(self._manifest_step(sha), self.saved())
+
+    def _manifest_step(self, sha: str) -> Step:
+        ck = commit_key(self.request.repo, sha)
+        return Step("manifest", f"manifest:{ck}", commit=ck)
+
+    def _list_in_warm_sessions(self, export_: Any, cfgs: list, cancel: threading.Event | None) -> dict[str, Any]:
+        """Each task's ids, listed in the warm sandbox its windows will run in (opened now, on a
+        window thread, several tasks at once)."""
+
+        def one(cfg: Any) -> Any:
+            session_cfg = session_config(
+                export_.repo,
+                cfg.task,
+                cfg.spec,
+                cfg.workdir,
+                self.settings,
+                env_digest=cfg.env_digest,
+                python_env=cfg.python_env,
+            )
+            with self.pool.session(self.backend, export_, session_cfg) as runner:
+                return runner.list_ids(cancel=cancel)
+
+        futures = {cfg.task: self.window_threads.submit(one, cfg) for cfg in cfgs}
+        out: dict[str, Any] = {}
+        for task, future in futures.items():
+            try:
+                out[task] = future.result()
+            except InspectRunError as exc:
+                out[task] = exc
+        return out
+
+    # 2. Sample windows, packed on one pool; each finished (commit, task) recorded.
+
+    def plan(self) -> list[Step]:
+        if self.gateway is not None and self.gateway.budget_spent:
+            return []  # windows in flight finish (their refused calls make them budget stops)
+        a = self.assess()
+        live = {w.task for w in a.next_windows} | {t for _, t in self.scheduler.in_flight}
+        self.live_tasks.clear()
+        self.live_tasks.update(live)
+        if self.pool is not None:
+            # Decided tasks give their warm sandboxes back. An undecided task keeps both arms'
+            # sessions even while one arm waits for the other's window (packed: not in the plan).
+            self.pool.retain((sha, t) for sha in (self.request.base_sha, self.request.head_sha) for t in live)
+        steps = [s for s in next_steps(a, self.saved()) if s.kind == "samples"]
+        for s in steps:
+            self.export(s.commit)
+            if s.commit not in self.facts:
+                repo, sha = parse_commit_key(s.commit)
+                self.facts[s.commit] = load_facts(self.lake, repo, sha)
+        return steps
+
+    def run_step(self, step: Step, cancel: threading.Event) -> list[WindowOutcome]:
+        facts = self.facts[step.commit].tasks[step.task]
+        windows = [Window.parse(w) for w in step.windows]
+        try:
+            return run_task_windows(
+                self.lake,
+                self.backend,
+                self.exports[step.commit],
+                facts,
+                self.settings,
+                windows,
+                pool=self.pool,
+                cancel=cancel,
+                retry_transient=True,
+            )
+        except (LakeUnavailable, LakeWriteError):
+            raise  # the lake's fault, not the sandbox's: the scheduler counts it as such
+        except Exception as exc:
+            if not cancel.is_set():
+                # The sandbox could not even start: the task stops here, as for any other
+                # infrastructure failure, instead of being planned again and again.
+                repo, sha = parse_commit_key(step.commit)
+                for w in windows:
+                    key = batch_key_for(
+                        repo, sha, facts, self.settings, w, backend_name=self.backend.name, runtime_digest=self.runtime
+                    )
+                    if batch_state(self.lake, key) == "absent":
+                        try:
+                            record_failure(self.lake, key, failure_kind(exc), f"{type(exc).__name__}: {exc}")
+                        except LakeWriteError:
+                            pass  # a full disk refuses the record too; the window stays absent
+            raise
+
+    def on_done(self, unit: Unit) -> None:
+        if unit.cancelled or self.stop.is_set() or unit.error is not None:
+            return  # nothing landed to record (a cancelled window runs again on resume)
+        ct = (unit.step.commit, unit.step.task)
+        # A window stopped by the model budget landed nothing: it is not recorded as landed.
+        stopped = {o.key.window.name for o in unit.outcomes if o.status == "budget_stopped"}
+        ran = self.ran.setdefault(ct, [])
+        ran.extend(w for w in unit.step.windows if w not in ran and w not in stopped)
+        self.outcomes.setdefault(ct, []).extend(o for o in unit.outcomes if o.status != "budget_stopped")
+        if not ran:
+            del self.ran[ct]
+        if self.on_step is not None:
+            self.on_step(unit.step, self.saved())
+        self.record_progress()
+
+    def record_progress(self, final: bool = False) -> None:
+        """Record each (commit, task) this comparison needs nothing more of; then, at most every
+        ``progress_every_s``, save the comparison for progress (off the scheduling path)."""
+        for ct, windows in self.ran.items():
+            if ct in self.finished or (ct[1] in self.live_tasks and not final):
+                continue
+            self.finished.add(ct)
+            self.recorder.samples_landed(ct[0], ct[1], list(windows), self.outcomes.get(ct, []))
+        for f in [f for f in self._progress if f.done()]:
+            self._progress.remove(f)
+            f.result()  # a failed progress report stops the comparison
+        if not final and time.monotonic() - self._last_compare >= self.progress_every_s and not self._progress:
+            self._last_compare = time.monotonic()
+            self._progress.append(self.progress_thread.submit(self.compare_if_changed))
+
+    def compare_if_changed(self) -> None:
+        """Save the comparison and write its report when the document moved since last saved."""
+        if self.stop.is_set():
+            return
+        for step in next_steps(self.assess(), self.saved()):
+            if step.kind == "compare":
+                self.compare(step)
+
+    def compare(self, step: Step) -> SavedComparison:
+        try:
+            with self._assess_lock:  # the planning cache serves the detailed assessment too
+                result = assess_mod.assess(
+                    self.lake,
+                    self.request,
+                    backend_name=self.backend.name,
+                    runtime_digest=self.runtime,
+                    cache=self._assess_cache,
+                ).result
+            saved = save_comparison(self.lake, result)
+            self.recorder.comparison_saved(saved)
+            self.report(step)
+        except (LakeUnavailable, LakeWriteError, ComparisonFailed, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise ComparisonFailed(
+                f"{step.kind} step {step.run_key} failed: {type(exc).__name__}: {exc}", where=step_description(step)
+            ) from exc
+        if self.on_step is not None:
+            self.on_step(step, saved.result)
+        return saved
+
+    def report(self, step: Step | None = None) -> WrittenReport:
+        """Write (and post) the PR report of the document saved now."""
+        step = step or Step("report", f"report:{self.request.key}")
+        result = self.saved()
+        if result is None:
+            raise ComparisonFailed(f"no comparison for {self.request.key} yet", where=step_description(step))
+        github = self.resources.get("github")
+        written = write_report(self.lake, result, github if hasattr(github, "post_report") else None)
+        self.recorder.report_written(written)
+        return written
+
+    def run_windows(self) -> dict[str, Any]:
+        try:
+            self.scheduler.run()
+            if not self.stop.is_set():
+                self.record_progress(final=True)
+            self.progress_thread.shutdown(wait=not self.stop.is_set(), cancel_futures=self.stop.is_set())
+            for f in self._progress:
+                if not f.cancelled():
+                    f.result()  # a failed progress report stops the comparison
+        except KeyboardInterrupt:
+            self.stop_recording()
+            self.finish(
+                "cancelled", "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume"
+            )
+            raise
+        except BaseException:
+            self.stop_recording()
+            raise
+        finally:
+            self._close_pool()
+        try:
+            return self.conclude()
+        except BaseException:
+            self.stop_recording()
+            raise
+
+    def stop_recording(self) -> None:
+        """Stopping: queued progress reports and recordings are dropped (what they record stays
+        in the lake and is recorded on resume); one under way gets a bounded wait."""
+        self.progress_thread.shutdown(wait=False, cancel_futures=True)
+        self.recorder.close(wait=False)
+
+    def conclude(self) -> dict[str, Any]:
+        """The verdict once no window is left to run, or the reason the comparison stopped."""
+        request, scheduler, gateway = self.request, self.scheduler, self.gateway
+        trip = scheduler.breaker.trip
+        if trip is not None:
+            result = self.finish("stopped", trip.describe())
+            self.report(Step("report", f"report:{request.key}:stopped"))
+            self.recorder.close(wait=True)
+            raise ComparisonStopped(trip.describe(), result)
+        if self.stop.is_set():  # stopped from outside (e.g. the Dagster run was terminated)
+            self.stop_recording()
+            self.finish("cancelled", "cancelled by the caller")
+            raise KeyboardInterrupt("comparison cancelled")
+        budget_stops = [o for o in scheduler.outcomes() if o.status == "budget_stopped"]
+        if gateway is not None and (budget_stops or (gateway.budget_spent and self.assess().next_windows)):
+            result = self.finish(
+                "budget_spent",
+                f"the model budget of ${request.budget_usd:g} was spent (${gateway.spent_usd:.4f}); "
+                f"{len(budget_stops)} window(s) stopped, nothing more was run",
+                sandbox_counts=False,
+            )
+            result["execution"]["gateway"] = gateway_summary(gateway)
+            assess_mod.save_result(self.lake, result)
+            self.write_execution(result["execution"])
+            self.report(Step("report", f"report:{request.key}:budget"))
+            self.recorder.close(wait=True)
+            return result
+        for step in next_steps(self.assess(), self.saved()):
+            if step.kind == "compare":
+                self.compare(step)
+        final = self.saved()
+        assert final is not None
+        result = final
+        result["execution"] = {
+            **scheduler.summary(),
+            "retried_failures": len(self.retired),
+            "planning": {**self.planning, "seconds": round(self.planning["seconds"], 3)},
+            # batches whose files did not match their records: run again here
+            "quarantined": [
+                q
+                for q in integrity.QUARANTINED[self.quarantined_before :]
+                if f"/{LAYOUT.batch_records_prefix(request.repo)}/" in q["record"]
+            ],
+            **_sandbox_counts(self.backend),
+        }
+        if gateway is not None:
+            result["execution"]["gateway"] = gateway_summary(gateway)
+        assess_mod.save_result(self.lake, result)
+        self.write_execution(result["execution"])
+        self.recorder.close(wait=True)
+        return result
+
+    # 3. Saving an end that is not a verdict.
+
+    def finish(self, status: str, reason: str, *, sandbox_counts: bool = True) -> dict[str, Any]:
+        """Save the document of a comparison that did not run to its end, saying why."""
+        result = dict(self.assess().result or {})
+        result["status"] = status
+        result["stopped_reason"] = reason
+        if result.get("verdict") == "RUNNING":
+            # Not a decision: the evidence stops here. INCONCLUSIVE, as for a failed task.
+            result["verdict"] = "INCONCLUSIVE"
+            result.setdefault("final_verdict", {})["verdict"] = "INCONCLUSIVE"
+        if self.scheduler.breaker.trip is not None:
+            result["breaker"] = self.scheduler.breaker.trip.to_dict()
+        counts = _sandbox_counts(self.backend) if sandbox_counts else {}
+        result["execution"] = {**self.scheduler.summary(), "status": status, "reason": reason, **counts}
+        if result.get("repo"):
+            assess_mod.save_result(self.lake, result)
+            self.write_execution(result["execution"])
+        return result
+
+    def write_execution(self, execution: dict[str, Any]) -> None:
+        request = self.request
+        rel = LAYOUT.comparison_artifact(request.repo, request.pr, request.head_sha, "execution.json")
+        self.lake.write_bytes(rel, json.dumps(execution, indent=2, sort_keys=True, default=str).encode())
+
+    def _close_pool(self) -> None:
+        if self.pool is not None:
+            self.pool.close_all()

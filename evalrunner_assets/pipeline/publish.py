@@ -1,0 +1,88 @@
+"""Decide and report: save a comparison's document (and its chart), then write its PR report.
+
+Plain functions the ``comparison`` / ``pr_report`` assets and the comparison engine both call,
+so the document, the chart files, the comment and the check run are the same whichever path
+produced them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evalrunner_assets.pipeline import assess as assess_mod
+from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
+from lake import LAYOUT
+
+CHECK_RUN_NAME = "evalrunner / evals"
+
+
+@dataclass(frozen=True)
+class SavedComparison:
+    """A comparison document as saved to the lake, with its chart when it has tasks."""
+
+    result: dict[str, Any]
+    url: str  # where the document lives in the lake
+    chart_png: bytes | None
+
+
+def save_comparison(the_lake: Any, result: dict[str, Any]) -> SavedComparison:
+    """Save a comparison document (an assessment's ``result``, with detail) and its chart files."""
+    url = assess_mod.save_result(the_lake, result)
+    png = None
+    if result["tasks"]:
+        chart = render_chart(result)
+        for ext, data in chart.items():
+            the_lake.write_bytes(
+                LAYOUT.comparison_artifact(result["repo"], result["pr"], result["head_sha"], f"chart.{ext}"), data
+            )
+        png = chart["png"]
+    return SavedComparison(result, url, png)
+
+
+class ReportPoster(Protocol):
+    """Where a report goes besides the lake (GitHub): ``post_report`` returns the ids it
+    created (``github_comment_id``, ``github_check_run_id``) or ``github_error``; an empty
+    dict when there is nowhere to post."""
+
+    def post_report(
+        self, repo: str, pr: str, head: str, check: dict[str, Any], body: str
+    ) -> dict[str, Any]: ...  # pragma: no cover - protocol
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    """The PR report of one comparison: its comment, its check run and where they went."""
+
+    body: str
+    check: dict[str, Any]
+    comment_url: str
+    posted: dict[str, Any] = field(default_factory=dict)  # what post_report returned
+
+    @property
+    def github_error(self) -> str | None:
+        return self.posted.get("github_error")
+
+
+def write_report(the_lake: Any, result: dict[str, Any], poster: ReportPoster | None = None) -> WrittenReport:
+    """Render the PR comment and the check run of ``result``, write both to the lake, and post
+    them when ``poster`` is given (a permanent GitHub error is returned, never raised: the
+    report files in the lake are complete either way)."""
+    repo, pr, head = result["repo"], result["pr"], result["head_sha"]
+    body = render_comment(result)
+    status, conclusion, title = check_run_state(result["verdict"], result["samples_run"], result["samples_possible"])
+    check = {
+        "name": CHECK_RUN_NAME,
+        "head_sha": head,
+        "status": status,
+        "conclusion": conclusion,
+        "title": title,
+        "summary": render_summary(result),
+    }
+    comment_url = the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, "comment.md"), body.encode())
+    the_lake.write_bytes(
+        LAYOUT.comparison_artifact(repo, pr, head, "check_run.json"), json.dumps(check, indent=2).encode()
+    )
+    posted = poster.post_report(repo, pr, head, check, body) if poster is not None else {}
+    return WrittenReport(body, check, comment_url, posted)
