@@ -1,4 +1,4 @@
-"""`evalrunner` command line: demo, compare, backfill, candidates, sql, lake verify, view, serve, repos, example-repo."""
+"""`evalrunner` command line: demo, compare, backfill, candidates, finetune, sql, lake verify, view, serve, repos, example-repo."""
 
 from __future__ import annotations
 
@@ -304,6 +304,48 @@ def cmd_candidates(args: argparse.Namespace) -> int:
     lake = open_lake(home.lake_root())
     print(f"chart: {lake.url(LAYOUT.continuum_frontier(repo_id, 'png'))}")
     print(f"gate : {lake.url(LAYOUT.promotion(repo_id))}")
+    return 0
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from evalrunner_assets import finetune_run
+    from evalrunner_assets.driver import default_resources
+    from evalrunner_assets.pipeline import candidates as cands
+    from evalrunner_assets.pipeline.finetune import FinetuneError
+
+    resources = default_resources()
+    try:
+        if args.action == "list":
+            for f in finetune_run.list_finetunes(resources):
+                suite = f.measurement.get("suite") or {}
+                score = "not measured" if suite.get("mean") is None else f"suite {suite['mean']:.2f}"
+                print(
+                    f"{f.name}: {f.model} (base {f.base_model}) · {f.repo} · {f.training_set.get('rows')} rows · {score}"
+                )
+            return 0
+        repo_id = _repo_id(args.repo, args.repo_id)
+        if args.action == "export":
+            ts = finetune_run.export(resources, repo_id, args.repo, args.out, sql_file=args.sql, branch=args.branch)
+            print(f"wrote {ts.rows} conversation(s) to {ts.path} (sha256 {ts.digest[:12]}; provenance beside it)")
+            return 0
+        print(f"registering fine-tune {args.name} of {repo_id}", flush=True)
+        done = finetune_run.register(
+            resources,
+            repo_id,
+            args.repo,
+            args.name,
+            base_model=args.base_model,
+            training_set=args.training_set,
+            model=args.model,
+            training_cost_usd=args.training_cost_usd,
+        )
+    except (FinetuneError, cands.CandidateError) as exc:
+        print(f"evalrunner finetune: {exc}", file=sys.stderr)
+        return 2
+    print(done.notification)
+    print(f"notification: {done.finetune.notification}")
+    if done.finetune.issue_url:
+        print(f"issue       : {done.finetune.issue_url}")
     return 0
 
 
@@ -639,6 +681,27 @@ def build_parser() -> argparse.ArgumentParser:
             q.add_argument("--workers", type=int, default=0, help="sandboxes running at once (default: cores)")
             q.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
         q.set_defaults(func=cmd_candidates)
+
+    p = add("finetune", help="fine-tunes: export a training set, register (train, measure, notify), list")
+    actions = p.add_subparsers(dest="action", required=True)
+    q = actions.add_parser("export", help="write a training set (chat JSONL) from the lake")
+    q.add_argument("--repo", required=True, help="local path or clone URL")
+    q.add_argument("--repo-id", default=None, help="owner/name (default: from the URL, or local/<dir>)")
+    q.add_argument("--branch", default="main", help="whose first-parent commits the selection gets as $commits")
+    q.add_argument("--sql", default=None, help="selection SQL file (default: sql/finetune_training_samples.sql)")
+    q.add_argument("--out", required=True, help="the JSONL file to write (provenance goes beside it)")
+    q.set_defaults(func=cmd_finetune)
+    q = actions.add_parser("register", help="train (or take --model), measure against the reference, notify")
+    q.add_argument("--repo", required=True, help="local path or clone URL")
+    q.add_argument("--repo-id", default=None, help="owner/name (default: from the URL, or local/<dir>)")
+    q.add_argument("--name", required=True, help="fine-tune name, e.g. runbook-v1")
+    q.add_argument("--base-model", required=True, help="the model it was fine-tuned from")
+    q.add_argument("--training-set", required=True, help="a file written by `evalrunner finetune export`")
+    q.add_argument("--model", default=None, help="the trained model id (default: run $EVALRUNNER_FINETUNE_TRAINER)")
+    q.add_argument("--training-cost-usd", type=float, default=None, help="what training cost")
+    q.set_defaults(func=cmd_finetune)
+    q = actions.add_parser("list", help="list registered fine-tunes")
+    q.set_defaults(func=cmd_finetune)
 
     p = add("sql", help="run SQL over the lake's tables (samples, events, batches, …)")
     p.add_argument("query", help="SQL text, or - to read it from stdin")

@@ -340,6 +340,18 @@ class LakeLayout:
         """The promotion gate's decision and its reasons."""
         return f"candidates/{check_repo(repo)}/frontier/promotion.json"
 
+    def finetune(self, name: str) -> str:
+        """One registered fine-tune: base model, the model id to call, the training set's
+        provenance (SQL, lake snapshot, rows, digest) and cost."""
+        return f"ft/{_check_name('fine-tune', name)}/finetune.json"
+
+    def finetunes_glob(self) -> str:
+        return "ft/*/finetune.json"
+
+    def finetune_notification(self, name: str) -> str:
+        """The fine-tune against the current configuration, as a Markdown table."""
+        return f"ft/{_check_name('fine-tune', name)}/notification.md"
+
     def env_record(self, env_digest: str) -> str:
         """The record of one built repository environment (what it holds, how it was built).
         The environment itself is a directory used in place by local sandboxes, so it lives in

@@ -309,6 +309,22 @@ class GitHubClient:
 
         return self._call(f"upsert comment on #{pr}", repo, op)
 
+    def create_issue(self, repo: str, title: str, body: str) -> str:
+        """Open an issue on ``repo``; returns its URL (the HTML page when GitHub gives one)."""
+        _check_repo(repo)
+        if len(body) > MAX_COMMENT_CHARS:
+            raise GitHubError(
+                f"issue for {repo} is {len(body)} characters; GitHub accepts at most {MAX_COMMENT_CHARS}",
+                operation="create issue",
+                repo=repo,
+            )
+
+        def op() -> str:
+            issue = self._repo(repo).create_issue(title=title, body=body)
+            return str(issue.html_url or issue.url)
+
+        return self._call("create issue", repo, op)
+
     def changed_files(self, repo: str, pr: int, cap: int = 300) -> list[str]:
         """Paths changed by ``pr``, in GitHub's order, at most ``cap``."""
         _check_repo(repo)

@@ -3,7 +3,7 @@
 It serves, under a GitHub-Enterprise-style ``/api/v3`` prefix, the endpoints evalrunner's
 GitHub client calls, with GitHub's response shapes (the fields PyGithub reads, and the ``url``
 fields it follows): repos/{o}/{r}, pulls/{n}, pulls/{n}/files (paginated with ``Link``),
-issues/{n}/comments (list/create) and issues/comments/{id} (edit), check-runs (create, edit,
+issues (create), issues/{n}/comments (list/create) and issues/comments/{id} (edit), check-runs (create, edit,
 get, list for a ref), GitHub App JWT endpoints (app, repo installation, installation access
 token), and /user. State lives in memory; faults (5xx, primary/secondary rate limits, 429) can
 be injected for the next N matching requests.
@@ -93,6 +93,7 @@ class StandinState:
     files: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     comments: dict[int, dict[str, Any]] = field(default_factory=dict)
     check_runs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    issues: dict[int, dict[str, Any]] = field(default_factory=dict)  # opened through the API
     requests: list[tuple[str, str, int]] = field(default_factory=list)
 
 
@@ -179,6 +180,9 @@ class GitHubStandin:
 
     def comments_on(self, repo: str, number: int) -> list[dict[str, Any]]:
         return [c for c in self.state.comments.values() if c["_repo"] == repo and c["_issue"] == number]
+
+    def issues_on(self, repo: str) -> list[dict[str, Any]]:
+        return [i for i in self.state.issues.values() if i["_repo"] == repo]
 
     def check_runs_for(self, repo: str, sha: str) -> list[dict[str, Any]]:
         return [r for r in self.state.check_runs.values() if r["_repo"] == repo and r["head_sha"] == sha]
@@ -360,6 +364,31 @@ class GitHubStandin:
             ]
             return _paginate(request, items)
 
+        def create_issue(request, data, login, owner, name):
+            full = f"{owner}/{name}"
+            if full not in s.state.repos:
+                return _not_found()
+            number = 1 + max(
+                [n for (r, n) in s.state.pulls if r == full] + [i["number"] for i in s.issues_on(full)], default=0
+            )
+            iid = next(s._ids)
+            issue = {
+                "_repo": full,
+                "id": iid,
+                "number": number,
+                "title": data["title"],
+                "body": data.get("body") or "",
+                "state": "open",
+                "user": s._user(login or "someone"),
+                "url": s._api(f"/repos/{full}/issues/{number}"),
+                "html_url": f"{s.base_url}/{full}/issues/{number}",
+                "comments_url": s._api(f"/repos/{full}/issues/{number}/comments"),
+                "created_at": _now(),
+                "updated_at": _now(),
+            }
+            s.state.issues[iid] = issue
+            return JSONResponse(s._public(issue), status_code=201)
+
         def comments(request, data, login, owner, name, number):
             full = f"{owner}/{name}"
             if (full, int(number)) not in s.state.pulls:
@@ -454,6 +483,7 @@ class GitHubStandin:
             Route(R, endpoint(repo), methods=["GET"]),
             Route(f"{R}/pulls/{{number:int}}", endpoint(pull), methods=["GET"]),
             Route(f"{R}/pulls/{{number:int}}/files", endpoint(pull_files), methods=["GET"]),
+            Route(f"{R}/issues", endpoint(create_issue), methods=["POST"]),
             Route(f"{R}/issues/{{number:int}}/comments", endpoint(comments), methods=["GET", "POST"]),
             Route(f"{R}/issues/comments/{{cid:int}}", endpoint(comment), methods=["GET", "PATCH"]),
             Route(f"{R}/check-runs", endpoint(create_check_run), methods=["POST"]),
