@@ -189,3 +189,20 @@ def test_fine_tune_names_are_checked_before_they_become_lake_paths():
     assert LAYOUT.finetune_notification("runbook-v1") == "ft/runbook-v1/notification.md"
     with pytest.raises(LakePathError):
         LAYOUT.finetune("../escape")
+
+
+def test_finetune_export_and_list_on_the_command_line(tmp_path, monkeypatch, capsys):
+    from evalrunner_assets import cli
+    from evalrunner_assets.example_repo import build_example_candidates
+
+    build_example_candidates(tmp_path / "repo")
+    monkeypatch.setenv("EVALRUNNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EVALRUNNER_LAKE", raising=False)
+    where = ["--repo", str(tmp_path / "repo"), "--repo-id", "example/support-agent"]
+    out = tmp_path / "train.jsonl"
+    assert cli.main(["finetune", "export", *where, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "sql/finetune_training_samples.sql found no samples for example/support-agent (2 commit(s)" in err
+    assert not out.exists()
+    assert cli.main(["finetune", "list"]) == 0
+    assert capsys.readouterr().out == ""
