@@ -262,3 +262,14 @@ def test_resource_reads_a_mounted_token_file_and_is_unconfigured_without_one(gh,
     assert resource.describe() == {"auth": "token", "base_url": gh.base_url, "check_run": CHECK_RUN_NAME}
     assert resource.pull_request(REPO, PR).head_sha == HEADS[0]
     assert len(resource.changed_files(REPO, PR, cap=10)) == 10
+
+
+def test_an_issue_is_opened_with_its_title_and_body_and_numbered_after_the_pulls(gh):
+    client = make_client(gh)
+    url = client.create_issue(REPO, "Fine-tune runbook-v1", "| eval | current |\n|---|---|")
+    (issue,) = gh.issues_on(REPO)
+    assert (issue["title"], issue["body"]) == ("Fine-tune runbook-v1", "| eval | current |\n|---|---|")
+    assert issue["number"] == PR + 1 and url == issue["html_url"] and url.endswith(f"/issues/{PR + 1}")
+    with pytest.raises(GitHubError) as info:
+        client.create_issue("acme/missing", "t", "b")
+    assert info.value.status == 404
