@@ -131,7 +131,6 @@ def register(
         training_set=ts.to_dict(),
         training_cost_usd=training_cost_usd,
         trainer=trained_with,
-        registered_at=ft._now(),
     )
     ft.save_finetune(the_lake, record)
     result = candidates_run.measure_candidates(
@@ -150,12 +149,13 @@ def register(
         "vs_reference": measured.get("vs_reference", {}),
         "suite_pair": suite_pair,
     }
+    ft.save_finetune(the_lake, record)  # measured and notified in the lake, whatever GitHub answers
     github = resources.get("github")
     if github is not None and hasattr(github, "is_configured") and github.is_configured():
         record.issue_url = github.get_client().create_issue(
             repo, f"Fine-tune {name}: {model} against {reference}", markdown
         )
-    ft.save_finetune(the_lake, record)
+        ft.save_finetune(the_lake, record)
     return Registered(finetune=record, notification=markdown, measurements=result.measurements)
 
 

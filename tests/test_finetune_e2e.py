@@ -93,14 +93,23 @@ def test_the_training_set_holds_the_reference_passing_main_conversations(registe
     assert first[0]["role"] in ("system", "user") and first[-1]["role"] == "assistant"
 
 
-def test_the_registry_records_the_model_its_provenance_and_cost(registered):
+def test_the_registry_records_the_model_its_provenance_and_cost(registered, capsys):
+    from evalrunner_assets import cli
+
     record = ft.load_finetunes(registered["lake"])["runbook-v1"]
+    assert record.registered_at
     assert record.model == FT_MODEL and record.base_model == "simagent/support-agent"
     assert record.trainer and "standin_trainer.py" in record.trainer
     assert record.training_set["digest"] == registered["exported"].digest
     assert record.training_set["rows"] == registered["exported"].rows
     assert record.training_cost_usd == 12.5 and record.candidate == "ft-runbook-v1"
     assert record.notification and record.notification.endswith(LAYOUT.finetune_notification("runbook-v1"))
+    assert cli.main(["finetune", "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed == [
+        f"runbook-v1: {FT_MODEL} (base simagent/support-agent) · {REPO} · "
+        f"{record.training_set['rows']} rows · suite {record.measurement['suite']['mean']:.2f}"
+    ]
 
 
 def test_the_fine_tune_is_measured_on_the_reference_inputs(registered):

@@ -314,7 +314,7 @@ class FineTune:
     training_set: dict[str, Any]
     training_cost_usd: float | None = None
     trainer: str | None = None  # the trainer command, when it trained here
-    registered_at: str = ""
+    registered_at: str = field(default_factory=lambda: _now())
     measurement: dict[str, Any] = field(default_factory=dict)  # summary once measured
     notification: str | None = None  # lake URL of notification.md
     issue_url: str | None = None
