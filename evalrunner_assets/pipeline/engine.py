@@ -183,6 +183,13 @@ def run_comparison(
         if down is not None:
             raise lake_stopped(request, resources, down) from exc
         raise
+    except Exception as exc:
+        # Anything else that failed while the lake was down (e.g. DuckDB reading the lake's files
+        # reports the connection error as its own): the lake is the cause to report.
+        down = _lake_down(resources)
+        if down is not None:
+            raise lake_stopped(request, resources, down) from exc
+        raise
 
 
 def _lake_down(resources: dict[str, Any]) -> Exception | None:
