@@ -14,7 +14,7 @@ import traceback
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from evalrunner_assets import home
 from evalrunner_assets.errors import DEBUG_ENV, LakeNotFound, UserError, debug_enabled, explain
@@ -549,7 +549,7 @@ def _count(minimum: int, why: str = "") -> Any:
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
 
-    min_pairs = ComparisonRequest.__dataclass_fields__["min_pairs"].default
+    min_pairs = ComparisonRequest.min_pairs  # the field's default (a dataclass keeps it on the class)
     p.add_argument("--model", default=DEFAULT_MODEL, help="Inspect model, e.g. openai/gpt-4o (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample order and the model")
     p.add_argument("--epochs", type=_count(1), default=1)
@@ -597,7 +597,7 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors in two lines (what, and where to read more) with exit code 2, instead of the
     whole usage text."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message}\n  see `{self.prog} --help`\n")
 
 
@@ -614,7 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     # `--debug` also after the command (`evalrunner compare … --debug`); SUPPRESS keeps it from
     # resetting a --debug given before the command.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

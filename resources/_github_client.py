@@ -355,7 +355,12 @@ class GitHubClient:
     def _app_auth(self) -> Any:
         from github import Auth
 
-        return Auth.AppAuth(self.credentials.app_id, self.credentials.private_key)
+        app_id, private_key = self.credentials.app_id, self.credentials.private_key
+        if not app_id or not private_key:
+            raise GitHubError(
+                "GitHub App credentials need an app id and a private key", operation="configure", repo=None
+            )
+        return Auth.AppAuth(app_id, private_key)
 
     def _integration(self) -> Any:
         from github import GithubIntegration
@@ -383,8 +388,10 @@ class GitHubClient:
             if key not in self._clients:
                 if self.credentials.is_app:
                     auth = self._app_auth().get_installation_auth(key)
-                else:
+                elif self.credentials.token:
                     auth = Auth.Token(self.credentials.token)
+                else:
+                    raise GitHubError("no GitHub token to authenticate with", operation="configure", repo=None)
                 self._clients[key] = Github(auth=auth, **self._github_kwargs())
             return self._clients[key]
 

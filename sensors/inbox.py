@@ -144,7 +144,7 @@ def _check_short_text(value: Any, field_name: str, maximum: int) -> None:
 class InboxRecord(BaseModel):
     """One accepted GitHub delivery, normalized to the parts evalrunner acts on."""
 
-    v: int = Field(RECORD_VERSION, description="Record schema version.")
+    v: int = Field(default=RECORD_VERSION, description="Record schema version.")
     delivery_id: str = Field(description="X-GitHub-Delivery; unique per delivery, kept on redelivery.")
     event: str = Field(description="X-GitHub-Event: pull_request, push or issue_comment.")
     action: str | None = Field(None, description="The payload's action (None for push).")
@@ -577,7 +577,7 @@ def archive_passed(
 class DeadLetter(BaseModel):
     """A queue entry moved out of the queue because the sensors could not handle it."""
 
-    v: int = Field(DEAD_LETTER_VERSION, description="Dead-letter schema version.")
+    v: int = Field(default=DEAD_LETTER_VERSION, description="Dead-letter schema version.")
     delivery_id: str = Field(description="X-GitHub-Delivery of the entry.")
     queue_entry: str = Field(description="Lake path the entry had in the queue (now removed).")
     reason: str = Field(description="Why it could not be handled: the error message.")
@@ -616,8 +616,9 @@ def check_delivery_id(delivery_id: str | None) -> str:
     """A delivery id usable as an inbox key (raises ``InboxError`` naming it otherwise)."""
     if delivery_id and len(delivery_id) > MAX_DELIVERY_ID:
         raise InboxError(f"X-GitHub-Delivery {delivery_id[:40]!r}… is longer than {MAX_DELIVERY_ID} characters")
+    key = delivery_id or ""
     try:
-        LAYOUT.inbox(INBOX_SOURCE, delivery_id or "")
+        LAYOUT.inbox(INBOX_SOURCE, key)
     except LakePathError as exc:
         raise InboxError(f"X-GitHub-Delivery {delivery_id!r} is not a usable delivery id: {exc}") from exc
-    return delivery_id  # type: ignore[return-value]
+    return key

@@ -6,6 +6,7 @@ Each asset body is a short narrative; the steps live in ``evalrunner_assets.pipe
 
 import base64
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -117,7 +118,7 @@ def task_samples(
     """One partition is one task at one commit; each materialization adds sample windows
     (one row per sample × epoch in `samples`, one per trajectory event in `events`),
     idempotently: a window already landed with the same batch key is reused, never re-run."""
-    keys = context.partition_key.keys_by_dimension  # type: ignore[union-attr]
+    keys: Mapping[str, str] = context.partition_key.keys_by_dimension
     repo, sha = parse_commit_key(keys["commit"])
     task = keys["task"]
     the_lake = lake.open()

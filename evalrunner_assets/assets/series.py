@@ -11,6 +11,7 @@ from collections import defaultdict
 
 import dagster as dg
 
+from evalrunner_assets.execution import RepoExport
 from evalrunner_assets.partitions import main_commits_partitions
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.keys import parse_commit_key
@@ -73,11 +74,14 @@ def cohort_series(
                 + "; ".join(series.reading(point))
             )
 
+        def export_for(sha: str, repo: str = repo) -> RepoExport:
+            return repos.export(the_lake, repo, sha)
+
         run = series.run_series(
             the_lake,
             backend,
             repo,
-            lambda sha, repo=repo: repos.export(the_lake, repo, sha),
+            export_for,
             history,
             chosen,
             settings,
