@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from _inspect_models import probe_logs
+from _inspect_models import probe_batch_key, probe_logs
 
 from evalrunner_assets import finetune_run
 from evalrunner_assets.pipeline import finetune as ft
-from lake import BatchKey, Window, land_batch, open_lake
+from lake import BatchKey, land_batch, open_lake
 
 REPO = "acme/agent"
 MAIN = "b" * 40  # on main: the probe's base log (s1, s3 right; s2 wrong; s3 calls a tool)
@@ -23,19 +23,7 @@ BRANCH = "a" * 40  # a PR head, not on main
 
 
 def key(commit: str, epochs: int) -> BatchKey:
-    return BatchKey(
-        repo=REPO,
-        commit=commit,
-        task="qa/probe",
-        spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1",
-        window=Window(0, 4),
-        seed=7,
-        epochs=epochs,
-        config_digest="cfg",
-        backend="local-unsafe",
-        runtime_digest="rt",
-    )
+    return probe_batch_key(REPO, commit, epochs)
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from _inspect_models import EXPECTED_PAIRS, probe_logs
+from _inspect_models import EXPECTED_PAIRS, probe_batch_key, probe_logs
 
-from lake import BatchKey, Lake, LogStatusError, Window, connect, land_batch, view_command
+from lake import BatchKey, Lake, LogStatusError, connect, land_batch, view_command
 from lake.duck import query
 from lake.storage import gcs_filesystem
 
@@ -41,19 +41,7 @@ def gs_lake(endpoint: str, prefix: str) -> Lake:
 
 
 def key(commit: str, epochs: int) -> BatchKey:
-    return BatchKey(
-        repo=REPO,
-        commit=commit,
-        task="qa/probe",
-        spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1",
-        window=Window(0, 4),
-        seed=7,
-        epochs=epochs,
-        config_digest="cfg",
-        backend="local-unsafe",
-        runtime_digest="rt",
-    )
+    return probe_batch_key(REPO, commit, epochs)
 
 
 @pytest.fixture(scope="module")

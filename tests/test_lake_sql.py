@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from _inspect_models import EXPECTED_PAIRS, probe_logs
+from _inspect_models import EXPECTED_PAIRS, probe_batch_key, probe_logs
 
 import sql
-from lake import BatchKey, QueryError, Window, connect, land_batch, open_lake, refresh, run_sql, view_command
+from lake import BatchKey, QueryError, connect, land_batch, open_lake, refresh, run_sql, view_command
 from lake.duck import query
 
 REPO = "acme/agent"
@@ -22,19 +22,7 @@ BASE = "b" * 40
 
 
 def key(commit: str, epochs: int) -> BatchKey:
-    return BatchKey(
-        repo=REPO,
-        commit=commit,
-        task="qa/probe",
-        spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1",
-        window=Window(0, 4),
-        seed=7,
-        epochs=epochs,
-        config_digest="cfg",
-        backend="local-unsafe",
-        runtime_digest="rt",
-    )
+    return probe_batch_key(REPO, commit, epochs)
 
 
 @pytest.fixture(scope="module")

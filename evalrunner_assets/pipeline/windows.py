@@ -345,6 +345,19 @@ def _record_failure_quietly(lake: Lake, key: BatchKey, kind: str, cause: str, ru
         pass
 
 
+def _failed_landing(key: BatchKey, run: WindowRun, kind: str, exc: Exception) -> WindowOutcome:
+    """A window that ran but could not be landed: its usage still counts (read from its log)."""
+    return WindowOutcome(
+        key,
+        "failed",
+        failure=str(exc),
+        failure_kind=kind,
+        duration_s=run.duration_s,
+        timings=run.timings,
+        usage=log_usage(run.log_bytes),
+    )
+
+
 def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowOutcome:
     key = run.key
     record_gateway_usage(lake, run)
@@ -386,37 +399,13 @@ def _land(lake: Lake, run: WindowRun, cancel: threading.Event | None) -> WindowO
         return WindowOutcome(key, "reused", duration_s=run.duration_s, timings=run.timings, duplicate=True)
     except LakeUnavailable as exc:
         # The store is down: nothing can be recorded there either; the breaker counts it.
-        return WindowOutcome(
-            key,
-            "failed",
-            failure=str(exc),
-            failure_kind="lake_unavailable",
-            duration_s=run.duration_s,
-            timings=run.timings,
-            usage=log_usage(run.log_bytes),
-        )
+        return _failed_landing(key, run, "lake_unavailable", exc)
     except LakeWriteError as exc:
         # Landing failed (e.g. the disk is full): the lake's fault, not the sandbox's.
         _record_failure_quietly(lake, key, "lake_write", str(exc), run)
-        return WindowOutcome(
-            key,
-            "failed",
-            failure=str(exc),
-            failure_kind="lake_write",
-            duration_s=run.duration_s,
-            timings=run.timings,
-            usage=log_usage(run.log_bytes),
-        )
+        return _failed_landing(key, run, "lake_write", exc)
     except LogStatusError as exc:
-        return WindowOutcome(
-            key,
-            "failed",
-            failure=str(exc),
-            failure_kind="log_status",
-            duration_s=run.duration_s,
-            timings=run.timings,
-            usage=log_usage(run.log_bytes),
-        )
+        return _failed_landing(key, run, "log_status", exc)
     except LogIngestError as exc:
         _record_failure(lake, key, "invalid_log", str(exc), run)
         return WindowOutcome(
