@@ -3,6 +3,7 @@ corrupt records, data planted outside the lake, concurrent landings of one batch
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -257,19 +258,7 @@ def test_a_window_landed_by_another_process_first_is_reused_not_a_failure(tmp_pa
     with pytest.raises(BatchConflictError) as info:
         land_batch(lake, key, logs["base"].read_bytes())
     assert info.value.record == first
-    run2 = WindowRun(
-        key=key,
-        mode="warm",
-        status="ok",
-        failure_kind=None,
-        failure_cause=None,
-        log_bytes=logs["base"].read_bytes(),
-        log_name="x.json",
-        log_status="success",
-        sample_ids=[],
-        sample_count=0,
-        duration_s=0.1,
-    )
+    run2 = dataclasses.replace(run, log_bytes=logs["base"].read_bytes(), log_name="x.json")
     outcome = _land(lake, run2, None)
     assert (outcome.status, outcome.duplicate, outcome.failure_kind) == ("reused", True, None)
     assert not (tmp_path / "failures").exists()
