@@ -302,6 +302,39 @@ class Lake:
                 names.append(rel_p)
         return iter(sorted(names))
 
+    def list_modified(self, rel: str) -> Iterator[tuple[str, float]]:
+        """(lake-relative path, last-modified epoch seconds) of the objects directly under ``rel``,
+        from the listing alone (no read per object), so age-based retention stays one call."""
+        target = self.path(rel)
+        if not self.exists(rel):
+            return iter(())
+        base = self._base.rstrip("/") + "/"
+        if self.is_local:
+            out = []
+            with os.scandir(target) as entries:
+                for e in entries:
+                    if e.name.startswith(".") or not e.is_file(follow_symlinks=False):
+                        continue
+                    try:
+                        out.append((f"{rel.rstrip('/')}/{e.name}", e.stat(follow_symlinks=False).st_mtime))
+                    except FileNotFoundError:
+                        continue  # removed by a concurrent writer
+            return iter(sorted(out))
+        listed = self._remote(f"listing {self.url(rel)}", lambda: self.fs.ls(target, detail=True))
+        out = []
+        for info in listed:
+            if info.get("type") != "file":
+                continue
+            p = str(info["name"]).lstrip("/")
+            rel_p = p[len(base) :] if p.startswith(base) else p
+            if posixpath.basename(rel_p).startswith("."):
+                continue
+            mtime = info.get("mtime")
+            if mtime is None:
+                continue  # an object without a timestamp is never judged old
+            out.append((rel_p, mtime.timestamp() if hasattr(mtime, "timestamp") else float(mtime)))
+        return iter(sorted(out))
+
 
 def _fsync_dir(directory: str) -> None:
     try:

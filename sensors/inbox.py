@@ -612,6 +612,101 @@ def dead_letter(lake: Lake, entry: InboxEntry, error: BaseException | str) -> st
     return path
 
 
+@dataclass(frozen=True)
+class DeadLetterFile:
+    """A dead letter as found in the lake: its path, and the letter or why it cannot be read."""
+
+    path: str
+    delivery_id: str
+    letter: DeadLetter | None
+    error: str | None = None
+
+
+def dead_letters(lake: Lake) -> list[DeadLetterFile]:
+    """Every dead letter of the GitHub inbox, oldest delivery id first (by name)."""
+    out = []
+    for rel in lake.listdir(LAYOUT.inbox_prefix(f"{INBOX_SOURCE}-dead")):
+        name = rel.rsplit("/", 1)[-1]
+        if not name.endswith(".json"):
+            continue
+        delivery_id = name[: -len(".json")]
+        try:
+            out.append(DeadLetterFile(rel, delivery_id, DeadLetter.model_validate_json(lake.read_bytes(rel))))
+        except (ValidationError, ValueError, OSError) as exc:
+            out.append(DeadLetterFile(rel, delivery_id, None, f"{rel}: unreadable dead letter: {exc}"))
+    return out
+
+
+REPLAY_MARK = ".replay-"
+
+
+def replay_dead_letter(lake: Lake, delivery_id: str, *, now_ns: int | None = None) -> str:
+    """Put dead letter ``delivery_id`` back into the queue, stamped now; returns the queue entry.
+
+    For a delivery that failed on something passing (GitHub or the lake down, a bug since
+    fixed). The entry is queued under ``<delivery>.replay-<stamp>``: the cursor may still
+    remember the original id as handled, and a replay must be read as new. What it asks for is
+    idempotent (run keys name the PR head), so replaying twice starts nothing twice. The queue
+    entry is written before the dead letter is removed: a crash in between leaves both, never
+    neither. Raises ``InboxError`` naming the letter when there is none or it holds no valid
+    record (such a delivery would only die again)."""
+    path = LAYOUT.inbox_dead_letter(INBOX_SOURCE, check_delivery_id(delivery_id))
+    try:
+        letter = DeadLetter.model_validate_json(lake.read_bytes(path))
+    except FileNotFoundError as exc:
+        raise InboxError(f"no dead letter {delivery_id!r} ({lake.url(path)} does not exist)") from exc
+    except (ValidationError, ValueError) as exc:
+        raise InboxError(f"{lake.url(path)}: unreadable dead letter: {exc}") from exc
+    try:
+        record = InboxRecord.model_validate_json(letter.entry_text)
+    except (ValidationError, ValueError) as exc:
+        raise InboxError(
+            f"dead letter {delivery_id!r} holds no valid delivery record, so it cannot be replayed "
+            f"(it died because: {letter.reason[:300]}): {exc}"
+        ) from exc
+    original = delivery_id.split(REPLAY_MARK, 1)[0]
+    stamp = time.time_ns() if now_ns is None else now_ns
+    entry = LAYOUT.inbox(QUEUE_SOURCE, queue_name(stamp, f"{original}{REPLAY_MARK}{stamp}"))
+    lake.write_once(entry, record.model_dump_json().encode())
+    lake.remove(path)
+    return entry
+
+
+DEFAULT_RETAIN_S = 14 * 24 * 3600
+
+
+def prune_inbox(
+    lake: Lake, *, retain_s: float = DEFAULT_RETAIN_S, now: float | None = None, limit: int | None = None
+) -> int:
+    """Remove claims and done entries older than ``retain_s``; returns how many went.
+
+    Without this the inbox keeps a file per delivery for good. A claim is what makes a
+    redelivery a duplicate, and GitHub redelivers for a few days at most, so the default keeps
+    two weeks. A claim whose delivery is still queued or dead-lettered stays whatever its age.
+    Ages come from the listing (one call per folder), not from reading each file."""
+    now = time.time() if now is None else now
+    cutoff = now - retain_s
+    keep: set[str] = set()
+    for rel in lake.listdir(LAYOUT.inbox_prefix(QUEUE_SOURCE)):
+        m = _QUEUE_NAME.match(rel.rsplit("/", 1)[-1].removesuffix(".json"))
+        if m:
+            keep.add(m.group(2).split(REPLAY_MARK, 1)[0])
+    for rel in lake.listdir(LAYOUT.inbox_prefix(f"{INBOX_SOURCE}-dead")):
+        keep.add(rel.rsplit("/", 1)[-1].removesuffix(".json").split(REPLAY_MARK, 1)[0])
+    removed = 0
+    # Claims first: a done entry left by a crash in between is removed on the next pass.
+    for source in (INBOX_SOURCE, DONE_SOURCE):
+        for rel, modified in lake.list_modified(LAYOUT.inbox_prefix(source)):
+            if limit is not None and removed >= limit:
+                return removed
+            delivery_id = rel.rsplit("/", 1)[-1].removesuffix(".json")
+            if modified >= cutoff or delivery_id.split(REPLAY_MARK, 1)[0] in keep:
+                continue
+            lake.remove(rel)
+            removed += 1
+    return removed
+
+
 def check_delivery_id(delivery_id: str | None) -> str:
     """A delivery id usable as an inbox key (raises ``InboxError`` naming it otherwise)."""
     if delivery_id and len(delivery_id) > MAX_DELIVERY_ID:

@@ -37,6 +37,7 @@ from evalrunner_assets.pipeline.windows import retire_failures
 from lake import LAYOUT
 from resources import GitHubResource, LakeResource, RepoResource
 from sensors.inbox import (
+    DEFAULT_RETAIN_S,
     EvaluatePR,
     EvaluatePush,
     InboxEntry,
@@ -45,6 +46,7 @@ from sensors.inbox import (
     archive_passed,
     dead_letter,
     intent_for,
+    prune_inbox,
     read_inbox,
 )
 
@@ -57,6 +59,24 @@ _last_sweep: dict[str, float] = {}
 # Moving a passed queue entry costs a read, a write and a delete: a backlog (an inbox from before
 # entries were moved) drains over several ticks.
 ARCHIVE_PER_TICK = 500
+# Claims and done entries older than this are removed at the sweep interval (GitHub redelivers
+# for a few days at most); at most PRUNE_PER_SWEEP per pass, so a large backlog drains gradually.
+INBOX_RETAIN_DAYS_ENV = "EVALRUNNER_INBOX_RETAIN_DAYS"
+PRUNE_PER_SWEEP = 2000
+
+
+def inbox_retention_s() -> float:
+    """Seconds claims and done entries are kept (``$EVALRUNNER_INBOX_RETAIN_DAYS``, default 14)."""
+    raw = os.environ.get(INBOX_RETAIN_DAYS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_RETAIN_S
+    try:
+        days = float(raw)
+    except ValueError:
+        days = -1.0
+    if not days > 0:
+        raise InboxError(f"{INBOX_RETAIN_DAYS_ENV}={raw!r}: expected a positive number of days")
+    return days * 24 * 3600
 
 
 def _ensure_source(the_lake, repos: RepoResource, repo: str) -> None:
@@ -161,12 +181,16 @@ def pr_sensor(
 ) -> dg.SensorResult:
     """Reads the webhook inbox past its cursor and starts the work each delivery asks for."""
     the_lake = lake.open()
-    root = os.path.abspath(the_lake.root) if the_lake.is_local else None
-    if root is not None and time.monotonic() - _last_sweep.get(root, -SWEEP_INTERVAL_S) >= SWEEP_INTERVAL_S:
-        # A receiver killed mid-write leaves a temp file carrying its pid: remove it once it is dead.
+    root = os.path.abspath(the_lake.root) if the_lake.is_local else the_lake.root
+    if time.monotonic() - _last_sweep.get(root, -SWEEP_INTERVAL_S) >= SWEEP_INTERVAL_S:
         _last_sweep[root] = time.monotonic()
-        for path in sweep_orphaned_temp_files(root, [LAYOUT.inbox_root()]):
-            context.log.info(f"removed {path}: its writer died before renaming it")
+        if the_lake.is_local:
+            # A receiver killed mid-write leaves a temp file carrying its pid: remove it once it is dead.
+            for path in sweep_orphaned_temp_files(root, [LAYOUT.inbox_root()]):
+                context.log.info(f"removed {path}: its writer died before renaming it")
+        pruned = prune_inbox(the_lake, retain_s=inbox_retention_s(), limit=PRUNE_PER_SWEEP)
+        if pruned:
+            context.log.info(f"inbox: removed {pruned} claim(s) and done entries past the retention")
     entries, cursor = read_inbox(the_lake, context.cursor, limit=200)
     # Entries the committed cursor has passed for good leave the queue, so the listing above
     # stays a window's worth of deliveries however many PRs came before.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -90,3 +91,15 @@ def test_gs_error_log_lands_a_record_and_no_parquet(gcs_endpoint, logs):
     listed = lake.fs.find(f"{BUCKET}/failed")
     assert not [p for p in listed if p.endswith(".parquet")]
     assert connect(lake).execute("select status from batches").fetchall() == [("error",)]
+
+
+def test_list_modified_gives_each_object_its_time_from_one_listing(gcs_endpoint):
+    lake = gs_lake(gcs_endpoint, "list-modified")
+    before = time.time() - 60
+    lake.write_bytes("inbox/github/a.json", b"{}")
+    lake.write_bytes("inbox/github/b.json", b"{}")
+    lake.write_bytes("inbox/github/sub/c.json", b"{}")  # not directly under: not listed
+    listed = list(lake.list_modified("inbox/github"))
+    assert [rel for rel, _ in listed] == ["inbox/github/a.json", "inbox/github/b.json"]
+    assert all(before < t < time.time() + 60 for _, t in listed)
+    assert list(lake.list_modified("inbox/none")) == []
