@@ -10,7 +10,7 @@ On the controller, a service listens on the unix socket: the model gateway, or a
 :class:`UnixForwarder` that forwards to one fixed TCP address (an allow-listed package index).
 The socket is the capability: what listens on it decides what a caller may do.
 
-Run inside the sandbox as ``python -m evalrunner_assets.execution.channel --channel
+Run inside the sandbox as ``python -c <relay_main> --channel
 PORT=SOCKET … -- COMMAND …`` (the backends build that prefix; see :func:`relay_prefix`).
 """
 
@@ -34,10 +34,17 @@ def sandbox_socket_path(index: int) -> str:
     return f"{SANDBOX_CHANNEL_DIR}/channel-{index}.sock"
 
 
+# `-c`, not `-m …channel`: the package imports this module first, and runpy warns about that
+# into every sandboxed command's stderr.
+_RELAY_MAIN = (
+    "import sys; from evalrunner_assets.execution.channel import relay_main; sys.exit(relay_main(sys.argv[1:]))"
+)
+
+
 def relay_prefix(python: str, channels: Sequence[Channel], socket_paths: Sequence[str]) -> list[str]:
     """The argv prefix that starts the relay before the real command (``socket_paths`` are the
     sockets as the sandboxed process sees them, one per channel)."""
-    argv = [python, "-m", "evalrunner_assets.execution.channel"]
+    argv = [python, "-c", _RELAY_MAIN]
     for ch, path in zip(channels, socket_paths, strict=True):
         argv += ["--channel", f"{ch.port}={path}"]
     return argv + ["--"]
