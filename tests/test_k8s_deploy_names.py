@@ -224,7 +224,69 @@ def missing_objects(docs: list[dict], secrets: dict[str, set[str]], v: dict, ins
     return bad
 
 
+_API_CALL = re.compile(r"\b(create|read|patch|delete|list)_namespaced_(pod|persistent_volume_claim|job)(_log)?\b")
+_VERB = {"create": "create", "read": "get", "patch": "patch", "delete": "delete", "list": "list"}
+_RESOURCE = {"pod": ("", "pods"), "persistent_volume_claim": ("", "persistentvolumeclaims"), "job": ("batch", "jobs")}
+
+
+def backend_api_calls() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every namespaced call the Kubernetes backend makes."""
+    calls = set()
+    for name in ("kubernetes.py", "kubernetes_env.py"):
+        text = (ROOT / "evalrunner_assets" / "execution" / name).read_text()
+        for verb, kind, log in _API_CALL.findall(text):
+            group, resource = _RESOURCE[kind]
+            calls.add((group, resource + ("/log" if log else ""), _VERB[verb]))
+    return calls
+
+
+def unauthorised_calls(docs: list[dict]) -> list[str]:
+    """Calls the backend makes that the controller's Role in the sandbox namespace does not allow."""
+    allowed = {
+        (group, resource, verb)
+        for rule in find(docs, "Role", "evalrunner-sandbox-controller")["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    return sorted(f"{verb} {group or 'core'}/{resource}" for group, resource, verb in backend_api_calls() - allowed)
+
+
 # --- tests ---------------------------------------------------------------------------------
+
+
+def test_the_controllers_role_allows_every_call_the_backend_makes():
+    calls = backend_api_calls()
+    # The parser sees the environment build's calls (and the pods'):
+    assert {("batch", "jobs", "create"), ("", "persistentvolumeclaims", "patch"), ("", "pods", "create")} <= calls
+    assert unauthorised_calls(manifests()) == []
+    docs = manifests()
+    role = find(docs, "Role", "evalrunner-sandbox-controller")
+    role["rules"] = [r for r in role["rules"] if r["resources"] != ["jobs"]]
+    assert unauthorised_calls(docs) == ["create batch/jobs", "delete batch/jobs", "get batch/jobs"]
+
+
+def test_environment_build_egress_policy_and_settings_agree_with_the_code():
+    from ipaddress import ip_address, ip_network
+    from urllib.parse import urlsplit
+
+    from evalrunner_assets.execution.kubernetes_env import package_index_network_policy
+    from resources.sandbox import SandboxResource
+
+    docs = manifests()
+    env = find(docs, "ConfigMap", "evalrunner-env")["data"]
+    deployed = find(docs, "NetworkPolicy", "package-index-egress")
+    (proxy_rule,) = [r for r in deployed["spec"]["egress"] if "ipBlock" in r["to"][0]]
+    cidr, port = proxy_rule["to"][0]["ipBlock"]["cidr"], proxy_rule["ports"][0]["port"]
+    backend = SandboxResource.from_env(env).backend()
+    generated = package_index_network_policy(backend.config, proxy_cidr=cidr, proxy_port=port)
+    assert (deployed["metadata"], deployed["spec"]) == (generated["metadata"], generated["spec"])
+    proxy = urlsplit(env["EVALRUNNER_PACKAGE_INDEX_PROXY"])
+    assert backend.config.package_index_proxy == env["EVALRUNNER_PACKAGE_INDEX_PROXY"]
+    assert ip_address(proxy.hostname) in ip_network(cidr) and proxy.port == port
+    assert backend.config.env_storage_class == env["EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS"]
+    quota = find(docs, "ResourceQuota", "sandbox-quota")["spec"]["hard"]
+    assert int(quota["persistentvolumeclaims"]) > 0  # one claim per environment digest
 
 
 def test_the_readme_parser_sees_the_commands():

@@ -286,6 +286,13 @@ def test_sandbox_namespace_enforces_restricted_and_only_the_controller_may_manag
         ("pods/exec", "create"),
         ("pods/exec", "get"),
         ("pods/log", "get"),
+        # repository environment builds: a claim per digest (annotated once built), a Job
+        ("persistentvolumeclaims", "create"),
+        ("persistentvolumeclaims", "get"),
+        ("persistentvolumeclaims", "patch"),
+        ("jobs", "create"),
+        ("jobs", "get"),
+        ("jobs", "delete"),
     }
     binding = docs[("RoleBinding", "evalrunner-sandbox-controller")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "evalrunner-dagster", "namespace": "evalrunner"}]
