@@ -449,6 +449,63 @@ def test_images_are_deployed_by_digest():
     assert "RepoDigests" in readme()  # the README step that produces the digests
 
 
+def image_findings(text: str, docs: list[dict], v: dict, dockerfile: str) -> list[str]:
+    """The README's image steps against the Dockerfile and the files it says to pin: the base
+    image it verifies is the Dockerfile's, the stages it builds exist, each image it builds is
+    pushed and resolved to its digest, and the names it pins are the ones deploy/ uses."""
+    bad = []
+    commands = readme_commands(text)
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", dockerfile, flags=re.M)
+    inspected = [c[4] for c in commands if c[:4] == ["docker", "buildx", "imagetools", "inspect"]]
+    if not base or inspected != [base.group(1).split("@")[0]]:
+        bad.append(f"README verifies base image {inspected}, Dockerfile pins {base.group(1) if base else None}")
+    stages = set(re.findall(r"^FROM \S+ AS (\S+)$", dockerfile, flags=re.M))
+    built = {}
+    for c in commands:
+        if c[:2] == ["docker", "build"]:
+            target, tag = c[c.index("--target") + 1], c[c.index("-t") + 1]
+            if target not in stages:
+                bad.append(f"README builds stage {target!r}, which deploy/Dockerfile does not have")
+            built[target] = tag
+    pushed = {c[2] for c in commands if c[:2] == ["docker", "push"]}
+    # VAR=$(docker inspect --format '{{index .RepoDigests 0}}' IMAGE): the image is the last word.
+    resolved = {c[-1].rstrip(")") for c in commands if "{{index .RepoDigests 0}}" in c and "inspect" in c}
+    for tag in built.values():
+        if tag not in pushed or tag not in resolved:
+            bad.append(f"README builds {tag} but does not push it and take its digest")
+    repo_of = {target: tag.split(":")[0].replace("$REGISTRY", "REGISTRY") for target, tag in built.items()}
+    pins = {
+        "helm/values.yaml dagster-user-deployments image": (user_deployment(v)["image"]["repository"], "code-location"),
+        "k8s/50-webhook.yaml image": (
+            find(docs, "Deployment", "evalrunner-webhook")["spec"]["template"]["spec"]["containers"][0]["image"].split(
+                "@"
+            )[0],
+            "code-location",
+        ),
+        "EVALRUNNER_SANDBOX_IMAGE": (
+            find(docs, "ConfigMap", "evalrunner-env")["data"]["EVALRUNNER_SANDBOX_IMAGE"].split("@")[0],
+            "sandbox",
+        ),
+    }
+    for where, (image, target) in pins.items():
+        if image != repo_of.get(target):
+            bad.append(f"{where} is {image!r}; the README builds {target} as {repo_of.get(target)!r}")
+    return bad
+
+
+def test_readme_verifies_the_base_image_and_builds_pushes_and_pins_the_images_deploy_uses():
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    docs, v = manifests(), values()
+    assert image_findings(readme(), docs, v, dockerfile) == []
+    # A renamed sandbox image, a stage the Dockerfile lacks, another base image: each is caught.
+    broken = readme().replace("$REGISTRY/evalrunner-sandbox:$TAG .", "$REGISTRY/evalrunner-box:$TAG .")
+    assert any("EVALRUNNER_SANDBOX_IMAGE" in b for b in image_findings(broken, docs, v, dockerfile))
+    broken = readme().replace("--target sandbox ", "--target sandboxed ")
+    assert any("'sandboxed'" in b for b in image_findings(broken, docs, v, dockerfile))
+    rebased = dockerfile.replace("python:3.11-slim-bookworm@", "python:3.12-slim-bookworm@")
+    assert any("verifies base image" in b for b in image_findings(readme(), docs, v, rebased))
+
+
 @pytest.mark.parametrize("bad", ["EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS", "EVALRUNNER_MODEL_EGRESS_PORT"])
 def test_sandbox_settings_from_the_environment_refuse_a_non_number_naming_it(bad):
     from resources.sandbox import SandboxResource
