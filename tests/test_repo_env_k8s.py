@@ -294,3 +294,63 @@ def test_a_build_whose_record_is_not_this_environments_is_refused(tmp_path):
     ):
         with pytest.raises(EnvironmentBuildError, match=spec.source):
             _checked_record(spec, bad)
+
+
+@pytest.mark.slow
+def test_a_commit_with_dependencies_is_learnt_and_its_window_runs_with_them_on_kubernetes_standin_api(
+    standin, index, tmp_path, monkeypatch
+):
+    """The pipeline's own path: learning the commit builds its environments (one Job each) before
+    ``.evals/list`` runs, which imports the dependency; then a sample window's pod mounts the
+    environment its manifest names and Inspect imports it there. Nothing is built on this machine."""
+    from test_repo_env import LIST, TASK
+
+    from evalrunner_assets.execution.environment import spec_for_file
+    from evalrunner_assets.execution.inspect_runner import TaskRunConfig, run_window_cold
+    from evalrunner_assets.pipeline.facts import learn_commit
+    from lake import Window, open_lake
+
+    monkeypatch.setenv("EVALRUNNER_ENVS", str(tmp_path / "local-envs"))
+    monkeypatch.setenv("EVALRUNNER_PACKAGE_INDEX", index.url)
+    root = tmp_path / "repo"
+    for rel, text in {
+        "requirements.txt": "tinydep==1.0\n",
+        ".evals/list": LIST,
+        "evals/requirements.txt": "tinydep==1.0  # what the tasks need\n",
+        "evals/t.py": TASK,
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / ".evals/list").chmod(0o755)
+    export = RepoExport("acme/agent", "0" * 40, str(root), "")
+    backend = _controller(standin, tmp_path)
+    the_lake = open_lake(str(tmp_path / "lake"))
+
+    facts = learn_commit(the_lake, backend, export, model="mockllm/model")
+    task = facts.tasks["t/answer"]
+    assert task.failure is None and task.sample_ids == ("s0", "s1", "s2")
+    named = spec_for_file(export, "evals/requirements.txt")
+    assert task.env_digest == named.digest and facts.environment["source"] == "evals/requirements.txt"
+    assert {j["metadata"]["name"] for j in standin.jobs_created} == {
+        f"evalrunner-env-{named.digest}",
+        f"evalrunner-env-{detect_environment(export).digest}",
+    }
+    assert the_lake.exists(f"envs/{named.digest}/environment.json")
+    assert not (tmp_path / "local-envs").exists()  # built on the cluster only
+
+    cfg = TaskRunConfig(
+        repo="acme/agent",
+        task="t/answer",
+        spec="evals/t.py@answer",
+        model="simagent/support",
+        env_digest=task.env_digest,
+        python_env=task_environment(backend, export, task),
+    )
+    run = run_window_cold(backend, export, cfg, Window(0, 2))
+    assert run.ok, run.failure_cause
+    assert len(standin.jobs_created) == 2  # the window found the environment built
+    window_pod = standin.created[-1]
+    assert {
+        "name": "env",
+        "persistentVolumeClaim": {"claimName": f"evalrunner-env-{named.digest}", "readOnly": True},
+    } in window_pod["spec"]["volumes"]
