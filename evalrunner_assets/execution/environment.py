@@ -35,6 +35,11 @@ a file lock serialises builders, the build writes into a temporary directory (sh
 build sandbox at the final path, so scripts and paths inside are right) that is renamed into
 place only when complete; a failed build leaves nothing.
 
+On Kubernetes (a backend with ``ensure_environment``) the environment is a volume claim per
+digest on the cluster, built by a Job and mounted read-only into pods at ``/envs/<digest>``
+(:meth:`~evalrunner_assets.execution.kubernetes.KubernetesBackend.ensure_environment`); this
+module then only writes the lake record.
+
 The install runs untrusted code (sdist and project builds), so it runs in a sandbox whose only
 network is the package index (``$EVALRUNNER_PACKAGE_INDEX``, default PyPI): a loopback index
 is relayed by a :class:`~evalrunner_assets.execution.channel.UnixForwarder` on the same port;
