@@ -354,3 +354,15 @@ def test_a_commit_with_dependencies_is_learnt_and_its_window_runs_with_them_on_k
         "name": "env",
         "persistentVolumeClaim": {"claimName": f"evalrunner-env-{named.digest}", "readOnly": True},
     } in window_pod["spec"]["volumes"]
+
+
+def test_a_backend_wrapped_by_another_still_builds_its_environments_on_the_cluster():
+    from evalrunner_assets.execution.environment import remote_builder
+
+    class Wrapper:  # the shape of the model gateway's GatewayBackend: it runs through .inner
+        def __init__(self, inner):
+            self.inner, self.name = inner, inner.name
+
+    backend = KubernetesBackend(KubernetesSandboxConfig(image=IMAGE))
+    assert remote_builder(Wrapper(Wrapper(backend))) == backend.ensure_environment
+    assert remote_builder(Wrapper(type("Local", (), {"name": "bubblewrap"})())) is None

@@ -558,8 +558,14 @@ def _sweep(root: Path) -> None:
 
 def remote_builder(backend: Any) -> Any:
     """``backend.ensure_environment`` when the backend keeps repository environments itself
-    (on a cluster, not in this machine's directories), else None."""
-    return getattr(backend, "ensure_environment", None)
+    (on a cluster, not in this machine's directories), else None. Wrappers that run through an
+    ``inner`` backend (the model gateway's) are looked through."""
+    while backend is not None:
+        found = getattr(backend, "ensure_environment", None)
+        if found is not None:
+            return found
+        backend = getattr(backend, "inner", None)
+    return None
 
 
 class EnvironmentStore:
