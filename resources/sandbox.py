@@ -22,6 +22,8 @@ ENV_FIELDS = {
     "EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS": "k8s_max_concurrent_pods",
     "EVALRUNNER_MODEL_EGRESS_CIDR": "k8s_model_egress_cidr",
     "EVALRUNNER_MODEL_EGRESS_PORT": "k8s_model_egress_port",
+    "EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS": "k8s_env_storage_class",
+    "EVALRUNNER_PACKAGE_INDEX_PROXY": "k8s_package_index_proxy",
 }
 
 
@@ -38,6 +40,10 @@ class SandboxResource(dg.ConfigurableResource):
     k8s_kubeconfig: str = ""
     k8s_model_egress_cidr: str = ""
     k8s_model_egress_port: int = 443
+    # Repository environments on Kubernetes: the StorageClass of their volume claims (it must
+    # offer ReadOnlyMany) and the package-index proxy their build pods go through.
+    k8s_env_storage_class: str = ""
+    k8s_package_index_proxy: str = ""
     warm_sessions: bool = True
     # Sandboxes running at once for one comparison; 0 means the backend's default: this
     # machine's cores locally, ``k8s_max_concurrent_pods`` (a cluster-wide cap) on Kubernetes.
@@ -48,8 +54,9 @@ class SandboxResource(dg.ConfigurableResource):
         """The resource a deployment configures through its environment (the evalrunner-env
         ConfigMap in deploy/k8s): ``EVALRUNNER_SANDBOX_BACKEND`` (default bubblewrap),
         ``EVALRUNNER_SANDBOX_NAMESPACE``, ``EVALRUNNER_SANDBOX_IMAGE``,
-        ``EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS``, ``EVALRUNNER_MODEL_EGRESS_CIDR`` and
-        ``EVALRUNNER_MODEL_EGRESS_PORT``. Unset variables keep the defaults."""
+        ``EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS``, ``EVALRUNNER_MODEL_EGRESS_CIDR``,
+        ``EVALRUNNER_MODEL_EGRESS_PORT``, ``EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS`` and
+        ``EVALRUNNER_PACKAGE_INDEX_PROXY``. Unset variables keep the defaults."""
         env = os.environ if env is None else env
         fields: dict[str, Any] = {}
         for name, field in ENV_FIELDS.items():
@@ -100,6 +107,10 @@ class SandboxResource(dg.ConfigurableResource):
         if self.k8s_model_egress_cidr:
             options["model_egress_cidr"] = self.k8s_model_egress_cidr
             options["model_egress_port"] = self.k8s_model_egress_port
+        if self.k8s_env_storage_class:
+            options["env_storage_class"] = self.k8s_env_storage_class
+        if self.k8s_package_index_proxy:
+            options["package_index_proxy"] = self.k8s_package_index_proxy
         backend = make_backend("kubernetes", **options)
         if context is not None and isinstance(backend, KubernetesBackend):
             # A new backend object (same slots) whose pods are launched through Dagster Pipes.

@@ -3,7 +3,11 @@
 It is not Kubernetes. It serves the REST endpoints the official ``kubernetes`` Python client
 calls for pods -- create, read, list (label/field selectors), delete, log (follow/timestamps),
 and the websocket ``attach``/``exec`` subresources (channel protocol v5/v4) -- with the real
-response shapes, so the controller's code runs unmodified against it.
+response shapes, so the controller's code runs unmodified against it. Also PersistentVolumeClaims
+(create, read, merge-patch, delete: each one a directory that outlives the pods that mount it,
+``subPath`` honoured; a pod naming a missing claim stays Pending, unschedulable, as with a real
+scheduler) and batch/v1 Jobs (create, read with a status derived from its pod, delete with its
+pod): a Job's pod is created from its template at once, named ``<job>-<random>``.
 
 Its "kubelet" runs each container's command as a local process: every emptyDir becomes a
 temporary directory, mount paths in the command are rewritten to those directories, and
@@ -81,9 +85,17 @@ class _Pod:
         self.inits = [_Container(c, True) for c in manifest["spec"].get("initContainers", [])]
         self.mains = [_Container(c, False) for c in manifest["spec"]["containers"]]
         self.dir = Path(tempfile.mkdtemp(prefix=f"standin-{self.name}-"))
-        self.volumes = {v["name"]: self.dir / v["name"] for v in manifest["spec"].get("volumes", [])}
-        for p in self.volumes.values():
-            p.mkdir()
+        self.volumes: dict[str, Path] = {}
+        self.missing_claim: str | None = None
+        for v in manifest["spec"].get("volumes", []):
+            claim = v.get("persistentVolumeClaim")
+            if claim is None:
+                self.volumes[v["name"]] = self.dir / v["name"]
+                self.volumes[v["name"]].mkdir()
+            elif (self.namespace, claim["claimName"]) in standin.claims:
+                self.volumes[v["name"]] = standin.claim_dir(self.namespace, claim["claimName"])
+            else:
+                self.missing_claim = claim["claimName"]
         self.start_time = None
         self.lock = threading.RLock()
         self.stopped = threading.Event()
@@ -95,11 +107,15 @@ class _Pod:
     def to_json(self) -> dict:
         with self.lock:
             m = json.loads(json.dumps(self.manifest))
-            status: dict = {
-                "phase": self.phase,
-                "conditions": [{"type": "PodScheduled", "status": "True"}],
-                "qosClass": "Guaranteed",
-            }
+            scheduled = {"type": "PodScheduled", "status": "True"}
+            if self.missing_claim:
+                scheduled = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": f'persistentvolumeclaim "{self.missing_claim}" not found',
+                }
+            status: dict = {"phase": self.phase, "conditions": [scheduled], "qosClass": "Guaranteed"}
             if self.start_time:
                 status["startTime"] = self.start_time
             if self.reason:
@@ -119,7 +135,10 @@ class _Pod:
     # -- the kubelet
 
     def _map(self, container: _Container) -> tuple[list[str], str]:
-        mounts = {m["mountPath"]: str(self.volumes[m["name"]]) for m in container.spec.get("volumeMounts", [])}
+        mounts = {
+            m["mountPath"]: str(self.volumes[m["name"]] / m.get("subPath", "")).rstrip("/")
+            for m in container.spec.get("volumeMounts", [])
+        }
         pattern = (
             re.compile(
                 "(?<![\\w/.])(" + "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True)) + ")(?=/|\\b|$)"
@@ -191,6 +210,8 @@ class _Pod:
 
     def _kubelet(self) -> None:
         self._t0 = time.monotonic()
+        if self.missing_claim:
+            return  # never scheduled
         with self.lock:
             self.start_time = _now()
         images = {c.spec.get("image") for c in self.inits + self.mains}
@@ -272,6 +293,10 @@ class KubernetesStandIn:
         self.validate_pods = validate_pods
         self.requests: list[tuple[str, str]] = []
         self.execs: list[tuple[str, str, list[str]]] = []  # (pod, container, command) of every exec
+        self.claims: dict[tuple[str, str], dict] = {}
+        self.jobs: dict[tuple[str, str], dict] = {}
+        self.jobs_created: list[dict] = []
+        self.claims_root = Path(tempfile.mkdtemp(prefix="standin-claims-"))
         self.lock = threading.Lock()
         self.bin_dir = Path(tempfile.mkdtemp(prefix="standin-bin-"))
         shim = self.bin_dir / "python"  # the image's `python` is this interpreter (a venv needs exec, not a symlink)
@@ -300,6 +325,58 @@ class KubernetesStandIn:
             self._server.shutdown()
             self._server.server_close()
         shutil.rmtree(self.bin_dir, ignore_errors=True)
+        shutil.rmtree(self.claims_root, ignore_errors=True)
+
+    def claim_dir(self, namespace: str, name: str) -> Path:
+        path = self.claims_root / namespace / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def create_pod(self, ns: str, body: dict) -> tuple[int, dict]:
+        """What POST .../pods answers (also used for a Job's pod)."""
+        body.setdefault("apiVersion", "v1")
+        body.setdefault("kind", "Pod")
+        if self.validate_pods:
+            import kubernetes_validate
+
+            try:
+                kubernetes_validate.validate(body, "1.31", strict=True)
+            except Exception as exc:
+                return 422, _status(422, "Invalid", f"Pod is invalid: {exc}")
+        with self.lock:
+            live = [p for (n, _), p in self.pods.items() if n == ns and p.phase in ("Pending", "Running")]
+            if self.pod_quota is not None and len(live) >= self.pod_quota:
+                return 403, _status(
+                    403,
+                    "Forbidden",
+                    f'pods "{body["metadata"].get("name")}" is forbidden: exceeded quota: sandbox-quota, requested: pods=1, used: pods={len(live)}, limited: pods={self.pod_quota}',
+                )
+            meta = body.setdefault("metadata", {})
+            if not meta.get("name"):
+                meta["name"] = meta.get("generateName", "pod-") + uuid.uuid4().hex[:5]
+            if (ns, meta["name"]) in self.pods:
+                return 409, _status(409, "AlreadyExists", f'pods "{meta["name"]}" already exists')
+            meta.update(
+                {"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"}
+            )
+            self.created.append(json.loads(json.dumps(body)))
+            pod = _Pod(self, body)
+            self.pods[(ns, meta["name"])] = pod
+        return 201, pod.to_json()
+
+    def job_json(self, ns: str, name: str) -> dict:
+        job = json.loads(json.dumps(self.jobs[(ns, name)]))
+        phases = [
+            p.phase
+            for (n, _), p in list(self.pods.items())
+            if n == ns and p.manifest["metadata"]["labels"].get("job-name") == name
+        ]
+        job["status"] = {
+            "active": sum(ph in ("Pending", "Running") for ph in phases) or None,
+            "succeeded": sum(ph == "Succeeded" for ph in phases) or None,
+            "failed": sum(ph == "Failed" for ph in phases) or None,
+        }
+        return job
 
     def write_kubeconfig(self, path: Path, namespace: str = "evalrunner-sandbox") -> Path:
         path.write_text(
@@ -348,6 +425,18 @@ def _status(code: int, reason: str, message: str) -> dict:
 
 
 _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/(log|exec|attach))?$")
+_CLAIM_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims(?:/([^/]+))?$")
+_JOB_PATH = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
+
+
+def _merge(into: dict, patch: dict) -> None:
+    for k, v in patch.items():
+        if v is None:
+            into.pop(k, None)
+        elif isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -371,48 +460,98 @@ class _Handler(BaseHTTPRequestHandler):
         self.standin.requests.append((self.command, url.path))
         return m, parse_qs(url.query)
 
+    def _body(self) -> dict:
+        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+
     def do_POST(self) -> None:
+        url = urlparse(self.path)
+        claim, job = _CLAIM_PATH.match(url.path), _JOB_PATH.match(url.path)
+        if claim or job:
+            self.standin.requests.append((self.command, url.path))
+            return self._post_claim(claim.group(1)) if claim else self._post_job(job.group(1))
         m, _ = self._route()
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        body = self._body()
         if not m or m.group(2):
             return self._json(404, _status(404, "NotFound", f"the server could not find {self.path}"))
-        ns = m.group(1)
-        st = self.standin
-        # Like the API server, default the kind from the URL (PipesK8sClient's bodies omit it).
-        body.setdefault("apiVersion", "v1")
-        body.setdefault("kind", "Pod")
-        if st.validate_pods:
+        self._json(*self.standin.create_pod(m.group(1), body))
+
+    def _validated(self, body: dict, kind: str) -> bool:
+        if self.standin.validate_pods:
             import kubernetes_validate
 
             try:
                 kubernetes_validate.validate(body, "1.31", strict=True)
             except Exception as exc:
-                return self._json(422, _status(422, "Invalid", f"Pod is invalid: {exc}"))
+                self._json(422, _status(422, "Invalid", f"{kind} is invalid: {exc}"))
+                return False
+        return True
+
+    def _post_claim(self, ns: str) -> None:
+        st, body = self.standin, self._body()
+        body.setdefault("apiVersion", "v1")
+        body.setdefault("kind", "PersistentVolumeClaim")
+        if not self._validated(body, "PersistentVolumeClaim"):
+            return
+        name = body["metadata"]["name"]
         with st.lock:
-            live = [p for (n, _), p in st.pods.items() if n == ns and p.phase in ("Pending", "Running")]
-            if st.pod_quota is not None and len(live) >= st.pod_quota:
-                return self._json(
-                    403,
-                    _status(
-                        403,
-                        "Forbidden",
-                        f'pods "{body["metadata"].get("name")}" is forbidden: exceeded quota: sandbox-quota, requested: pods=1, used: pods={len(live)}, limited: pods={st.pod_quota}',
-                    ),
-                )
-            meta = body.setdefault("metadata", {})
-            if not meta.get("name"):
-                meta["name"] = meta.get("generateName", "pod-") + uuid.uuid4().hex[:5]
-            if (ns, meta["name"]) in st.pods:
-                return self._json(409, _status(409, "AlreadyExists", f'pods "{meta["name"]}" already exists'))
-            meta.update(
-                {"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"}
-            )
-            st.created.append(json.loads(json.dumps(body)))
-            pod = _Pod(st, body)
-            st.pods[(ns, meta["name"])] = pod
-        self._json(201, pod.to_json())
+            if (ns, name) in st.claims:
+                return self._json(409, _status(409, "AlreadyExists", f'persistentvolumeclaims "{name}" already exists'))
+            body["metadata"].update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now()})
+            body["status"] = {"phase": "Bound", "accessModes": body["spec"].get("accessModes", [])}
+            st.claims[(ns, name)] = body
+            st.claim_dir(ns, name)
+        self._json(201, body)
+
+    def _post_job(self, ns: str) -> None:
+        st, body = self.standin, self._body()
+        body.setdefault("apiVersion", "batch/v1")
+        body.setdefault("kind", "Job")
+        if not self._validated(body, "Job"):
+            return
+        name = body["metadata"]["name"]
+        with st.lock:
+            if (ns, name) in st.jobs:
+                return self._json(409, _status(409, "AlreadyExists", f'jobs.batch "{name}" already exists'))
+            body["metadata"].update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now()})
+            st.jobs[(ns, name)] = body
+            st.jobs_created.append(json.loads(json.dumps(body)))
+        template = json.loads(json.dumps(body["spec"]["template"]))
+        labels = {**template["metadata"].get("labels", {}), "job-name": name, "batch.kubernetes.io/job-name": name}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-{uuid.uuid4().hex[:5]}",
+                "labels": labels,
+                "annotations": template["metadata"].get("annotations", {}),
+            },
+            "spec": template["spec"],
+        }
+        code, created = st.create_pod(ns, pod)
+        if code != 201:  # as the Job controller: the Job exists, its pod was refused
+            body["metadata"].setdefault("annotations", {})["standin/pod-refused"] = created.get("message", "")
+        self._json(201, st.job_json(ns, name))
+
+    def do_PATCH(self) -> None:
+        url = urlparse(self.path)
+        self.standin.requests.append((self.command, url.path))
+        m = _CLAIM_PATH.match(url.path)
+        patch = self._body()
+        claim = self.standin.claims.get((m.group(1), m.group(2))) if m and m.group(2) else None
+        if claim is None:
+            return self._json(404, _status(404, "NotFound", f"the server could not find {self.path}"))
+        with self.standin.lock:
+            _merge(claim, patch)
+        self._json(200, claim)
 
     def do_DELETE(self) -> None:
+        url = urlparse(self.path)
+        claim, job = _CLAIM_PATH.match(url.path), _JOB_PATH.match(url.path)
+        if claim or job:
+            self.standin.requests.append((self.command, url.path))
+            if self.headers.get("Content-Length"):
+                self.rfile.read(int(self.headers["Content-Length"]))
+            return self._delete_claim_or_job(claim, job)
         m, _ = self._route()
         st = self.standin
         if self.headers.get("Content-Length"):
@@ -426,7 +565,40 @@ class _Handler(BaseHTTPRequestHandler):
         body["metadata"]["deletionTimestamp"] = _now()
         self._json(200, body)
 
+    def _delete_claim_or_job(self, claim, job) -> None:
+        st = self.standin
+        ns, name = (claim or job).groups()
+        if claim:
+            body = st.claims.pop((ns, name), None)
+            if body is None:
+                return self._json(404, _status(404, "NotFound", f'persistentvolumeclaims "{name}" not found'))
+            shutil.rmtree(st.claims_root / ns / name, ignore_errors=True)
+            return self._json(200, body)
+        if (ns, name) not in st.jobs:
+            return self._json(404, _status(404, "NotFound", f'jobs.batch "{name}" not found'))
+        body = st.job_json(ns, name)
+        del st.jobs[(ns, name)]
+        for key, pod in list(st.pods.items()):  # propagation: its pods go too
+            if key[0] == ns and pod.manifest["metadata"]["labels"].get("job-name") == name:
+                st.pods.pop(key, None)
+                pod.delete()
+                st.deleted.append(pod.name)
+        self._json(200, body)
+
     def do_GET(self) -> None:
+        url = urlparse(self.path)
+        claim, job = _CLAIM_PATH.match(url.path), _JOB_PATH.match(url.path)
+        if (claim and claim.group(2)) or (job and job.group(2)):
+            self.standin.requests.append((self.command, url.path))
+            ns, name = (claim or job).groups()
+            if claim:
+                found = self.standin.claims.get((ns, name))
+                if found is None:
+                    return self._json(404, _status(404, "NotFound", f'persistentvolumeclaims "{name}" not found'))
+                return self._json(200, found)
+            if (ns, name) not in self.standin.jobs:
+                return self._json(404, _status(404, "NotFound", f'jobs.batch "{name}" not found'))
+            return self._json(200, self.standin.job_json(ns, name))
         m, q = self._route()
         st = self.standin
         if not m:

@@ -224,7 +224,69 @@ def missing_objects(docs: list[dict], secrets: dict[str, set[str]], v: dict, ins
     return bad
 
 
+_API_CALL = re.compile(r"\b(create|read|patch|delete|list)_namespaced_(pod|persistent_volume_claim|job)(_log)?\b")
+_VERB = {"create": "create", "read": "get", "patch": "patch", "delete": "delete", "list": "list"}
+_RESOURCE = {"pod": ("", "pods"), "persistent_volume_claim": ("", "persistentvolumeclaims"), "job": ("batch", "jobs")}
+
+
+def backend_api_calls() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every namespaced call the Kubernetes backend makes."""
+    calls = set()
+    for name in ("kubernetes.py", "kubernetes_env.py"):
+        text = (ROOT / "evalrunner_assets" / "execution" / name).read_text()
+        for verb, kind, log in _API_CALL.findall(text):
+            group, resource = _RESOURCE[kind]
+            calls.add((group, resource + ("/log" if log else ""), _VERB[verb]))
+    return calls
+
+
+def unauthorised_calls(docs: list[dict]) -> list[str]:
+    """Calls the backend makes that the controller's Role in the sandbox namespace does not allow."""
+    allowed = {
+        (group, resource, verb)
+        for rule in find(docs, "Role", "evalrunner-sandbox-controller")["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    return sorted(f"{verb} {group or 'core'}/{resource}" for group, resource, verb in backend_api_calls() - allowed)
+
+
 # --- tests ---------------------------------------------------------------------------------
+
+
+def test_the_controllers_role_allows_every_call_the_backend_makes():
+    calls = backend_api_calls()
+    # The parser sees the environment build's calls (and the pods'):
+    assert {("batch", "jobs", "create"), ("", "persistentvolumeclaims", "patch"), ("", "pods", "create")} <= calls
+    assert unauthorised_calls(manifests()) == []
+    docs = manifests()
+    role = find(docs, "Role", "evalrunner-sandbox-controller")
+    role["rules"] = [r for r in role["rules"] if r["resources"] != ["jobs"]]
+    assert unauthorised_calls(docs) == ["create batch/jobs", "delete batch/jobs", "get batch/jobs"]
+
+
+def test_environment_build_egress_policy_and_settings_agree_with_the_code():
+    from ipaddress import ip_address, ip_network
+    from urllib.parse import urlsplit
+
+    from evalrunner_assets.execution.kubernetes_env import package_index_network_policy
+    from resources.sandbox import SandboxResource
+
+    docs = manifests()
+    env = find(docs, "ConfigMap", "evalrunner-env")["data"]
+    deployed = find(docs, "NetworkPolicy", "package-index-egress")
+    (proxy_rule,) = [r for r in deployed["spec"]["egress"] if "ipBlock" in r["to"][0]]
+    cidr, port = proxy_rule["to"][0]["ipBlock"]["cidr"], proxy_rule["ports"][0]["port"]
+    backend = SandboxResource.from_env(env).backend()
+    generated = package_index_network_policy(backend.config, proxy_cidr=cidr, proxy_port=port)
+    assert (deployed["metadata"], deployed["spec"]) == (generated["metadata"], generated["spec"])
+    proxy = urlsplit(env["EVALRUNNER_PACKAGE_INDEX_PROXY"])
+    assert backend.config.package_index_proxy == env["EVALRUNNER_PACKAGE_INDEX_PROXY"]
+    assert ip_address(proxy.hostname) in ip_network(cidr) and proxy.port == port
+    assert backend.config.env_storage_class == env["EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS"]
+    quota = find(docs, "ResourceQuota", "sandbox-quota")["spec"]["hard"]
+    assert int(quota["persistentvolumeclaims"]) > 0  # one claim per environment digest
 
 
 def test_the_readme_parser_sees_the_commands():
@@ -385,6 +447,63 @@ def test_images_are_deployed_by_digest():
     assert "@sha256:" in hook["image"]
     assert "@sha256:" in find(docs, "ConfigMap", "evalrunner-env")["data"]["EVALRUNNER_SANDBOX_IMAGE"]
     assert "RepoDigests" in readme()  # the README step that produces the digests
+
+
+def image_findings(text: str, docs: list[dict], v: dict, dockerfile: str) -> list[str]:
+    """The README's image steps against the Dockerfile and the files it says to pin: the base
+    image it verifies is the Dockerfile's, the stages it builds exist, each image it builds is
+    pushed and resolved to its digest, and the names it pins are the ones deploy/ uses."""
+    bad = []
+    commands = readme_commands(text)
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", dockerfile, flags=re.M)
+    inspected = [c[4] for c in commands if c[:4] == ["docker", "buildx", "imagetools", "inspect"]]
+    if not base or inspected != [base.group(1).split("@")[0]]:
+        bad.append(f"README verifies base image {inspected}, Dockerfile pins {base.group(1) if base else None}")
+    stages = set(re.findall(r"^FROM \S+ AS (\S+)$", dockerfile, flags=re.M))
+    built = {}
+    for c in commands:
+        if c[:2] == ["docker", "build"]:
+            target, tag = c[c.index("--target") + 1], c[c.index("-t") + 1]
+            if target not in stages:
+                bad.append(f"README builds stage {target!r}, which deploy/Dockerfile does not have")
+            built[target] = tag
+    pushed = {c[2] for c in commands if c[:2] == ["docker", "push"]}
+    # VAR=$(docker inspect --format '{{index .RepoDigests 0}}' IMAGE): the image is the last word.
+    resolved = {c[-1].rstrip(")") for c in commands if "{{index .RepoDigests 0}}" in c and "inspect" in c}
+    for tag in built.values():
+        if tag not in pushed or tag not in resolved:
+            bad.append(f"README builds {tag} but does not push it and take its digest")
+    repo_of = {target: tag.split(":")[0].replace("$REGISTRY", "REGISTRY") for target, tag in built.items()}
+    pins = {
+        "helm/values.yaml dagster-user-deployments image": (user_deployment(v)["image"]["repository"], "code-location"),
+        "k8s/50-webhook.yaml image": (
+            find(docs, "Deployment", "evalrunner-webhook")["spec"]["template"]["spec"]["containers"][0]["image"].split(
+                "@"
+            )[0],
+            "code-location",
+        ),
+        "EVALRUNNER_SANDBOX_IMAGE": (
+            find(docs, "ConfigMap", "evalrunner-env")["data"]["EVALRUNNER_SANDBOX_IMAGE"].split("@")[0],
+            "sandbox",
+        ),
+    }
+    for where, (image, target) in pins.items():
+        if image != repo_of.get(target):
+            bad.append(f"{where} is {image!r}; the README builds {target} as {repo_of.get(target)!r}")
+    return bad
+
+
+def test_readme_verifies_the_base_image_and_builds_pushes_and_pins_the_images_deploy_uses():
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    docs, v = manifests(), values()
+    assert image_findings(readme(), docs, v, dockerfile) == []
+    # A renamed sandbox image, a stage the Dockerfile lacks, another base image: each is caught.
+    broken = readme().replace("$REGISTRY/evalrunner-sandbox:$TAG .", "$REGISTRY/evalrunner-box:$TAG .")
+    assert any("EVALRUNNER_SANDBOX_IMAGE" in b for b in image_findings(broken, docs, v, dockerfile))
+    broken = readme().replace("--target sandbox ", "--target sandboxed ")
+    assert any("'sandboxed'" in b for b in image_findings(broken, docs, v, dockerfile))
+    rebased = dockerfile.replace("python:3.11-slim-bookworm@", "python:3.12-slim-bookworm@")
+    assert any("verifies base image" in b for b in image_findings(readme(), docs, v, rebased))
 
 
 @pytest.mark.parametrize("bad", ["EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS", "EVALRUNNER_MODEL_EGRESS_PORT"])

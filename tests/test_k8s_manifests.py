@@ -1,11 +1,9 @@
 """deploy/ manifests and generated sandbox pods: Kubernetes schemas and Pod Security 'restricted'.
 
-Schemas come from kubernetes-validate's bundled copies (offline). The Dagster chart's values
-schema ships only inside the chart (`helm pull dagster/dagster --version 1.13.27 --untar` ->
-dagster/values.schema.json, whose Kubernetes types are $refs to kubernetesjsonschema.dev); no
-PyPI package carries it and neither the chart repository nor that site is reachable here, so
-the Helm values get structural checks only (test_helm_values_use_k8s_run_launcher_daemon_and_our_image)
-and their names are cross-checked in tests/test_k8s_deploy_names.py.
+Schemas come from kubernetes-validate's bundled copies (offline). The Helm values are checked
+against the Dagster chart's own values schema in tests/test_k8s_helm_values.py; here, what the
+schema cannot say (our image, our service account, PSA 'restricted' for the code location), and
+their names are cross-checked in tests/test_k8s_deploy_names.py.
 """
 
 from __future__ import annotations
@@ -288,6 +286,13 @@ def test_sandbox_namespace_enforces_restricted_and_only_the_controller_may_manag
         ("pods/exec", "create"),
         ("pods/exec", "get"),
         ("pods/log", "get"),
+        # repository environment builds: a claim per digest (annotated once built), a Job
+        ("persistentvolumeclaims", "create"),
+        ("persistentvolumeclaims", "get"),
+        ("persistentvolumeclaims", "patch"),
+        ("jobs", "create"),
+        ("jobs", "get"),
+        ("jobs", "delete"),
     }
     binding = docs[("RoleBinding", "evalrunner-sandbox-controller")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "evalrunner-dagster", "namespace": "evalrunner"}]
@@ -330,8 +335,7 @@ def test_dagster_yaml_configures_k8s_run_launcher_and_postgres_per_their_schemas
 
 
 def test_helm_values_use_k8s_run_launcher_daemon_and_our_image():
-    # The chart's values.schema.json (and the k8s definitions it $refs remotely) cannot be
-    # obtained offline, so this checks the structure the chart documents instead.
+    # The chart's schema check is tests/test_k8s_helm_values.py; these are our own choices.
     values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
     assert values["runLauncher"]["type"] == "K8sRunLauncher"
     assert values["dagsterDaemon"]["enabled"] is True

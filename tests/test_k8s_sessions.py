@@ -85,7 +85,7 @@ def test_successive_calls_reuse_one_pod_and_each_sees_only_its_own_outputs(stand
     (created,) = standin.created
     assert created["metadata"]["labels"]["evalrunner.dev/role"] == "session"
     assert [c for _, c, _ in standin.execs] == ["collector"] * 3
-    assert b.sandbox_counts() == {"cold_pods": 0, "session_pods": 1, "session_calls": 3}
+    assert b.sandbox_counts() == {"cold_pods": 0, "session_pods": 1, "session_calls": 3, "env_build_pods": 0}
     session.close()
     assert standin.deleted == [created["metadata"]["name"]] and not standin.pods
     closed = session.call({"op": "ping"}, timeout=5)
@@ -214,5 +214,6 @@ def test_a_comparison_on_kubernetes_runs_warm_session_pods_and_reports_the_pod_c
         "cold_pods": len(standin.created) - len(session_pods),  # the .evals/list runs
         "session_pods": len(session_pods),
         "session_calls": 2 * len(session_pods) + landed,  # ping + ids per pod, one call per window
+        "env_build_pods": 0,  # the example repository declares no dependencies
     }
     assert not standin.pods  # every pod deleted when the comparison ended

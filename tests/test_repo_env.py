@@ -307,15 +307,15 @@ def test_a_cold_window_runs_with_the_environment_mounted(bwrap_backend, index, t
     assert run.key.runtime_digest != bwrap_backend.runtime_digest()
 
 
-def test_backends_that_cannot_mount_environments_refuse_naming_the_file(tmp_path):
-    class KubernetesStandIn:  # no cluster here: only the backend's name is consulted
-        name = "kubernetes"
+def test_backends_that_cannot_build_environments_refuse_naming_the_file(tmp_path):
+    class NoEnvironments:  # only the backend's name (and the absence of ensure_environment) counts
+        name = "unsafe-local"
 
     export = _repo(tmp_path, {"requirements.txt": "tinydep\n"})
     with pytest.raises(
         EnvironmentBuildError, match=r"^requirements.txt: the repository declares dependencies.*bubblewrap"
     ):
         EnvironmentStore(tmp_path / "envs", index="http://127.0.0.1:9/simple").ensure(
-            KubernetesStandIn(), export, detect_environment(export.path)
+            NoEnvironments(), export, detect_environment(export.path)
         )  # type: ignore[arg-type]
     assert not (tmp_path / "envs").exists()

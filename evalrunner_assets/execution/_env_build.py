@@ -9,7 +9,8 @@ under constraints pinning the controller's versions, then ``uv pip check``. On f
 
 With ``plan["standalone"]`` (a Kubernetes build Job, whose pod runs the evalrunner image: the
 same packages as the controller) the pod also does the controller's parts itself: it creates
-the virtualenv and the stubs first, and removes the stubs and adds the ``.pth`` afterwards.
+the virtualenv and the stubs first, and removes the stubs and adds the ``.pth`` afterwards;
+the environment's record (as in its marker file) is written to ``$EVALRUNNER_OUT/environment.json``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import subprocess
 import sys
 
-REPO = "/work/repo"
+REPO = os.environ.get("EVALRUNNER_REPO", "/work/repo")  # the wrapper says where the commit is
 
 
 def _run(step: str, argv: list[str]) -> None:
@@ -41,10 +42,13 @@ def main(argv: list[str]) -> int:
     plan = json.loads(argv[0])
     python = os.path.join(plan["env"], "bin", "python")
     if plan.get("standalone"):
+        import shutil
         from pathlib import Path
 
         from evalrunner_assets.execution import environment as envmod
 
+        # A build that failed earlier may have left a partial environment on the volume.
+        shutil.rmtree(plan["env"], ignore_errors=True)
         _run("uv venv", ["uv", "venv", "--quiet", "--no-config", "--python", sys.executable, plan["env"]])
         stubs = envmod._write_stubs(envmod._site_packages(Path(plan["env"])))
         constraints = os.path.join(os.environ.get("HOME", "/tmp"), "constraints.txt")
@@ -56,7 +60,12 @@ def main(argv: list[str]) -> int:
             "controller_packages": sorted(n for n, _ in envmod.controller_distributions().values()),
         }
         _install(plan, python)
-        envmod.finish_environment(Path(plan["env"]), stubs, plan)
+        record = envmod.finish_environment(Path(plan["env"]), stubs, plan)
+        # The controller cannot read the volume: the record travels back as a signed output.
+        out = os.path.join(os.environ.get("EVALRUNNER_OUT", "/work/out"), "environment.json")
+        with open(out + ".tmp", "w") as f:
+            json.dump(record, f, sort_keys=True)
+        os.replace(out + ".tmp", out)
         return 0
     _install(plan, python)
     return 0

@@ -35,6 +35,11 @@ a file lock serialises builders, the build writes into a temporary directory (sh
 build sandbox at the final path, so scripts and paths inside are right) that is renamed into
 place only when complete; a failed build leaves nothing.
 
+On Kubernetes (a backend with ``ensure_environment``) the environment is a volume claim per
+digest on the cluster, built by a Job and mounted read-only into pods at ``/envs/<digest>``
+(:meth:`~evalrunner_assets.execution.kubernetes.KubernetesBackend.ensure_environment`); this
+module then only writes the lake record.
+
 The install runs untrusted code (sdist and project builds), so it runs in a sandbox whose only
 network is the package index (``$EVALRUNNER_PACKAGE_INDEX``, default PyPI): a loopback index
 is relayed by a :class:`~evalrunner_assets.execution.channel.UnixForwarder` on the same port;
@@ -75,6 +80,7 @@ from evalrunner_assets.execution.sandbox import (
     RepoExport,
     SandboxBackend,
     SandboxRequest,
+    SandboxResult,
     SandboxStatus,
     WritableMount,
 )
@@ -550,6 +556,18 @@ def _sweep(root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+def remote_builder(backend: Any) -> Any:
+    """``backend.ensure_environment`` when the backend keeps repository environments itself
+    (on a cluster, not in this machine's directories), else None. Wrappers that run through an
+    ``inner`` backend (the model gateway's) are looked through."""
+    while backend is not None:
+        found = getattr(backend, "ensure_environment", None)
+        if found is not None:
+            return found
+        backend = getattr(backend, "inner", None)
+    return None
+
+
 class EnvironmentStore:
     """Builds and finds repository environments by digest (see the module docstring)."""
 
@@ -580,7 +598,20 @@ class EnvironmentStore:
     def ensure(
         self, backend: SandboxBackend, export: RepoExport, spec: EnvSpec, cancel: threading.Event | None = None
     ) -> BuiltEnvironment:
-        """The environment of ``spec``, built (in ``backend``) unless it exists."""
+        """The environment of ``spec``, built (in ``backend``) unless it exists.
+
+        A backend that keeps environments itself (``ensure_environment``: Kubernetes, one
+        volume per digest on the cluster) builds and finds them there; the lake record is
+        written here either way."""
+        remote = remote_builder(backend)
+        if remote is not None:
+            if spec.kind == KIND_LOCK:
+                _lock_conflicts(spec)
+            built, record = remote(export, spec, index=self.index, cancel=cancel)
+            if record is not None:
+                self.builds += 1
+                self._record(spec.digest, record)
+            return built
         found = self.find(spec)
         if found is not None:
             return found
@@ -588,11 +619,11 @@ class EnvironmentStore:
             _lock_conflicts(spec)  # before any sandbox: a pin evalrunner cannot honour
         if getattr(backend, "name", None) != "bubblewrap":
             # Built environments are local directories mounted at their own path: only the
-            # bubblewrap backend can build and mount them (Kubernetes: deploy/README.md).
+            # bubblewrap backend can build and mount them here.
             raise EnvironmentBuildError(
                 f"{spec.source}: the repository declares dependencies, and installing them needs the "
-                f"bubblewrap backend (the {getattr(backend, 'name', backend)!r} backend cannot build "
-                "repository environments yet)",
+                f"bubblewrap or kubernetes backend (the {getattr(backend, 'name', backend)!r} backend "
+                "cannot build repository environments)",
                 source=spec.source,
             )
         self.root.mkdir(parents=True, exist_ok=True)
@@ -603,6 +634,12 @@ class EnvironmentStore:
                 return found
             _sweep(self.root)
             return self._build(backend, export, spec, cancel)
+
+    def _record(self, digest: str, record: dict[str, Any]) -> None:
+        if self.lake is not None:
+            from lake import LAYOUT
+
+            self.lake.write_bytes(LAYOUT.env_record(digest), json.dumps(record, indent=2, sort_keys=True).encode())
 
     def _build(
         self, backend: SandboxBackend, export: RepoExport, spec: EnvSpec, cancel: threading.Event | None
@@ -667,17 +704,7 @@ class EnvironmentStore:
                 service.close()
                 shutil.rmtree(source, ignore_errors=True)
             if result.status is not SandboxStatus.OK:
-                report = _report(result.outputs.get("build.json"))
-                if report is None or result.status is not SandboxStatus.EXIT_NONZERO:
-                    raise EnvironmentBuildError(
-                        f"{spec.source}: the environment build did not finish ({result.status.value}: "
-                        f"{result.detail or 'exit ' + str(result.exit_code)}); stderr ends: "
-                        f"{result.stderr_tail.strip()[-400:]}",
-                        source=spec.source,
-                        infrastructure=result.status is not SandboxStatus.EXIT_NONZERO,
-                        log_tail=result.stderr_tail,
-                    )
-                raise explain_failure(spec.source, self.index, str(report.get("step")), str(report.get("log", "")))
+                raise_build_failure(spec, self.index, result)
             shutil.rmtree(build)
             record = finish_environment(
                 tmp, stubs, {**plan, "digest": spec.digest, "built_from": f"{export.repo}@{export.commit}"}
@@ -692,13 +719,26 @@ class EnvironmentStore:
             shutil.rmtree(tmp.parent / f"{tmp.name}-src", ignore_errors=True)
             raise
         self.builds += 1
-        if self.lake is not None:
-            from lake import LAYOUT
-
-            self.lake.write_bytes(LAYOUT.env_record(spec.digest), json.dumps(record, indent=2, sort_keys=True).encode())
+        self._record(spec.digest, record)
         return BuiltEnvironment(
             spec.digest, str(final), spec.kind, spec.source, reused=False, build_s=build_s, packages=packages
         )
+
+
+def raise_build_failure(spec: EnvSpec, index: str, result: SandboxResult) -> None:
+    """Raise the :class:`EnvironmentBuildError` a failed build sandbox's result means: the
+    failing step and package from its ``build.json``, or an infrastructure failure."""
+    report = _report(result.outputs.get("build.json"))
+    if report is None or result.status is not SandboxStatus.EXIT_NONZERO:
+        raise EnvironmentBuildError(
+            f"{spec.source}: the environment build did not finish ({result.status.value}: "
+            f"{result.detail or 'exit ' + str(result.exit_code)}); stderr ends: "
+            f"{result.stderr_tail.strip()[-400:]}",
+            source=spec.source,
+            infrastructure=result.status is not SandboxStatus.EXIT_NONZERO,
+            log_tail=result.stderr_tail,
+        )
+    raise explain_failure(spec.source, index, str(report.get("step")), str(report.get("log", "")))
 
 
 def _report(raw: bytes | None) -> dict[str, Any] | None:
@@ -741,6 +781,8 @@ __all__ = [
     "env_root",
     "explain_failure",
     "index_url",
+    "raise_build_failure",
+    "remote_builder",
     "runtime_with_env",
     "spec_for_file",
 ]

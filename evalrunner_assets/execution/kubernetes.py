@@ -19,6 +19,11 @@ Life of one request (both paths build the same pod with :func:`build_sandbox_pod
    exec stream -- which does not pass through the pod log. Everything is re-checked here.
 5. **Delete**, always, whatever happened before.
 
+Repository environments (:meth:`KubernetesBackend.ensure_environment`): one volume claim per
+environment digest, built once by a Job whose pod is run through the same steps (create,
+deliver, wait, collect, delete), its record kept as an annotation on the claim; sandbox pods of
+commits with that digest mount the claim read-only (``request.python_env`` = ``/envs/<digest>``).
+
 Failures are classified from the pod status: ``DeadlineExceeded`` -> TIMEOUT, eviction and image
 pull errors (after a bounded wait) -> CRASHED with the cause, cancellation -> the pod is deleted
 and the result is CANCELLED.
@@ -38,9 +43,9 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,12 +56,16 @@ from evalrunner_assets.execution.sandbox import (
     SANDBOX_OUT_DIR,
     SANDBOX_REPO_DIR,
     NetworkPolicy,
+    RepoExport,
     SandboxBackend,
     SandboxRequest,
     SandboxResult,
     SandboxStatus,
     SandboxUnavailable,
 )
+
+if TYPE_CHECKING:  # environment.py loads the build machinery; only its types are needed here
+    from evalrunner_assets.execution.environment import BuiltEnvironment, EnvSpec
 
 BACKEND_NAME = "kubernetes"
 LABEL_PREFIX = "evalrunner.dev/"
@@ -69,6 +78,34 @@ COLLECTOR_CONTAINER = "collector"
 PULL_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"}
 FATAL_PULL_ERRORS = {"InvalidImageName", "ErrImageNeverPull"}  # retrying cannot help
 CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+
+# Repository environments (kubernetes_env.py): one PersistentVolumeClaim per environment
+# digest, written once by a build Job, then mounted read-only at the same path everywhere.
+ENV_MOUNT_ROOT = "/envs"
+ENV_VOLUME = "env"
+ENV_BUILT_ANNOTATION = LABEL_PREFIX + "env-record"  # set on the claim once the build succeeded
+_ENV_PATH = re.compile(r"^/envs/([0-9a-f]{8,64})$")
+
+
+def env_mount_path(digest: str) -> str:
+    return f"{ENV_MOUNT_ROOT}/{digest}"
+
+
+def env_claim_name(digest: str) -> str:
+    return f"evalrunner-env-{digest}"
+
+
+def env_digest_of(python_env: str) -> str:
+    """The digest of a Kubernetes environment path (``/envs/<digest>``); raises
+    :class:`KubernetesSandboxError` naming the path otherwise."""
+    m = _ENV_PATH.match(python_env)
+    if m is None:
+        raise KubernetesSandboxError(
+            f"request.python_env {python_env!r} is not a Kubernetes environment ({ENV_MOUNT_ROOT}/<digest>, "
+            "from KubernetesBackend.ensure_environment): a local directory cannot be mounted into a pod"
+        )
+    return m.group(1)
+
 
 MOUNTS = {
     "repo": SANDBOX_REPO_DIR,
@@ -158,6 +195,18 @@ class KubernetesSandboxConfig(BaseModel):
         gt=0,
         description="Longest life of a warm session pod (its activeDeadlineSeconds, plus the slacks); the warm pool closes sessions of decided tasks long before.",
     )
+    env_claim_size: str = Field("2Gi", description="Size of each repository environment's volume claim.")
+    env_storage_class: str | None = Field(
+        None,
+        description="StorageClass of environment claims; it must offer ReadWriteOnce and ReadOnlyMany (e.g. a Filestore/NFS class). None: the cluster default.",
+    )
+    package_index_proxy: str | None = Field(
+        None,
+        description="http://host:port of the allow-listing proxy in front of the package index that environment build pods use (the package-index NetworkPolicy admits only it).",
+    )
+    env_build_wait_seconds: float = Field(
+        3600.0, gt=0, description="How long to wait for another controller's build of the same environment."
+    )
 
 
 class KubernetesSandboxError(RuntimeError):
@@ -241,6 +290,7 @@ def build_sandbox_pod(
             "request.network is model-egress but KubernetesSandboxConfig.model_egress_cidr/model_egress_port "
             "are not set: configure them (and the matching NetworkPolicy in deploy/k8s)"
         )
+    env_digest = env_digest_of(request.python_env) if request.python_env else None
     limits = request.limits
     labels = {
         "app.kubernetes.io/name": "evalrunner-sandbox",
@@ -289,6 +339,8 @@ def build_sandbox_pod(
         "--control",
         MOUNTS["control"],
         *(["--inbox", MOUNTS["inbox"]] if session else []),
+        # The environment's bin goes first on the child's PATH (as the local backends do).
+        *(["--python-env", env_mount_path(env_digest)] if env_digest else []),
         "--workdir",
         request.workdir,
         *([] if session else ["--wall-seconds", f"{limits.wall_seconds:g}"]),
@@ -375,6 +427,18 @@ def build_sandbox_pod(
                     {"name": "control", "mountPath": MOUNTS["control"]},
                     {"name": "tmp", "mountPath": MOUNTS["tmp"]},
                     *([{"name": "inbox", "mountPath": MOUNTS["inbox"], "readOnly": True}] if session else []),
+                    *(
+                        [
+                            {
+                                "name": ENV_VOLUME,
+                                "mountPath": env_mount_path(env_digest),
+                                "subPath": env_digest,  # the build wrote it there on the claim
+                                "readOnly": True,
+                            }
+                        ]
+                        if env_digest
+                        else []
+                    ),
                 ],
             },
             {
@@ -399,6 +463,16 @@ def build_sandbox_pod(
             *(
                 [{"name": "inbox", "emptyDir": {"sizeLimit": _quantity(2 * pod_wrapper.MAX_REQUEST_BYTES)}}]
                 if session
+                else []
+            ),
+            *(
+                [
+                    {
+                        "name": ENV_VOLUME,
+                        "persistentVolumeClaim": {"claimName": env_claim_name(env_digest), "readOnly": True},
+                    }
+                ]
+                if env_digest
                 else []
             ),
         ],
@@ -647,6 +721,66 @@ class PodLaunch:
     collect_messages: Callable[[], list[dict[str, Any]]]
 
 
+class _JobExists(Exception):
+    pass
+
+
+class _EnvironmentCache:
+    """Environments this controller process knows are built (shared by the backends made
+    with :meth:`KubernetesBackend.with_launcher`), and one lock per digest."""
+
+    def __init__(self) -> None:
+        self.built: dict[str, BuiltEnvironment] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def lock(self, digest: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(digest, threading.Lock())
+
+
+def _env_error(spec: EnvSpec, why: str) -> Exception:
+    from evalrunner_assets.execution.environment import EnvironmentBuildError
+
+    return EnvironmentBuildError(
+        f"{spec.source}: the environment {spec.digest} cannot be built on Kubernetes: {why}",
+        source=spec.source,
+        infrastructure=True,
+    )
+
+
+_MAX_RECORD_BYTES = 200_000  # the claim annotation that carries it (all annotations: 256 KiB)
+
+
+def _checked_record(spec: EnvSpec, raw: bytes | None) -> dict[str, Any]:
+    """The build's ``environment.json``: written inside the build sandbox, so only its shape
+    is trusted after checking (it is informational: the package list)."""
+    if not raw:
+        raise _env_error(spec, "the build finished but reported no environment.json")
+    if len(raw) > _MAX_RECORD_BYTES:
+        raise _env_error(spec, f"its environment.json exceeds {_MAX_RECORD_BYTES} bytes")
+    try:
+        record = json.loads(raw)
+    except ValueError as exc:
+        raise _env_error(spec, "its environment.json is not JSON") from exc
+    if not isinstance(record, dict) or record.get("digest") != spec.digest:
+        raise _env_error(spec, "its environment.json is not this environment's record")
+    packages = record.get("packages")
+    if not isinstance(packages, list) or not all(isinstance(p, str) for p in packages):
+        raise _env_error(spec, "its environment.json has no package list")
+    return record
+
+
+def _delete_job(batch: Any, name: str, namespace: str) -> None:
+    import kubernetes
+
+    try:
+        batch.delete_namespaced_job(name, namespace, propagation_policy="Background", grace_period_seconds=0)
+    except kubernetes.client.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
 class PodLauncher(Protocol):
     """Creates a sandbox pod through another client (e.g. an orchestrator's, so that its event
     log shows the pod) and waits until it finishes. It calls ``launch.collect_messages()`` once
@@ -680,19 +814,21 @@ class KubernetesBackend(SandboxBackend):
         self._api_client = api_client
         self._launcher = launcher
         self._slots = _slots or threading.BoundedSemaphore(config.max_concurrent_pods)
-        self._counts: dict[str, int] = {"cold_pods": 0, "session_pods": 0, "session_calls": 0}
+        self._counts: dict[str, int] = {"cold_pods": 0, "session_pods": 0, "session_calls": 0, "env_build_pods": 0}
         self._counts_lock = threading.Lock()
+        self._envs = _EnvironmentCache()
 
     def with_launcher(self, launcher: PodLauncher) -> KubernetesBackend:
         """The same backend (sharing its concurrency slots and pod counts), creating its pods
         through ``launcher``."""
         bound = KubernetesBackend(self.config, api_client=self._api_client, launcher=launcher, _slots=self._slots)
-        bound._counts, bound._counts_lock = self._counts, self._counts_lock
+        bound._counts, bound._counts_lock, bound._envs = self._counts, self._counts_lock, self._envs
         return bound
 
     def sandbox_counts(self) -> dict[str, int]:
         """Pods this backend created: ``cold_pods`` (one request each), ``session_pods`` (warm
-        sessions, each serving ``session_calls`` requests in all)."""
+        sessions, each serving ``session_calls`` requests in all), ``env_build_pods``
+        (repository environment builds, one per environment digest the cluster lacked)."""
         with self._counts_lock:
             return dict(self._counts)
 
@@ -751,6 +887,166 @@ class KubernetesBackend(SandboxBackend):
         if request.channels:
             raise KubernetesSandboxError(_NO_CHANNELS)
         return KubernetesWarmSession(self, request)
+
+    def ensure_environment(
+        self, export: RepoExport, spec: EnvSpec, *, index: str, cancel: threading.Event | None = None
+    ) -> tuple[BuiltEnvironment, dict[str, Any] | None]:
+        """The repository environment ``spec`` on the cluster: its claim
+        ``evalrunner-env-<digest>``, built by a Job unless the claim already records a build.
+        Returns the environment (``path`` is where sandbox pods see it, ``/envs/<digest>``) and
+        the build's record when this call built it (None when it was there already).
+
+        The build Job's pod is run like a sandbox pod: the repository delivered through
+        ``attach``, the signed result and ``environment.json`` collected through ``exec``; on
+        success the record is written on the claim (annotation ``evalrunner.dev/env-record``),
+        which is what every controller checks before building. One build per digest: within
+        this process a lock, across controllers the Job's fixed name (a second controller that
+        finds it waits for the first one's record). Raises :class:`EnvironmentBuildError`."""
+        from evalrunner_assets.execution.environment import BuiltEnvironment
+
+        cancel = cancel or threading.Event()
+        with self._envs.lock(spec.digest):
+            known = self._envs.built.get(spec.digest)
+            if known is not None:
+                return replace(known, reused=True, build_s=0.0), None
+            record = self._env_record(spec)
+            built_record: dict[str, Any] | None = None
+            if record is None:
+                record, built_here = self._build_environment(export, spec, index=index, cancel=cancel)
+                built_record = record if built_here else None
+            built = BuiltEnvironment(
+                spec.digest,
+                env_mount_path(spec.digest),
+                spec.kind,
+                spec.source,
+                reused=built_record is None,
+                build_s=float(record.get("build_s", 0.0)) if built_record is not None else 0.0,
+                packages=tuple(str(p) for p in record.get("packages", ())),
+            )
+            self._envs.built[spec.digest] = built
+            return built, built_record
+
+    def _env_record(self, spec: EnvSpec) -> dict[str, Any] | None:
+        """The build record on the environment's claim; None when the claim is missing or not
+        built yet."""
+        import kubernetes
+
+        try:
+            claim = self._core().read_namespaced_persistent_volume_claim(
+                env_claim_name(spec.digest), self.config.namespace
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _env_error(spec, f"reading its volume claim failed: {exc.status} {exc.reason}") from exc
+        raw = ((claim.metadata.annotations or {}) if claim.metadata else {}).get(ENV_BUILT_ANNOTATION)
+        if not raw:
+            return None
+        try:
+            record = json.loads(raw)
+        except ValueError as exc:
+            raise _env_error(spec, f"its claim's {ENV_BUILT_ANNOTATION} annotation is not JSON") from exc
+        return record if isinstance(record, dict) else None
+
+    def _build_environment(
+        self, export: RepoExport, spec: EnvSpec, *, index: str, cancel: threading.Event
+    ) -> tuple[dict[str, Any], bool]:
+        """The build's record, and whether this call built it (False: another controller's
+        build of the same digest finished while this one waited)."""
+        import kubernetes
+
+        from evalrunner_assets.execution.environment import raise_build_failure
+        from evalrunner_assets.execution.kubernetes_env import (
+            build_environment_job,
+            environment_build_request,
+            environment_claim,
+        )
+
+        started = time.monotonic()
+        core = self._core()
+        claim = environment_claim(
+            spec, self.config, size=self.config.env_claim_size, storage_class=self.config.env_storage_class
+        )
+        try:
+            core.create_namespaced_persistent_volume_claim(self.config.namespace, claim)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:  # 409: it exists (an earlier, failed or concurrent build)
+                raise _env_error(
+                    spec, f"its volume claim was refused: {exc.status} {exc.reason}: {_api_message(exc)}"
+                ) from exc
+        request = environment_build_request(spec, export, index=index, index_proxy=self.config.package_index_proxy)
+        try:
+            tarball = build_repo_tarball(export.path, self.config.repo_size_limit_bytes)
+        except KubernetesSandboxError as exc:
+            raise _env_error(spec, str(exc)) from exc
+        for _attempt in range(2):  # a second time only after clearing a finished stale Job
+            run = _PodRun(self, request, tarball, cancel, started)
+            job = build_environment_job(
+                spec,
+                export,
+                self.config,
+                index=index,
+                index_proxy=self.config.package_index_proxy,
+                sandbox_id=run.sandbox_id,
+            )
+            try:
+                try:
+                    result = run.via_job(job)
+                except _JobExists:
+                    other = self._wait_for_other_build(spec, job["metadata"]["name"], cancel)
+                    if other is not None:
+                        return other, False
+                    continue
+                if result.status is not SandboxStatus.OK:
+                    raise_build_failure(spec, index, result)
+                record = _checked_record(spec, result.outputs.get("environment.json"))
+                record["build_s"] = round(time.monotonic() - started, 3)
+                # Recorded before the Job goes: a controller waiting on the Job then finds it.
+                try:
+                    core.patch_namespaced_persistent_volume_claim(
+                        env_claim_name(spec.digest),
+                        self.config.namespace,
+                        {"metadata": {"annotations": {ENV_BUILT_ANNOTATION: json.dumps(record, sort_keys=True)}}},
+                    )
+                except kubernetes.client.ApiException as exc:
+                    raise _env_error(
+                        spec, f"recording the build on its claim failed: {exc.status} {exc.reason}"
+                    ) from exc
+                return record, True
+            finally:
+                run.end_job()
+        raise _env_error(spec, f"the build Job {job['metadata']['name']!r} exists and keeps coming back")
+
+    def _wait_for_other_build(self, spec: EnvSpec, job_name: str, cancel: threading.Event) -> dict[str, Any] | None:
+        """Another controller's build Job of this digest exists: its record once it lands, or
+        None when the Job finished without one (deleted here, so the caller may build)."""
+        import kubernetes
+
+        batch = kubernetes.client.BatchV1Api(self._api_client)
+        give_up = time.monotonic() + self.config.env_build_wait_seconds
+        while time.monotonic() < give_up:
+            record = self._env_record(spec)
+            if record is not None:
+                return record
+            try:
+                job = batch.read_namespaced_job(job_name, self.config.namespace)
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            status = job.status
+            if status is not None and (status.succeeded or status.failed):
+                record = self._env_record(spec)  # it may have landed between the two reads
+                if record is None:
+                    _delete_job(batch, job_name, self.config.namespace)
+                return record
+            if cancel.wait(self.config.poll_interval_seconds):
+                raise _env_error(spec, "cancelled while another controller built it")
+        raise _env_error(
+            spec,
+            f"another controller's build Job {job_name!r} did not finish within "
+            f"env_build_wait_seconds={self.config.env_build_wait_seconds:g}",
+        )
 
     # -- plumbing
 
@@ -895,6 +1191,63 @@ class _PodRun:
                 detail=self.delivery_error or pipes_error or f"pod ended in state {obs.phase}",
             )
         finally:
+            self._delete()
+
+    def via_job(self, job: dict) -> SandboxResult:
+        """Run a Job whose pod template is this request's sandbox pod (labelled with our
+        sandbox id): create it, then deliver, wait and collect exactly as for a pod we created.
+        The caller ends it with :meth:`end_job` once it has recorded the outcome (a controller
+        waiting on the same Job treats its disappearance as the end of the build). Raises
+        :class:`_JobExists` when a Job of that name exists already."""
+        import kubernetes
+
+        batch = kubernetes.client.BatchV1Api(self.core.api_client)
+        name, namespace = job["metadata"]["name"], self.config.namespace
+        self.job_name = ""
+        deadline = time.monotonic() + self.config.quota_wait_seconds
+        backoff = 0.5
+        while True:
+            if self.cancel.is_set():
+                return self.backend._result(SandboxStatus.CANCELLED, self.started, detail="cancelled before the Job")
+            try:
+                batch.create_namespaced_job(namespace, job)
+                self.job_name = name
+                break
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 409:
+                    raise _JobExists() from exc
+                if exc.status == 403 and "exceeded quota" in _api_message(exc) and time.monotonic() < deadline:
+                    self.cancel.wait(backoff)
+                    backoff = min(backoff * 2, 15.0)
+                    continue
+                return self.backend._result(
+                    SandboxStatus.CRASHED,
+                    self.started,
+                    detail=f"build Job creation refused: {exc.status} {exc.reason}: {_api_message(exc)}",
+                )
+        give_up = time.monotonic() + self.config.startup_slack_seconds + 60
+        while self._find_pod() is None:  # the Job controller creates the pod
+            if self.cancel.is_set():
+                return self.backend._result(SandboxStatus.CANCELLED, self.started, detail="cancelled; Job deleted")
+            if time.monotonic() > give_up:
+                return self.backend._result(
+                    SandboxStatus.CRASHED,
+                    self.started,
+                    detail=f"the build Job {name!r} made no pod within startup_slack_seconds + 60s",
+                )
+            self.cancel.wait(min(self.config.poll_interval_seconds, 0.5))
+        self.backend._count("env_build_pods")
+        return self._wait_and_collect()
+
+    def end_job(self) -> None:
+        """Delete the Job :meth:`via_job` created (if it did) and its pod, whose collector would
+        otherwise hold it until its deadline."""
+        import kubernetes
+
+        if getattr(self, "job_name", ""):
+            _delete_job(kubernetes.client.BatchV1Api(self.core.api_client), self.job_name, self.config.namespace)
+            self.job_name = ""
+        if self.pod_seen:
             self._delete()
 
     def collect_messages(self) -> list[dict[str, Any]]:

@@ -3,11 +3,12 @@
 One environment digest, one ``PersistentVolumeClaim`` (``evalrunner-env-<digest>``) and one
 build ``Job``: a sandbox pod (the same PSA-restricted shape, the same repository delivery) whose
 command is ``python -m evalrunner_assets.execution._env_build`` in standalone mode, writing the
-environment at ``/envs/<digest>`` on that volume, the only writable place besides its scratch.
-Its pods are labelled ``evalrunner.dev/network=package-index``, the one label
+environment at ``/envs/<digest>`` on that volume (mounted at ``/envs``), the only writable place
+besides its scratch. Its pods are labelled ``evalrunner.dev/network=package-index``, the one label
 :func:`package_index_network_policy` lets reach the package index (an allow-listing proxy in
-the cluster). Sandbox pods of commits with that digest then mount the claim read-only at the
-same path (:func:`environment_volume`). Pure functions: manifests as dicts, validated in tests.
+the cluster). Sandbox pods of commits with that digest then mount the claim's ``<digest>``
+directory read-only at the same path (``build_sandbox_pod`` with ``request.python_env``).
+Pure functions: manifests as dicts; :meth:`KubernetesBackend.ensure_environment` runs them.
 """
 
 from __future__ import annotations
@@ -18,23 +19,19 @@ from typing import Any
 
 from evalrunner_assets.execution.environment import BUILD_LIMITS, EnvSpec
 from evalrunner_assets.execution.kubernetes import (
+    ENV_MOUNT_ROOT,
+    ENV_VOLUME,
     NETWORK_LABEL,
     SANDBOX_CONTAINER,
     KubernetesSandboxConfig,
     build_sandbox_pod,
+    env_claim_name,
+    env_mount_path,
 )
 from evalrunner_assets.execution.sandbox import SANDBOX_REPO_DIR, RepoExport, SandboxRequest
 
-ENV_MOUNT_ROOT = "/envs"
 PACKAGE_INDEX_NETWORK = "package-index"
-
-
-def env_mount_path(digest: str) -> str:
-    return f"{ENV_MOUNT_ROOT}/{digest}"
-
-
-def claim_name(digest: str) -> str:
-    return f"evalrunner-env-{digest}"
+claim_name = env_claim_name
 
 
 def environment_claim(
@@ -56,17 +53,10 @@ def environment_claim(
     return claim
 
 
-def environment_volume(digest: str, *, read_only: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(volume, volumeMount) that put the environment at its path in a sandbox pod."""
-    volume = {"name": "env", "persistentVolumeClaim": {"claimName": claim_name(digest), "readOnly": read_only}}
-    mount = {"name": "env", "mountPath": env_mount_path(digest), "readOnly": read_only}
-    return volume, mount
-
-
-def build_environment_job(
-    spec: EnvSpec, export: RepoExport, config: KubernetesSandboxConfig, *, index: str, index_proxy: str | None = None
-) -> dict[str, Any]:
-    """The build Job of ``spec``'s environment for ``export`` (one commit with that digest)."""
+def environment_build_request(
+    spec: EnvSpec, export: RepoExport, *, index: str, index_proxy: str | None = None
+) -> SandboxRequest:
+    """The sandbox request the build Job's pod runs (standalone ``_env_build``)."""
     plan = {
         "kind": spec.kind,
         "source": spec.source,
@@ -74,6 +64,8 @@ def build_environment_job(
         "index": index,
         "env": env_mount_path(spec.digest),
         "standalone": True,
+        "digest": spec.digest,
+        "built_from": f"{export.repo}@{export.commit}",
     }
     env = {
         "UV_CACHE_DIR": "/work/home/uv-cache",
@@ -83,21 +75,38 @@ def build_environment_job(
     }
     if index_proxy:
         env.update(HTTPS_PROXY=index_proxy, HTTP_PROXY=index_proxy, UV_NATIVE_TLS="1")
-    request = SandboxRequest(
+    return SandboxRequest(
         argv=("python", "-m", "evalrunner_assets.execution._env_build", json.dumps(plan, sort_keys=True)),
         export=export,
         env=env,
         limits=replace(BUILD_LIMITS),
         labels={"step": "environment", "env-digest": spec.digest},
     )
-    name = f"evalrunner-env-{spec.digest}"[:63]
-    pod = build_sandbox_pod(request, config, sandbox_id=f"env-{spec.digest}"[:63])
+
+
+def build_environment_job(
+    spec: EnvSpec,
+    export: RepoExport,
+    config: KubernetesSandboxConfig,
+    *,
+    index: str,
+    index_proxy: str | None = None,
+    sandbox_id: str | None = None,
+) -> dict[str, Any]:
+    """The build Job of ``spec``'s environment for ``export`` (one commit with that digest).
+    ``sandbox_id`` labels its pod (the controller finds the pod by it to deliver and collect)."""
+    request = environment_build_request(spec, export, index=index, index_proxy=index_proxy)
+    name = env_claim_name(spec.digest)[:63]
+    pod = build_sandbox_pod(request, config, sandbox_id=sandbox_id or f"env-{spec.digest}"[:63])
     pod_spec = pod["spec"]
-    volume, mount = environment_volume(spec.digest, read_only=False)
-    pod_spec["volumes"].append(volume)
+    pod_spec["volumes"].append(
+        {"name": ENV_VOLUME, "persistentVolumeClaim": {"claimName": env_claim_name(spec.digest)}}
+    )
     for c in pod_spec["containers"]:
         if c["name"] == SANDBOX_CONTAINER:
-            c["volumeMounts"].append(mount)
+            # The whole claim: the build creates /envs/<digest> itself (a fresh volume's root
+            # may hold lost+found, and uv will not make a virtualenv in a non-empty directory).
+            c["volumeMounts"].append({"name": ENV_VOLUME, "mountPath": ENV_MOUNT_ROOT, "readOnly": False})
             if spec.install_project:
                 # The project's build writes its metadata into the source tree; this pod's
                 # copy of the repository is its own (an emptyDir), so it may.
@@ -154,4 +163,10 @@ def package_index_network_policy(
     }
 
 
-__all__ = ["build_environment_job", "environment_claim", "environment_volume", "package_index_network_policy"]
+__all__ = [
+    "build_environment_job",
+    "claim_name",
+    "environment_build_request",
+    "environment_claim",
+    "package_index_network_policy",
+]

@@ -296,8 +296,11 @@ def _child_cwd(args: argparse.Namespace) -> Path | None:
 
 def _child_env(args: argparse.Namespace) -> dict[str, str]:
     # The same fixed variables as the local backends' sandboxes; nothing of our own leaks in.
+    path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    if getattr(args, "python_env", None):  # a repository environment, mounted read-only
+        path = f"{os.path.join(args.python_env, 'bin')}:{path}"
     env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "PATH": path,
         "HOME": args.scratch,
         "TMPDIR": args.tmp,
         "LANG": "C.UTF-8",
@@ -752,6 +755,7 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--tmp", default="/tmp")
     x.add_argument("--control", required=True)
     x.add_argument("--workdir", default=".")
+    x.add_argument("--python-env", default=None)
     x.add_argument("--wall-seconds", type=float, required=True)
     x.add_argument("--cpu-seconds", type=int, required=True)
     x.add_argument("--file-size-bytes", type=int, required=True)
@@ -764,6 +768,7 @@ def _parser() -> argparse.ArgumentParser:
         v.add_argument(flag, required=True)
     v.add_argument("--tmp", default="/tmp")
     v.add_argument("--workdir", default=".")
+    v.add_argument("--python-env", default=None)
     v.add_argument("--cpu-seconds", type=int, required=True)
     v.add_argument("--file-size-bytes", type=int, required=True)
     v.add_argument("--stdout-bytes", type=int, required=True)

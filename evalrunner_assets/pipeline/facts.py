@@ -25,6 +25,7 @@ from evalrunner_assets.execution.environment import (
     EnvironmentInfo,
     EnvironmentStore,
     detect_environment,
+    remote_builder,
     spec_for_file,
 )
 from evalrunner_assets.execution.inspect_runner import (
@@ -207,7 +208,8 @@ def task_environment(
     if not facts.env_digest:
         return None
     envs = envs or EnvironmentStore()
-    found = envs.built(facts.env_digest)
+    # On a cluster the backend's own record says (a local directory could not be mounted).
+    found = envs.built(facts.env_digest) if remote_builder(backend) is None else None
     if found is not None:
         return found
     spec = spec_for_file(export, facts.env_source)
