@@ -478,7 +478,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop)
     try:
         # The receiver writes the inbox of the same lake the sensors read.
-        serve(host=args.host, port=args.port, insecure=args.insecure, lake=open_lake(home.lake_root()))
+        the_lake = open_lake(home.lake_root())
+        extra: list[Any] = []
+        if not args.no_run_api:
+            from evalrunner_assets.swe_run import api_routes
+
+            extra = api_routes(the_lake)
+        serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)
     finally:
         if dagster is not None:
             # SIGINT, not SIGTERM: `dagster dev` stops its webserver, daemon and code servers on
@@ -735,6 +741,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8787, help="port of the webhook receiver")
     p.add_argument("--dagster-port", type=int, default=3000, help="port of the Dagster UI")
     p.add_argument("--webhook-only", action="store_true", help="only the receiver (e.g. in Kubernetes)")
+    p.add_argument(
+        "--no-run-api",
+        action="store_true",
+        help="do not serve the SWE run API (/v1/runs, /v1/leaderboard; token from EVALRUNNER_API_TOKEN)",
+    )
     p.add_argument("--insecure", action="store_true", help="accept unsigned deliveries (loopback only)")
     p.set_defaults(func=cmd_serve)
 

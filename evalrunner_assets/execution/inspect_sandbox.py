@@ -37,7 +37,7 @@ from inspect_ai.util import (
     SandboxUserUnsupportedError,
     sandboxenv,
 )
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from evalrunner_assets.execution.sandbox import (
     SANDBOX_REPO_DIR,
@@ -56,6 +56,8 @@ DEFAULT_EXEC_SECONDS = 120.0
 
 class BubblewrapSandboxConfig(BaseModel):
     """Where a sample's workspace comes from and how long one command may run."""
+
+    model_config = ConfigDict(frozen=True)  # Inspect hashes sandbox specs
 
     export_path: str | None = Field(None, description="host path of a read-only export of the commit (no .git)")
     repo: str = Field("local/workspace", description="repository id (owner/name)")

@@ -305,3 +305,19 @@ def _attempt(
     )
     ctx.store.write_attempt(row, trajectory)
     return row, outcome.cost_usd
+
+
+_POOLS: dict[str, WorkspacePool] = {}
+
+
+def process_pool(root: Path) -> WorkspacePool:
+    """The process's workspace pool under ``root`` (one per root, kept across runs)."""
+    key = str(root.resolve()) if root.exists() else str(root)
+    if key not in _POOLS:
+        _POOLS[key] = WorkspacePool(root / f"pid-{os.getpid()}")
+    return _POOLS[key]
+
+
+def local_context(store: SweStore, backend: SandboxBackend, home_dir: Path) -> SweContext:
+    """A context whose exports and workspaces live under the evalrunner home."""
+    return SweContext(store, backend, process_pool(home_dir / "swe-workspaces"), home_dir / "exports")
