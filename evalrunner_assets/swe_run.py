@@ -106,8 +106,13 @@ class SweLauncher:
             run_config={"ops": {"swe_gold_check": {"config": {"runs": gold_runs}}}},
             raise_on_error=True,
         )
-        return {"task_set": ts.name, "created": created, "tasks": len(ts.tasks), "gold_run": result.run_id,
-                "gold": self.store.gold(ts.name)}
+        return {
+            "task_set": ts.name,
+            "created": created,
+            "tasks": len(ts.tasks),
+            "gold_run": result.run_id,
+            "gold": self.store.gold(ts.name),
+        }
 
 
 def api_routes(lake: Lake) -> list[Any]:

@@ -378,6 +378,10 @@ class LakeLayout:
             raise LakePathError(f"blob digest {digest!r} is not 64 lowercase hex characters")
         return f"swe/blobs/{digest[:2]}/{digest}"
 
+    def swe_blobs_prefix(self) -> str:
+        """Where the hidden tests and gold patches live (the cheat policy flags reads of it)."""
+        return "swe/blobs"
+
     def swe_attempt(self, agent_version: str, task_id: str, sample_idx: int) -> str:
         """One attempt's row (Parquet, one row). Named by its unique key (agent version, task,
         sample index) and written once, so a retry never adds a second sample."""

@@ -58,7 +58,7 @@ def _error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 def openapi_schema() -> dict[str, Any]:
     run_spec = RunSpec.model_json_schema(ref_template="#/components/schemas/{model}")
-    bearer = [{"bearer": []}]
+    bearer: list[dict[str, list[str]]] = [{"bearer": []}]
     obj = {"type": "object"}
     return {
         "openapi": "3.1.0",
@@ -101,7 +101,10 @@ def openapi_schema() -> dict[str, Any]:
                         {"name": "task_set", "in": "query", "required": True, "schema": {"type": "string"}},
                         {"name": "reference", "in": "query", "required": False, "schema": {"type": "string"}},
                     ],
-                    "responses": {"200": {"description": "the leaderboard"}, "404": {"description": "unknown task set"}},
+                    "responses": {
+                        "200": {"description": "the leaderboard"},
+                        "404": {"description": "unknown task set"},
+                    },
                 }
             },
             "/v1/trajectories/{agent_version}/{task_id}/{sample_idx}": {
@@ -127,9 +130,7 @@ def run_view(launcher: Launcher, run_id: str) -> dict[str, Any]:
     store = launcher.store
     task_ids = [t.id for t in store.task_set(spec.task_set).tasks]
     rows = [
-        r
-        for r in store.attempts(task_ids=task_ids, agent_version=spec.agent_version)
-        if r["sample_idx"] < spec.samples
+        r for r in store.attempts(task_ids=task_ids, agent_version=spec.agent_version) if r["sample_idx"] < spec.samples
     ]
     results = [
         {
@@ -213,7 +214,9 @@ def create_api(launcher: Launcher, token: str | None) -> Starlette:
         if not task_set:
             return _error(400, "query parameter task_set is required")
         try:
-            board = await run_in_threadpool(leaderboard, launcher.store, task_set, request.query_params.get("reference"))
+            board = await run_in_threadpool(
+                leaderboard, launcher.store, task_set, request.query_params.get("reference")
+            )
         except SweError as exc:
             return _error(404, str(exc))
         except ValueError as exc:

@@ -25,7 +25,9 @@ from lake import open_lake
 def example(tmp_path_factory, bwrap_backend):
     root = tmp_path_factory.mktemp("swe")
     build_tinystats_repo(root / "repo")
-    ctx = SweContext(SweStore(open_lake(str(root / "lake"))), bwrap_backend, WorkspacePool(root / "ws"), root / "exports")
+    ctx = SweContext(
+        SweStore(open_lake(str(root / "lake"))), bwrap_backend, WorkspacePool(root / "ws"), root / "exports"
+    )
     ts, _ = register_task_set(ctx, EXAMPLE_TASK_SET, str(root / "repo"))
     export = export_commit(RepoSource(ts.repo, ts.repo_source), ts.tasks[0].commit, root / "exports")
     return ctx, ts, export
@@ -78,7 +80,7 @@ def test_a_skipped_fail_to_pass_test_is_a_failure(example):
     patch = (
         "--- a/tinystats/mean.py\n+++ b/tinystats/mean.py\n@@ -1,4 +1,6 @@\n def mean(xs):\n"
         '     """Arithmetic mean of a non-empty sequence."""\n+    import pytest\n+    pytest.skip("not today")\n'
-        "     if not xs:\n         raise ValueError(\"mean of an empty sequence\")\n"
+        '     if not xs:\n         raise ValueError("mean of an empty sequence")\n'
     )
     g = _grade(example, "mean-divisor", patch)
     assert g.results["tests.hidden.test_mean_divisor::test_mean_of_three"] == "skipped"
@@ -162,7 +164,11 @@ def test_gold_classification_drops_flaky_tests_and_excludes_failing_gold(example
     words = ts.task("words-unique")  # its only fail-to-pass test is the flaky one
     only = words.fail_to_pass[0]
     base = {t: "passed" for t in words.pass_to_pass}
-    grades = [_g({**base, only: "passed"}), _g({**base, only: "failed"}, "failed"), _g({**base, only: "failed"}, "failed")]
+    grades = [
+        _g({**base, only: "passed"}),
+        _g({**base, only: "failed"}, "failed"),
+        _g({**base, only: "failed"}, "failed"),
+    ]
     verdict = classify_task(words, grades)
     assert verdict["status"] == "excluded" and "flaky" in verdict["reason"]
     with pytest.raises(SweError, match="at least 3"):

@@ -45,7 +45,9 @@ def swe_attempts(context: dg.AssetExecutionContext, lake: LakeResource, sandbox:
     store.update_run(run_id, status="running", dagster_run_id=context.run.run_id)
     outcome = execute_run(ctx, spec)
     store.update_run(run_id, status=outcome.status, outcome=outcome.to_dict(), pool=ctx.pool.stats())
-    rows = store.attempts(task_ids=[t.id for t in store.task_set(spec.task_set).tasks], agent_version=spec.agent_version)
+    rows = store.attempts(
+        task_ids=[t.id for t in store.task_set(spec.task_set).tasks], agent_version=spec.agent_version
+    )
     missing = [r["id"] for r in rows if any(r.get(f) in (None, "") for f in REPRO_FIELDS)]
     yield dg.MaterializeResult(
         metadata={

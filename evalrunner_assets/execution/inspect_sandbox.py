@@ -26,7 +26,7 @@ import tempfile
 import threading
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Literal, Union, overload
+from typing import Any, Literal, overload
 
 import anyio
 from inspect_ai.util import (
@@ -59,13 +59,13 @@ class BubblewrapSandboxConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)  # Inspect hashes sandbox specs
 
-    export_path: str | None = Field(None, description="host path of a read-only export of the commit (no .git)")
-    repo: str = Field("local/workspace", description="repository id (owner/name)")
-    commit: str = Field("0" * 40, description="the pinned commit the export holds")
-    tree_digest: str = Field("", description="digest of the exported tree")
-    env_digest: str = Field("", description="environment digest the pool keys ready workspaces by")
-    exec_seconds: float = Field(DEFAULT_EXEC_SECONDS, description="default wall-clock limit of one exec")
-    memory_bytes: int = Field(2 * 1024**3, description="memory limit per process")
+    export_path: str | None = Field(default=None, description="host path of a read-only export of the commit (no .git)")
+    repo: str = Field(default="local/workspace", description="repository id (owner/name)")
+    commit: str = Field(default="0" * 40, description="the pinned commit the export holds")
+    tree_digest: str = Field(default="", description="digest of the exported tree")
+    env_digest: str = Field(default="", description="environment digest the pool keys ready workspaces by")
+    exec_seconds: float = Field(default=DEFAULT_EXEC_SECONDS, description="default wall-clock limit of one exec")
+    memory_bytes: int = Field(default=2 * 1024**3, description="memory limit per process")
 
 
 class _Runtime:
@@ -274,7 +274,7 @@ class BubblewrapSandboxEnvironment(SandboxEnvironment):
     @overload
     async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
 
-    async def read_file(self, file: str, text: bool = True) -> Union[str | bytes]:
+    async def read_file(self, file: str, text: bool = True) -> str | bytes:
         host = self._host_path(file)
         if os.path.isdir(host):
             raise IsADirectoryError(f"{file!r} is a directory")

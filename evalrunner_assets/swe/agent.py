@@ -30,7 +30,7 @@ from evalrunner_assets.swe.model import SweError, SweTask
 
 OBSERVATION_CHARS = 4000
 
-_CONFTEST = '''import pytest
+_CONFTEST = """import pytest
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -39,7 +39,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.failed:
         report.outcome = "passed"
-'''
+"""
 
 
 @dataclass

@@ -104,7 +104,10 @@ def workspace_patch(clean: str, workspace: str) -> tuple[str, list[str]]:
         chunks.append(
             "".join(
                 difflib.unified_diff(
-                    old, new, fromfile="/dev/null" if a is None else f"a/{rel}", tofile="/dev/null" if b is None else f"b/{rel}"
+                    old,
+                    new,
+                    fromfile="/dev/null" if a is None else f"a/{rel}",
+                    tofile="/dev/null" if b is None else f"b/{rel}",
                 )
             )
         )
@@ -212,7 +215,9 @@ def grade_patch(
                 return Grade("invalid", f"the sandbox failed: {applied.detail}", None, sandbox_id=sandbox_id)
             if applied.exit_code != 0:
                 out = (applied.stdout.decode(errors="replace") + applied.stderr_tail).strip()[-300:]
-                return Grade("failed", f"the patch does not apply: {out}", None, patch_applied=False, sandbox_id=sandbox_id)
+                return Grade(
+                    "failed", f"the patch does not apply: {out}", None, patch_applied=False, sandbox_id=sandbox_id
+                )
         _write_hidden(ws.path, hidden)
         result = backend.run(
             SandboxRequest(
@@ -229,13 +234,17 @@ def grade_patch(
     if result.status is SandboxStatus.TIMEOUT:
         return Grade("failed", f"the test command timed out after {wall_seconds:.0f} s", None, sandbox_id=sandbox_id)
     if result.status in (SandboxStatus.KILLED, SandboxStatus.CANCELLED):
-        return Grade("failed", f"the test command was {result.status.value}: {result.detail}", None, sandbox_id=sandbox_id)
+        return Grade(
+            "failed", f"the test command was {result.status.value}: {result.detail}", None, sandbox_id=sandbox_id
+        )
     junit = result.outputs.get(JUNIT_NAME)
     results: dict[str, str] = {}
     if junit is not None:
         try:
             results = parse_junit(junit)
         except ET.ParseError as exc:
-            return Grade("invalid", f"the JUnit report is not valid XML: {exc}", result.exit_code, sandbox_id=sandbox_id)
+            return Grade(
+                "invalid", f"the JUnit report is not valid XML: {exc}", result.exit_code, sandbox_id=sandbox_id
+            )
     status, reason = judge(task, result.exit_code, results, dropped)
     return Grade(status, reason, result.exit_code, results, sandbox_id=sandbox_id)

@@ -51,7 +51,7 @@ def leaderboard(store: SweStore, task_set: str, reference: str | None = None) ->
         by_version[r["agent_version"]].append(r)
     if reference is None and "baseline" in by_version:
         reference = "baseline"
-    entries = []
+    entries: list[dict[str, Any]] = []
     for version, vrows in sorted(by_version.items()):
         scored = [r for r in vrows if r["status"] in SCORED and r["task_id"] in headline]
         not_scored = sum(1 for r in vrows if r["status"] not in SCORED and r["task_id"] in headline)
@@ -82,9 +82,7 @@ def leaderboard(store: SweStore, task_set: str, reference: str | None = None) ->
     for e in entries:
         if reference is None or e["agent_version"] == reference or not ref_rows:
             continue
-        head = [
-            r for r in by_version[e["agent_version"]] if r["status"] in SCORED and r["task_id"] in headline
-        ]
+        head = [r for r in by_version[e["agent_version"]] if r["status"] in SCORED and r["task_id"] in headline]
         e["paired_vs_reference"] = _paired(head, ref_rows, reference)
     entries.sort(key=lambda e: (e["solve_rate"] is None, -(e["solve_rate"] or 0.0), e["agent_version"]))
     for rank, e in enumerate(entries, 1):
@@ -104,7 +102,12 @@ def leaderboard(store: SweStore, task_set: str, reference: str | None = None) ->
 def _paired(head: list[dict[str, Any]], base: list[dict[str, Any]], reference: str) -> dict[str, Any] | None:
     def rows(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [
-            {"sample_id": r["task_id"], "epoch": int(r["sample_idx"]) + 1, "score": 1.0 if r["passed"] else 0.0, "error": None}
+            {
+                "sample_id": r["task_id"],
+                "epoch": int(r["sample_idx"]) + 1,
+                "score": 1.0 if r["passed"] else 0.0,
+                "error": None,
+            }
             for r in rs
         ]
 

@@ -42,7 +42,7 @@ class TaskSpec(BaseModel):
     gold_patch: str = Field(description="unified diff (-p1) that fixes the task")
     fail_to_pass: list[str] = Field(description="tests (module::name) that must go from failing to passing")
     pass_to_pass: list[str] = Field(default_factory=list, description="tests that must keep passing")
-    ref: str | None = Field(None, description="the commit or ref the task is pinned at (default: the set's)")
+    ref: str | None = Field(default=None, description="the commit or ref the task is pinned at (default: the set's)")
 
     @field_validator("id")
     @classmethod
@@ -120,12 +120,12 @@ class RunSpec(BaseModel):
 
     agent_version: str = Field(description="agent version: [a-z0-9_.-]")
     task_set: str = Field(description="a registered task set")
-    samples: int = Field(1, ge=1, le=100, description="attempts per task (sample_idx 0..samples-1)")
+    samples: int = Field(default=1, ge=1, le=100, description="attempts per task (sample_idx 0..samples-1)")
     budget_usd: float = Field(gt=0, le=100_000, description="most dollars of model time this run may spend")
-    seed: int = Field(0, ge=0, description="sampling seed")
-    prompt_version: str = Field("v1", description="prompt version (a reproducibility column)")
-    step_timeout_s: float = Field(60.0, gt=0, le=3600, description="timeout of one model call")
-    max_steps: int = Field(20, ge=1, le=200, description="most agent steps per attempt")
+    seed: int = Field(default=0, ge=0, description="sampling seed")
+    prompt_version: str = Field(default="v1", description="prompt version (a reproducibility column)")
+    step_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="timeout of one model call")
+    max_steps: int = Field(default=20, ge=1, le=200, description="most agent steps per attempt")
 
     @field_validator("agent_version", "task_set")
     @classmethod

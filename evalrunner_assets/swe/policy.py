@@ -18,11 +18,13 @@ import posixpath
 import re
 from collections.abc import Iterable
 
+from lake.layout import LAYOUT
+
 _TEST_DIRS = {"tests", "test", "testing"}
 _GIT_HISTORY = re.compile(
     r"\bgit\b[^|;&\n]*?(\s--(all|branches|remotes|tags|glob)\b|\s(reflog|fetch|pull|clone)\b|\borigin/|FETCH_HEAD|ORIG_HEAD)"
 )
-_LEAK_MARKERS = ("gold.patch", "/hidden/", "swe/blobs", ".evalrunner/lake")
+_LEAK_MARKERS = ("gold.patch", "/hidden/", LAYOUT.swe_blobs_prefix(), ".evalrunner/lake")
 
 
 def is_test_file(path: str) -> bool:

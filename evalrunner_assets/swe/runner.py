@@ -31,7 +31,7 @@ from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe import flakes, policy
 from evalrunner_assets.swe.agent import SimulatedCodingAgent, attempt_rng, run_agent
-from evalrunner_assets.swe.grading import grade_patch, workspace_patch
+from evalrunner_assets.swe.grading import Grade, grade_patch, workspace_patch
 from evalrunner_assets.swe.model import GOLD_RUNS_MIN, RunSpec, SweError, SweTask, TaskSet, TaskSetSpec, attempt_id
 from evalrunner_assets.swe.store import SweStore, now_iso
 
@@ -132,7 +132,7 @@ def run_gold_check(ctx: SweContext, task_set: str, runs: int = GOLD_RUNS_MIN) ->
     """Run every gold patch ``runs`` times; store per-test flake rates and the verdicts."""
     ts = ctx.store.task_set(task_set)
 
-    def grade_gold(task: SweTask):  # type: ignore[no-untyped-def]
+    def grade_gold(task: SweTask) -> Grade:
         return grade_patch(
             ctx.backend,
             ctx.pool,
@@ -248,7 +248,11 @@ def _attempt(
         ctx.store.write_attempt(row, trajectory)
         return row, 0.0
     cfg = BubblewrapSandboxConfig(
-        export_path=export.path, repo=task.repo, commit=task.commit, tree_digest=export.tree_digest, env_digest=task.env_digest
+        export_path=export.path,
+        repo=task.repo,
+        commit=task.commit,
+        tree_digest=export.tree_digest,
+        env_digest=task.env_digest,
     )
     sandbox = BubblewrapSandboxEnvironment.open(cfg, ctx.backend, ctx.pool)
     try:
@@ -300,8 +304,14 @@ def _attempt(
         patch=patch,
         touched=touched,
         policy=reasons,
-        grade={"status": grade.status, "reason": grade.reason, "exit_code": grade.exit_code, "results": grade.results,
-               "dropped_tests": dropped, "sandbox_id": grade.sandbox_id},
+        grade={
+            "status": grade.status,
+            "reason": grade.reason,
+            "exit_code": grade.exit_code,
+            "results": grade.results,
+            "dropped_tests": dropped,
+            "sandbox_id": grade.sandbox_id,
+        },
     )
     ctx.store.write_attempt(row, trajectory)
     return row, outcome.cost_usd

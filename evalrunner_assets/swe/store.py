@@ -85,7 +85,10 @@ class SweStore:
         return True
 
     def task_sets(self) -> list[TaskSet]:
-        return [TaskSet.model_validate_json(self.lake.read_bytes(r)) for r in self.lake.glob(self.layout.swe_task_sets_glob())]
+        return [
+            TaskSet.model_validate_json(self.lake.read_bytes(r))
+            for r in self.lake.glob(self.layout.swe_task_sets_glob())
+        ]
 
     def task_set(self, name: str) -> TaskSet:
         rel = self.layout.swe_task_set(name)
