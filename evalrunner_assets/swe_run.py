@@ -24,6 +24,8 @@ from lake.storage import Lake
 
 RUN_TAG = "evalrunner/swe-run"
 GOLD_TAG = "evalrunner/swe-gold"
+# Dagster's own log lines at WARNING: the run's outcome is in the lake and the run record.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 _DONE_BADLY = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 
 
@@ -74,6 +76,7 @@ class SweLauncher:
             tags={RUN_TAG: run_id},
             resources=self.resources,
             raise_on_error=False,
+            run_config=QUIET,
         )
 
     def status(self, run_id: str) -> dict[str, Any]:
@@ -103,7 +106,7 @@ class SweLauncher:
             partition_key=ts.name,
             tags={GOLD_TAG: ts.name},
             resources=self.resources,
-            run_config={"ops": {"swe_gold_check": {"config": {"runs": gold_runs}}}},
+            run_config={**QUIET, "ops": {"swe_gold_check": {"config": {"runs": gold_runs}}}},
             raise_on_error=True,
         )
         return {
@@ -113,6 +116,17 @@ class SweLauncher:
             "gold_run": result.run_id,
             "gold": self.store.gold(ts.name),
         }
+
+
+def local_launcher() -> SweLauncher:
+    """A launcher on the home's Dagster instance (``DAGSTER_HOME``) and lake (for the CLI)."""
+    import os
+
+    from evalrunner_assets import home
+    from lake.storage import open_lake
+
+    os.environ.setdefault("DAGSTER_HOME", str(home.ensure_dagster_home()))
+    return SweLauncher(open_lake(home.lake_root()), dg.DagsterInstance.get())
 
 
 def api_routes(lake: Lake) -> list[Any]:
