@@ -91,7 +91,14 @@ def workspace_patch(clean: str, workspace: str) -> tuple[str, list[str]]:
         old, new = _text(a), _text(b)
         if old is not None and new is not None and old == new:
             continue
-        if a is not None and b is not None and a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes():
+        if (
+            a is not None
+            and b is not None
+            and not (a.is_symlink() or b.is_symlink())
+            and a.is_file()
+            and b.is_file()
+            and a.read_bytes() == b.read_bytes()
+        ):
             continue
         touched.append(rel)
         if old is None or new is None:
@@ -218,7 +225,10 @@ def grade_patch(
                 return Grade(
                     "failed", f"the patch does not apply: {out}", None, patch_applied=False, sandbox_id=sandbox_id
                 )
-        _write_hidden(ws.path, hidden)
+        try:
+            _write_hidden(ws.path, hidden)
+        except PermissionError as exc:  # the patch planted a link where the hidden tests go
+            return Grade("failed", f"hidden tests cannot be added: {exc}", None, sandbox_id=sandbox_id)
         result = backend.run(
             SandboxRequest(
                 argv=("bash", "-c", task.test_cmd),
