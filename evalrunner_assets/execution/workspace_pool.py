@@ -78,6 +78,8 @@ class WorkspacePool:
         self.cold_starts = 0
         self.warm_hits = 0
         self.max_wait_s = 0.0
+        self._refills: list[threading.Thread] = []
+        self._closed = False
 
     @staticmethod
     def _key(export: RepoExport, env_digest: str) -> tuple[str, str, str]:
@@ -88,10 +90,13 @@ class WorkspacePool:
         made = 0
         for _ in range(count):
             with self._cond:
-                if len(self._order) >= self.max_ready:
+                if self._closed or len(self._order) >= self.max_ready:
                     break
             path = copy_export(export, self.root)
             with self._cond:
+                if self._closed:
+                    shutil.rmtree(path, ignore_errors=True)
+                    break
                 key = self._key(export, env_digest)
                 self._ready.setdefault(key, deque()).append(path)
                 self._order.append((key, path))
@@ -143,8 +148,14 @@ class WorkspacePool:
             with self._cond:
                 self._leased -= 1
                 self._cond.notify_all()
-        # Refill: the next lease of this commit starts warm.
-        self.prepare(export, env_digest, 1)
+        # Refill in the background: the copy overlaps the caller's next work (grading, the next
+        # attempt), so the next lease of this commit starts warm.
+        refill = threading.Thread(
+            target=self.prepare, args=(export, env_digest, 1), name="workspace-refill", daemon=True
+        )
+        with self._cond:
+            self._refills = [r for r in self._refills if r.is_alive()] + [refill]
+        refill.start()
 
     def stats(self) -> dict[str, float | int]:
         """Ready copies, leases out, waiters, the age of the oldest waiter (the queue age, the
@@ -164,7 +175,12 @@ class WorkspacePool:
             }
 
     def close(self) -> None:
-        """Remove every ready copy."""
+        """Remove every ready copy (after refills in flight finish; none start afterwards)."""
+        with self._cond:
+            self._closed = True
+            refills = list(self._refills)
+        for r in refills:
+            r.join(timeout=60)
         with self._cond:
             paths = [p for _, p in self._order]
             self._order.clear()
