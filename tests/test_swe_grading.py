@@ -202,3 +202,50 @@ def test_workspace_pool_is_bounded_and_reports_queue_age(example, tmp_path):
     assert seen["waited"] >= 0.2
     assert not Path(first.path).exists()  # a used workspace is deleted, never reused
     pool.close()
+
+
+def test_leaderboard_publishes_no_row_missing_a_reproducibility_field(tmp_path):
+    from evalrunner_assets.swe.leaderboard import leaderboard
+    from evalrunner_assets.swe.model import SweTask, TaskSet
+
+    store = SweStore(open_lake(str(tmp_path / "lake")))
+    task = SweTask(
+        id="only-task",
+        task_set="tiny",
+        repo="example/tiny",
+        commit="a" * 40,
+        env_digest="e" * 16,
+        test_cmd="true",
+        problem="p",
+        hidden_tests_ref="0" * 64,
+        hidden_paths=["tests/hidden/test_x.py"],
+        gold_patch_ref="1" * 64,
+        fail_to_pass=["tests.hidden.test_x::test_x"],
+        pass_to_pass=[],
+    )
+    store.save_task_set(
+        TaskSet(name="tiny", repo="example/tiny", repo_source="/nowhere", registered_at="t", tasks=[task])
+    )
+    base = {
+        "run_id": "r-1",
+        "task_set": "tiny",
+        "task_id": "only-task",
+        "sample_idx": 0,
+        "status": "passed",
+        "passed": True,
+        "tests_passed_raw": True,
+        "repo": "example/tiny",
+        "commit": "a" * 40,
+        "env_digest": "e" * 16,
+        "prompt_version": "v1",
+        "seed": 0,
+        "cost_usd": 0.01,
+    }
+    assert store.write_attempt({**base, "id": "1", "agent_version": "complete"}, {})
+    assert store.write_attempt({**base, "id": "2", "agent_version": "unpinned", "prompt_version": None}, {})
+    assert not store.write_attempt({**base, "id": "3", "agent_version": "complete", "passed": False}, {})
+    board = leaderboard(store, "tiny")
+    assert [e["agent_version"] for e in board["entries"]] == ["complete"]
+    assert board["entries"][0]["passed"] == 1  # the second write of the same key changed nothing
+    assert board["unpublished_versions"] == ["unpinned"]
+    assert board["gold_note"]  # no gold check yet: said, not hidden

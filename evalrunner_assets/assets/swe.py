@@ -18,6 +18,7 @@ from resources import LakeResource, SandboxResource
 
 GROUP = "swe"
 REPRO_CHECK = "rows_have_reproducibility_fields"
+GOLD_CHECK = "gold_passes_on_every_task"
 
 
 class GoldCheckConfig(dg.Config):
@@ -74,6 +75,7 @@ def swe_attempts(context: dg.AssetExecutionContext, lake: LakeResource, sandbox:
     kinds={"bubblewrap", "parquet"},
     owners=["team:evals"],
     tags={"evalrunner/noun": "swe-gold-check"},
+    check_specs=[dg.AssetCheckSpec(GOLD_CHECK, asset="swe_gold_check")],
 )
 def swe_gold_check(
     context: dg.AssetExecutionContext, config: GoldCheckConfig, lake: LakeResource, sandbox: SandboxResource
@@ -85,13 +87,25 @@ def swe_gold_check(
     backend.preflight()
     summary = run_gold_check(local_context(store, backend, home.home()), context.partition_key, config.runs)
     lines = [f"- `{tid}`: {v['status']} — {v['reason']}" for tid, v in sorted(summary["tasks"].items())]
+    dropped = sum(len(v) for v in summary["dropped_tests"].values())
     return dg.MaterializeResult(
         metadata={
             "tasks": dg.MetadataValue.int(len(summary["tasks"])),
             "excluded": dg.MetadataValue.int(len(summary["excluded"])),
+            "flaky_tests_dropped": dg.MetadataValue.int(dropped),
             "runs": dg.MetadataValue.int(summary["runs"]),
             "verdicts": dg.MetadataValue.md("\n".join(lines)),
-        }
+        },
+        # A task whose gold fails or flakes is data about the harness, not the agent: shown
+        # beside the data (WARN), while the leaderboard leaves those tasks out of its headline.
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=GOLD_CHECK,
+                passed=not summary["excluded"] and not dropped,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"excluded_tasks": dg.MetadataValue.json(summary["excluded"])},
+            )
+        ],
     )
 
 
