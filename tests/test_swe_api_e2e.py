@@ -121,7 +121,8 @@ def test_a_run_stops_at_its_budget(tmp_path, bwrap_backend):
     from evalrunner_assets.swe.runner import execute_run, register_task_set
 
     register_task_set(ctx, EXAMPLE_TASK_SET, str(repo))
-    out = execute_run(ctx, RunSpec(agent_version="baseline", task_set="tinystats-bugs", budget_usd=0.02))
+    # Two workers share the budget: every step is booked before it runs, so none overshoots.
+    out = execute_run(ctx, RunSpec(agent_version="baseline", task_set="tinystats-bugs", budget_usd=0.02), workers=2)
     assert out.status == "budget_spent"
     assert out.spent_usd <= 0.02
     assert out.attempted + len(out.budget_stopped) == 6 and out.budget_stopped

@@ -44,7 +44,7 @@ def swe_attempts(context: dg.AssetExecutionContext, lake: LakeResource, sandbox:
     backend.preflight()
     ctx = local_context(store, backend, home.home())
     store.update_run(run_id, status="running", dagster_run_id=context.run.run_id)
-    outcome = execute_run(ctx, spec)
+    outcome = execute_run(ctx, spec, workers=sandbox.worker_count())
     store.update_run(run_id, status=outcome.status, outcome=outcome.to_dict(), pool=ctx.pool.stats())
     rows = store.attempts(
         task_ids=[t.id for t in store.task_set(spec.task_set).tasks], agent_version=spec.agent_version

@@ -3,7 +3,7 @@
 The loop calls the agent ("the model") with a per-step timeout, runs each action it returns as
 a tool call in the sample's sandbox (an Inspect ``SandboxEnvironment``: bubblewrap, the repo at
 its pinned commit, no network), and hands back only the tool result. It stops when the agent
-stops, at ``max_steps``, or when the next step would pass the attempt's budget.
+stops, at ``max_steps``, or when the next step would pass the run's budget.
 
 No LLM is reachable here: :class:`SimulatedCodingAgent` stands in for one. Per version it has a
 chance of finding each task's fix (``agent.json``), decided by a seeded draw per attempt; its
@@ -19,7 +19,7 @@ import hashlib
 import json
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,10 +134,12 @@ async def run_agent(
     *,
     max_steps: int,
     step_timeout_s: float,
-    budget_usd: float,
+    charge: Callable[[float], bool],
     exec_timeout_s: int = 120,
 ) -> AgentOutcome:
-    """The agent loop: model call (with a timeout) → tool call in the sandbox → observation."""
+    """The agent loop: model call (with a timeout) → tool call in the sandbox → observation.
+    ``charge(cost)`` books each step against the run's budget before it runs; False stops the
+    attempt (``budget``)."""
     outcome = AgentOutcome()
     plan = agent.plan(task, rng)
     context_chars = len(task.problem)
@@ -161,7 +163,7 @@ async def run_agent(
         tokens_in = 600 + context_chars // 4
         tokens_out = 30 + len(action) // 4
         cost = agent.price(tokens_in, tokens_out)
-        if outcome.cost_usd + cost > budget_usd:
+        if not charge(cost):
             outcome.stop_reason = "budget"
             return outcome
         result = await sandbox.exec(["bash", "-c", action], timeout=exec_timeout_s)

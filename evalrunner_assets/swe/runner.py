@@ -11,12 +11,17 @@ Plain Python; the Dagster assets and the run API call these. Each attempt:
 5. the hidden tests grade the patch in a fresh sandbox (tests dropped as flaky by the latest
    gold check are left out);
 6. the trajectory document, then the row, land in the lake.
+
+Attempts run on ``workers`` threads; every model step is booked against the run's shared
+budget before it runs (:class:`RunBudget`), so the run never spends more than its budget.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -180,8 +185,28 @@ class RunOutcome:
         }
 
 
-def execute_run(ctx: SweContext, spec: RunSpec) -> RunOutcome:
-    """Every missing attempt of ``spec``, within its budget (see the module docstring)."""
+class RunBudget:
+    """A run's dollars, shared by its workers: every model step is booked before it runs, so
+    the run never spends more than its budget, whatever the number of workers."""
+
+    def __init__(self, limit_usd: float) -> None:
+        self.limit = limit_usd
+        self.spent = 0.0
+        self.exhausted = False
+        self._lock = threading.Lock()
+
+    def charge(self, cost: float) -> bool:
+        with self._lock:
+            if self.spent + cost > self.limit:
+                self.exhausted = True
+                return False
+            self.spent += cost
+            return True
+
+
+def execute_run(ctx: SweContext, spec: RunSpec, workers: int = 1) -> RunOutcome:
+    """Every missing attempt of ``spec``, within its budget (see the module docstring), on
+    ``workers`` threads; results are folded in submission order."""
     run_id = spec.run_id()
     ts = ctx.store.task_set(spec.task_set)
     agent = load_agent(spec.agent_version)
@@ -189,24 +214,31 @@ def execute_run(ctx: SweContext, spec: RunSpec) -> RunOutcome:
     dropped: dict[str, list[str]] = gold.get("dropped_tests", {})
     env_now = environment_digest(ctx.backend)
     out = RunOutcome(run_id)
+    budget = RunBudget(spec.budget_usd)
+    todo: list[tuple[SweTask, int, RepoExport]] = []
     for task in ts.tasks:
         export = ctx.export(ts, task)
         for idx in range(spec.samples):
             if ctx.store.attempt_exists(spec.agent_version, task.id, idx):
                 out.reused += 1
-                continue
-            left = spec.budget_usd - out.spent_usd
-            if left <= 0:
+            else:
+                todo.append((task, idx, export))
+
+    def one(task: SweTask, idx: int, export: RepoExport) -> dict[str, Any] | None:
+        if budget.exhausted:
+            return None
+        return _attempt(ctx, spec, run_id, task, idx, export, agent, dropped.get(task.id, []), env_now, budget)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="swe-attempt") as pool:
+        futures = [pool.submit(one, *item) for item in todo]
+        for (task, idx, _), future in zip(todo, futures):
+            row = future.result()
+            if row is None:
                 out.budget_stopped.append(f"{task.id}/{idx}")
                 continue
-            landed = _attempt(ctx, spec, run_id, task, idx, export, agent, dropped.get(task.id, []), env_now, left)
-            if landed is None:
-                out.budget_stopped.append(f"{task.id}/{idx}")
-                continue
-            row, cost = landed
-            out.spent_usd += cost
             out.attempted += 1
             out.statuses[row["status"]] = out.statuses.get(row["status"], 0) + 1
+    out.spent_usd = budget.spent
     return out
 
 
@@ -220,8 +252,8 @@ def _attempt(
     agent: SimulatedCodingAgent,
     dropped: list[str],
     env_now: str,
-    budget_left: float,
-) -> tuple[dict[str, Any], float] | None:
+    budget: RunBudget,
+) -> dict[str, Any] | None:
     row: dict[str, Any] = {
         "id": attempt_id(spec.agent_version, task.id, idx),
         "run_id": run_id,
@@ -246,7 +278,7 @@ def _attempt(
     if task.env_digest != env_now:
         row.update(status="error", reason=f"environment changed: task pinned {task.env_digest}, sandbox has {env_now}")
         ctx.store.write_attempt(row, trajectory)
-        return row, 0.0
+        return row
     cfg = BubblewrapSandboxConfig(
         export_path=export.path,
         repo=task.repo,
@@ -264,7 +296,7 @@ def _attempt(
                 attempt_rng(spec.seed, spec.agent_version, task.id, idx),
                 max_steps=spec.max_steps,
                 step_timeout_s=spec.step_timeout_s,
-                budget_usd=budget_left,
+                charge=budget.charge,
             )
         )
         patch, touched = workspace_patch(export.path, sandbox.workspace.path)
@@ -314,7 +346,7 @@ def _attempt(
         },
     )
     ctx.store.write_attempt(row, trajectory)
-    return row, outcome.cost_usd
+    return row
 
 
 _POOLS: dict[str, WorkspacePool] = {}
