@@ -1,4 +1,4 @@
-"""`evalrunner` command line: demo, compare, backfill, candidates, finetune, sql, lake verify, view, serve, repos, example-repo."""
+"""`evalrunner` command line: demo, compare, backfill, candidates, finetune, sql, lake verify, view, serve, repos, example-repo, swe."""
 
 from __future__ import annotations
 
@@ -478,7 +478,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop)
     try:
         # The receiver writes the inbox of the same lake the sensors read.
-        serve(host=args.host, port=args.port, insecure=args.insecure, lake=open_lake(home.lake_root()))
+        the_lake = open_lake(home.lake_root())
+        extra: list[Any] = []
+        if not args.no_run_api:
+            from evalrunner_assets.swe_run import api_routes
+
+            extra = api_routes(the_lake)
+        serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)
     finally:
         if dagster is not None:
             # SIGINT, not SIGTERM: `dagster dev` stops its webserver, daemon and code servers on
@@ -489,6 +495,56 @@ def cmd_serve(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 dagster.kill()
     return 0
+
+
+def cmd_swe(args: argparse.Namespace) -> int:
+    import json
+
+    from evalrunner_assets.execution import make_backend
+    from evalrunner_assets.swe import RunSpec, SweError
+    from evalrunner_assets.swe.leaderboard import leaderboard
+    from evalrunner_assets.swe.runner import local_context
+
+    try:
+        if args.swe_command == "example-repo":
+            from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo
+
+            sha = build_tinystats_repo(Path(args.dest))
+            print(f"{args.dest}: tinystats at {sha}; its task set: {EXAMPLE_TASK_SET}")
+            return 0
+        from evalrunner_assets.swe_run import local_launcher
+
+        launcher = local_launcher()
+        if args.swe_command == "register":
+            ctx = local_context(launcher.store, make_backend(args.backend), home.home())
+            result = launcher.register(ctx, Path(args.spec), args.repo, args.gold_runs)
+            gold = result["gold"] or {}
+            print(
+                f"task set {result['task_set']}: {result['tasks']} tasks ({'new' if result['created'] else 'unchanged'})"
+            )
+            for tid, verdict in sorted(gold.get("tasks", {}).items()):
+                print(f"  {tid:<24} {verdict['status']:<14} {verdict['reason']}")
+            return 0
+        if args.swe_command == "run":
+            spec = RunSpec(
+                agent_version=args.agent_version,
+                task_set=args.task_set,
+                samples=args.samples,
+                budget_usd=args.budget_usd,
+                seed=args.seed,
+                prompt_version=args.prompt_version,
+            )
+            record, launched = launcher.submit(spec)
+            launcher.wait(record["id"])
+            print(json.dumps({**launcher.status(record["id"]), "launched_now": launched}, indent=2, default=str))
+            return 0
+        board = leaderboard(launcher.store, args.task_set, args.reference)
+        print(json.dumps(board, indent=2))
+        return 0
+    except SweError as exc:
+        raise UserError(str(exc)) from exc
+    except ValueError as exc:  # pydantic's validation errors name the field
+        raise UserError(f"invalid run: {exc}") from exc
 
 
 def cmd_repos_add(args: argparse.Namespace) -> int:
@@ -766,8 +822,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8787, help="port of the webhook receiver")
     p.add_argument("--dagster-port", type=int, default=3000, help="port of the Dagster UI")
     p.add_argument("--webhook-only", action="store_true", help="only the receiver (e.g. in Kubernetes)")
+    p.add_argument(
+        "--no-run-api",
+        action="store_true",
+        help="do not serve the SWE run API (/v1/runs, /v1/leaderboard; token from EVALRUNNER_API_TOKEN)",
+    )
     p.add_argument("--insecure", action="store_true", help="accept unsigned deliveries (loopback only)")
     p.set_defaults(func=cmd_serve)
+
+    p = add("swe", help="SWE-style task sets: register, run an agent version, read the leaderboard")
+    swe = p.add_subparsers(dest="swe_command", required=True, parser_class=_Parser)
+    s = swe.add_parser("example-repo", help="build the bundled tinystats repository (git) at DEST")
+    s.add_argument("dest")
+    s = swe.add_parser("register", help="register a task set and run its gold check")
+    s.add_argument("--spec", required=True, help="task-set file (e.g. examples/swe-tinystats/taskset.json)")
+    s.add_argument("--repo", required=True, help="where the repository is fetched from (path or URL)")
+    s.add_argument("--gold-runs", type=_count(3, " (a gold check needs 3 runs or more)"), default=3)
+    s.add_argument("--backend", default="bubblewrap", choices=("bubblewrap", "unsafe-local"))
+    s = swe.add_parser("run", help="run an agent version on a task set (waits; idempotent)")
+    s.add_argument("--agent-version", required=True)
+    s.add_argument("--task-set", required=True)
+    s.add_argument("--samples", type=_count(1), default=1)
+    s.add_argument("--budget-usd", type=float, required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--prompt-version", default="v1")
+    s = swe.add_parser("leaderboard", help="print a task set's leaderboard as JSON")
+    s.add_argument("--task-set", required=True)
+    s.add_argument("--reference", default=None)
+    p.set_defaults(func=cmd_swe)
 
     p = add("repos", help="where repositories the webhook receiver hears about are fetched from")
     repos_sub = p.add_subparsers(dest="repos_command", required=True)

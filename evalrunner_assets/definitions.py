@@ -14,15 +14,18 @@ from evalrunner_assets.assets.candidates import CANDIDATE_ASSETS
 from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
 from evalrunner_assets.assets.series import SERIES_ASSETS
+from evalrunner_assets.assets.swe import SWE_ASSETS
 from evalrunner_assets.jobs import JOBS
 from resources import SandboxResource, default_resources
 from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
+from sensors.swe import swe_gold_schedule
 
 defs = dg.Definitions(
-    assets=[*ASSETS, *SERIES_ASSETS, *CANDIDATE_ASSETS, GITHUB_INBOX],
+    assets=[*ASSETS, *SERIES_ASSETS, *CANDIDATE_ASSETS, *SWE_ASSETS, GITHUB_INBOX],
     jobs=JOBS,
     sensors=[pr_sensor, sampling_sensor],
+    schedules=[swe_gold_schedule],
     # deploy/k8s sets EVALRUNNER_SANDBOX_* in the pods
     resources=default_resources(sandbox=SandboxResource.from_env()),
 )

@@ -5,6 +5,7 @@ import dagster as dg
 from evalrunner_assets.assets.candidates import candidate_measurements, continuum_frontier
 from evalrunner_assets.assets.evals import comparison, eval_manifest, pr_report, task_samples
 from evalrunner_assets.assets.series import cohort_series
+from evalrunner_assets.assets.swe import swe_attempts, swe_gold_check
 
 eval_manifest_job = dg.define_asset_job("eval_manifest_job", selection=[eval_manifest])
 task_samples_job = dg.define_asset_job("task_samples_job", selection=[task_samples])
@@ -14,6 +15,9 @@ cohort_series_job = dg.define_asset_job("cohort_series_job", selection=[cohort_s
 
 candidate_measurements_job = dg.define_asset_job("candidate_measurements_job", selection=[candidate_measurements])
 continuum_frontier_job = dg.define_asset_job("continuum_frontier_job", selection=[continuum_frontier])
+
+swe_run_job = dg.define_asset_job("swe_run_job", selection=[swe_attempts])
+swe_gold_job = dg.define_asset_job("swe_gold_job", selection=[swe_gold_check])
 
 # Runs that write one head's comparison document and check run wait for each other: the run
 # coordinator (dagster.yaml, `tag_concurrency_limits`) allows one per value of this tag, so two
@@ -32,4 +36,6 @@ JOBS = [
     cohort_series_job,
     candidate_measurements_job,
     continuum_frontier_job,
+    swe_run_job,
+    swe_gold_job,
 ]

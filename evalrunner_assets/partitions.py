@@ -33,6 +33,10 @@ main_commits_partitions = dg.DynamicPartitionsDefinition(name="main_commits")
 # ``owner/repo:name``: one candidate configuration; ``owner/repo``: a repository's frontier.
 candidates_partitions = dg.DynamicPartitionsDefinition(name="candidates")
 candidate_repos_partitions = dg.DynamicPartitionsDefinition(name="candidate_repos")
+# SWE-style task sets: one partition per submitted run (``r-<hex>``, from POST /v1/runs) and one
+# per registered task set (its gold-patch check).
+swe_runs_partitions = dg.DynamicPartitionsDefinition(name="swe_runs")
+swe_task_sets_partitions = dg.DynamicPartitionsDefinition(name="swe_task_sets")
 commit_task_partitions = dg.MultiPartitionsDefinition({"commit": commits_partitions, "task": tasks_partitions})
 
 

@@ -359,6 +359,61 @@ class LakeLayout:
         _check_segments("environment digest", env_digest)
         return f"envs/{env_digest}/environment.json"
 
+    # -- SWE-style task sets (evalrunner_assets/swe) -------------------------------------------
+    def swe_task_set(self, name: str) -> str:
+        """A registered task set: its tasks (repo, pinned commit, environment digest, test
+        command, hidden-test and gold-patch refs) and where the repository is fetched from."""
+        return f"swe/tasksets/{_check_name('task set', name)}.json"
+
+    def swe_task_sets_glob(self) -> str:
+        return "swe/tasksets/*.json"
+
+    def swe_tasks_table(self, name: str) -> str:
+        """The same tasks as Parquet rows, one per task, for SQL."""
+        return f"swe/tasks/{_check_name('task set', name)}.parquet"
+
+    def swe_blob(self, digest: str) -> str:
+        """Content-addressed bytes: hidden-test bundles and gold patches (sha256 hex)."""
+        if not re.fullmatch(r"[0-9a-f]{64}", digest or ""):
+            raise LakePathError(f"blob digest {digest!r} is not 64 lowercase hex characters")
+        return f"swe/blobs/{digest[:2]}/{digest}"
+
+    def swe_blobs_prefix(self) -> str:
+        """Where the hidden tests and gold patches live (the cheat policy flags reads of it)."""
+        return "swe/blobs"
+
+    def swe_attempt(self, agent_version: str, task_id: str, sample_idx: int) -> str:
+        """One attempt's row (Parquet, one row). Named by its unique key (agent version, task,
+        sample index) and written once, so a retry never adds a second sample."""
+        return (
+            f"swe/attempts/agent={_check_name('agent version', agent_version)}/"
+            f"task={_check_name('task', task_id)}/sample={_sample_idx(sample_idx)}.parquet"
+        )
+
+    def swe_attempts_glob(self) -> str:
+        return "swe/attempts/*/*/*.parquet"
+
+    def swe_trajectory(self, agent_version: str, task_id: str, sample_idx: int) -> str:
+        """One attempt's trajectory (steps: action, observation), patch, policy and grading
+        detail, written before its row."""
+        return (
+            f"swe/trajectories/{_check_name('agent version', agent_version)}/"
+            f"{_check_name('task', task_id)}/{_sample_idx(sample_idx)}.json"
+        )
+
+    def swe_run(self, run_id: str) -> str:
+        """A submitted run (agent version, task set, samples, budget) and its launch record."""
+        return f"swe/runs/{_check_name('run id', run_id)}.json"
+
+    def swe_gold(self, name: str) -> str:
+        """The latest gold-patch check of a task set: per task whether gold passed in every run,
+        per-test flake rates, and the tests dropped from grading."""
+        return f"swe/gold/{_check_name('task set', name)}/latest.json"
+
+    def swe_gold_rows(self, name: str) -> str:
+        """Per-test flake rates of the latest gold check, as Parquet rows."""
+        return f"swe/gold/{_check_name('task set', name)}/flake_rates.parquet"
+
     def inbox(self, source: str, delivery_id: str) -> str:
         _check_segments("inbox source", source)
         if not _DELIVERY.match(delivery_id or ""):
@@ -387,6 +442,12 @@ def _content(content: str | None) -> str:
     if not re.fullmatch(r"[0-9a-f]{8,64}", content):
         raise LakePathError(f"content digest {content!r} is not 8-64 lowercase hex characters")
     return f".{content}"
+
+
+def _sample_idx(sample_idx: int) -> str:
+    if isinstance(sample_idx, bool) or not isinstance(sample_idx, int) or not 0 <= sample_idx < 10**6:
+        raise LakePathError(f"sample index {sample_idx!r} is not an integer in 0..999999")
+    return f"{sample_idx:06d}"
 
 
 def _pr(pr: int | str) -> str:

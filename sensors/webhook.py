@@ -295,6 +295,7 @@ def serve(
     insecure: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     log_level: str = "info",
+    extra_routes: Iterable[Any] = (),
 ) -> None:
     """Run the receiver with uvicorn until interrupted (``evalrunner serve`` runs it beside Dagster)."""
     if insecure and not _is_loopback(host):
@@ -311,5 +312,7 @@ def serve(
     app = build_app(
         lake=lake, secret=secret, allowed_repos=allowed_repos, insecure=insecure, max_body_bytes=max_body_bytes
     )
+    # Other APIs served on the same port (the SWE run API, /v1/...).
+    app.router.routes.extend(extra_routes)
     # Uvicorn's access log has no headers or bodies, so the signature never reaches a log.
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -31,6 +31,7 @@ DAGSTER_HOMES: dict[str, str] = {
     "evalrunner_assets/driver.py": "driver layer: the CLI's runs on the local Dagster instance",
     "evalrunner_assets/backfill.py": "driver layer: `evalrunner backfill` records its runs in Dagster",
     "evalrunner_assets/candidates_run.py": "driver layer: `evalrunner candidates measure` runs the defined jobs",
+    "evalrunner_assets/swe_run.py": "driver layer: the run API launches SWE runs on the Dagster instance",
     "bench/compare_overhead.py": "benchmark: times the Dagster-recorded path against bare Inspect",
 }
 
@@ -49,6 +50,7 @@ DOMAIN = (
     "evalrunner_assets/gateway/",
     "evalrunner_assets/pipeline/",
     "evalrunner_assets/report/",
+    "evalrunner_assets/swe/",
     "lake/",
     "sql/",
 )
@@ -128,6 +130,7 @@ LAKE_TOP_DIRS = (
     "candidates",
     "tasksets",
     "annotations",
+    "swe",
 )
 LAKE_PATH_SCANNED = ("evalrunner_assets", "lake", "resources", "sensors", "sql")
 LAYOUT_FILE = "lake/layout.py"

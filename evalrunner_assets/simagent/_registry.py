@@ -12,3 +12,8 @@ def simagent() -> type[ModelAPI]:
     from ._provider import SimulatedAgentAPI
 
     return SimulatedAgentAPI
+
+
+# The bubblewrap tool-sandbox provider (`sandbox="bubblewrap"`), registered on import through
+# this same entry point, so Inspect resolves it from the CLI as well as in-process.
+from evalrunner_assets.execution import inspect_sandbox as _inspect_sandbox  # noqa: E402, F401

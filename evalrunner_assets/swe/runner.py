@@ -1,0 +1,365 @@
+"""Register task sets, check gold patches, and execute runs (agent version × task set × samples).
+
+Plain Python; the Dagster assets and the run API call these. Each attempt:
+
+1. skipped if its row (agent version, task, sample index) exists — a retry adds nothing;
+2. stopped before it starts if the run's budget is spent (it lands no row; a resubmission with
+   a larger budget runs it);
+3. the agent loop runs against a bubblewrap sandbox (Inspect provider) on a fresh workspace at
+   the pinned commit; its patch is the controller's diff of that workspace;
+4. the cheat policy checks the patch and the trajectory;
+5. the hidden tests grade the patch in a fresh sandbox (tests dropped as flaky by the latest
+   gold check are left out);
+6. the trajectory document, then the row, land in the lake.
+
+Attempts run on ``workers`` threads; every model step is booked against the run's shared
+budget before it runs (:class:`RunBudget`), so the run never spends more than its budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from evalrunner_assets.execution._local import digest_of
+from evalrunner_assets.execution.inspect_sandbox import BubblewrapSandboxConfig, BubblewrapSandboxEnvironment
+from evalrunner_assets.execution.repo import RepoSource, export_commit
+from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
+from evalrunner_assets.execution.workspace_pool import WorkspacePool
+from evalrunner_assets.swe import flakes, policy
+from evalrunner_assets.swe.agent import SimulatedCodingAgent, attempt_rng, run_agent
+from evalrunner_assets.swe.grading import Grade, grade_patch, workspace_patch
+from evalrunner_assets.swe.model import GOLD_RUNS_MIN, RunSpec, SweError, SweTask, TaskSet, TaskSetSpec, attempt_id
+from evalrunner_assets.swe.store import SweStore, now_iso
+
+EXAMPLE_DIR = Path(__file__).resolve().parent.parent.parent / "examples" / "swe-tinystats"
+AGENT_ENV = "EVALRUNNER_SWE_AGENT"
+
+
+def environment_digest(backend: SandboxBackend) -> str:
+    """The pinned environment of a task: the sandbox runtime (backend, Python, inspect-ai,
+    evalrunner) and the test runner's version. Pinned at registration, checked per attempt."""
+    try:
+        pytest_version = metadata.version("pytest")
+    except metadata.PackageNotFoundError:
+        pytest_version = "absent"
+    return digest_of({"runtime": backend.runtime_digest(), "pytest": pytest_version})
+
+
+def agent_definition() -> Path:
+    """The simulated agent's definition file: ``$EVALRUNNER_SWE_AGENT`` or the example's."""
+    return Path(os.environ.get(AGENT_ENV) or EXAMPLE_DIR / "agent.json")
+
+
+def load_agent(version: str) -> SimulatedCodingAgent:
+    return SimulatedCodingAgent.load(agent_definition(), version)
+
+
+@dataclass
+class SweContext:
+    """What a run needs: the lake, a sandbox backend, the workspace pool, an export cache."""
+
+    store: SweStore
+    backend: SandboxBackend
+    pool: WorkspacePool
+    export_root: Path
+
+    def export(self, task_set: TaskSet, task: SweTask) -> RepoExport:
+        return export_commit(RepoSource(task_set.repo, task_set.repo_source), task.commit, self.export_root)
+
+
+# -- registration ---------------------------------------------------------------------------
+def register_task_set(ctx: SweContext, spec_file: Path, repo_source: str) -> tuple[TaskSet, bool]:
+    """Read a task-set file, pin every task (commit, environment digest), store hidden tests and
+    gold patches as blobs and the set in the lake. Returns the set and whether it was new."""
+    try:
+        spec = TaskSetSpec.model_validate_json(spec_file.read_text())
+    except OSError as exc:
+        raise SweError(f"task-set file {str(spec_file)!r} cannot be read: {exc}") from exc
+    except ValueError as exc:
+        raise SweError(f"task-set file {str(spec_file)!r} is not valid: {exc}") from exc
+    base = spec_file.parent
+    source = RepoSource(spec.repo, repo_source)
+    env = environment_digest(ctx.backend)
+    tasks = []
+    for t in spec.tasks:
+        hidden_dir = base / t.hidden_tests
+        if not hidden_dir.is_dir():
+            raise SweError(f"task {t.id!r}: hidden tests {t.hidden_tests!r} is not a directory under {base}")
+        bundle = {
+            p.relative_to(hidden_dir).as_posix(): p.read_text(encoding="utf-8")
+            for p in sorted(hidden_dir.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts
+        }
+        if not bundle:
+            raise SweError(f"task {t.id!r}: hidden tests directory {t.hidden_tests!r} is empty")
+        gold = base / t.gold_patch
+        if not gold.is_file():
+            raise SweError(f"task {t.id!r}: gold patch {t.gold_patch!r} is not a file under {base}")
+        tasks.append(
+            SweTask(
+                id=t.id,
+                task_set=spec.name,
+                repo=spec.repo,
+                commit=source.resolve_ref(t.ref or spec.ref),
+                env_digest=env,
+                test_cmd=spec.test_cmd,
+                problem=t.problem,
+                hidden_tests_ref=ctx.store.put_blob(json.dumps(bundle, sort_keys=True).encode()),
+                hidden_paths=sorted(bundle),
+                gold_patch_ref=ctx.store.put_blob(gold.read_bytes()),
+                fail_to_pass=t.fail_to_pass,
+                pass_to_pass=t.pass_to_pass,
+            )
+        )
+    ts = TaskSet(
+        name=spec.name,
+        description=spec.description,
+        repo=spec.repo,
+        repo_source=str(Path(repo_source).resolve()) if os.path.exists(repo_source) else repo_source,
+        registered_at=now_iso(),
+        tasks=tasks,
+    )
+    created = ctx.store.save_task_set(ts)
+    return ctx.store.task_set(spec.name), created
+
+
+# -- gold checks ----------------------------------------------------------------------------
+def run_gold_check(ctx: SweContext, task_set: str, runs: int = GOLD_RUNS_MIN) -> dict[str, Any]:
+    """Run every gold patch ``runs`` times; store per-test flake rates and the verdicts."""
+    ts = ctx.store.task_set(task_set)
+
+    def grade_gold(task: SweTask) -> Grade:
+        return grade_patch(
+            ctx.backend,
+            ctx.pool,
+            ctx.export(ts, task),
+            task,
+            ctx.store.blob(task.gold_patch_ref).decode(),
+            ctx.store.hidden_files(task.hidden_tests_ref),
+        )
+
+    summary = flakes.gold_check(ts.tasks, grade_gold, runs)
+    checked_at = now_iso()
+    summary.update(task_set=ts.name, checked_at=checked_at)
+    rows = [
+        {"task_set": ts.name, "task_id": tid, "checked_at": checked_at, **test}
+        for tid, verdict in summary["tasks"].items()
+        for test in verdict["tests"]
+    ]
+    ctx.store.save_gold(ts.name, summary, rows)
+    return summary
+
+
+# -- runs -----------------------------------------------------------------------------------
+@dataclass
+class RunOutcome:
+    run_id: str
+    attempted: int = 0
+    reused: int = 0
+    budget_stopped: list[str] = field(default_factory=list)
+    spent_usd: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return "budget_spent" if self.budget_stopped else "done"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "attempted": self.attempted,
+            "reused": self.reused,
+            "budget_stopped": self.budget_stopped,
+            "spent_usd": round(self.spent_usd, 6),
+            "statuses": self.statuses,
+        }
+
+
+class RunBudget:
+    """A run's dollars, shared by its workers: every model step is booked before it runs, so
+    the run never spends more than its budget, whatever the number of workers."""
+
+    def __init__(self, limit_usd: float) -> None:
+        self.limit = limit_usd
+        self.spent = 0.0
+        self.exhausted = False
+        self._lock = threading.Lock()
+
+    def charge(self, cost: float) -> bool:
+        with self._lock:
+            if self.spent + cost > self.limit:
+                self.exhausted = True
+                return False
+            self.spent += cost
+            return True
+
+
+def execute_run(ctx: SweContext, spec: RunSpec, workers: int = 1) -> RunOutcome:
+    """Every missing attempt of ``spec``, within its budget (see the module docstring), on
+    ``workers`` threads; results are folded in submission order."""
+    run_id = spec.run_id()
+    ts = ctx.store.task_set(spec.task_set)
+    agent = load_agent(spec.agent_version)
+    gold = ctx.store.gold(ts.name) or {}
+    dropped: dict[str, list[str]] = gold.get("dropped_tests", {})
+    env_now = environment_digest(ctx.backend)
+    out = RunOutcome(run_id)
+    budget = RunBudget(spec.budget_usd)
+    todo: list[tuple[SweTask, int, RepoExport]] = []
+    for task in ts.tasks:
+        export = ctx.export(ts, task)
+        for idx in range(spec.samples):
+            if ctx.store.attempt_exists(spec.agent_version, task.id, idx):
+                out.reused += 1
+            else:
+                todo.append((task, idx, export))
+
+    def one(task: SweTask, idx: int, export: RepoExport) -> dict[str, Any] | None:
+        if budget.exhausted:
+            return None
+        return _attempt(ctx, spec, run_id, task, idx, export, agent, dropped.get(task.id, []), env_now, budget)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="swe-attempt") as pool:
+        futures = [pool.submit(one, *item) for item in todo]
+        for (task, idx, _), future in zip(todo, futures):
+            row = future.result()
+            if row is None:
+                out.budget_stopped.append(f"{task.id}/{idx}")
+                continue
+            out.attempted += 1
+            out.statuses[row["status"]] = out.statuses.get(row["status"], 0) + 1
+    out.spent_usd = budget.spent
+    return out
+
+
+def _attempt(
+    ctx: SweContext,
+    spec: RunSpec,
+    run_id: str,
+    task: SweTask,
+    idx: int,
+    export: RepoExport,
+    agent: SimulatedCodingAgent,
+    dropped: list[str],
+    env_now: str,
+    budget: RunBudget,
+) -> dict[str, Any] | None:
+    row: dict[str, Any] = {
+        "id": attempt_id(spec.agent_version, task.id, idx),
+        "run_id": run_id,
+        "agent_version": spec.agent_version,
+        "task_set": task.task_set,
+        "task_id": task.id,
+        "sample_idx": idx,
+        "repo": task.repo,
+        "commit": task.commit,
+        "env_digest": task.env_digest,
+        "prompt_version": spec.prompt_version,
+        "seed": spec.seed,
+        "created_at": now_iso(),
+        "steps": 0,
+        "cost_usd": 0.0,
+        "passed": False,
+        "tests_passed_raw": False,
+        "tests_passed": 0,
+        "tests_failed": 0,
+    }
+    trajectory: dict[str, Any] = {"task": task.model_dump(exclude={"hidden_tests_ref", "gold_patch_ref"})}
+    if task.env_digest != env_now:
+        row.update(status="error", reason=f"environment changed: task pinned {task.env_digest}, sandbox has {env_now}")
+        ctx.store.write_attempt(row, trajectory)
+        return row
+    cfg = BubblewrapSandboxConfig(
+        export_path=export.path,
+        repo=task.repo,
+        commit=task.commit,
+        tree_digest=export.tree_digest,
+        env_digest=task.env_digest,
+    )
+    sandbox = BubblewrapSandboxEnvironment.open(cfg, ctx.backend, ctx.pool)
+    try:
+        outcome = anyio.run(
+            lambda: run_agent(
+                agent,
+                task,
+                sandbox,
+                attempt_rng(spec.seed, spec.agent_version, task.id, idx),
+                max_steps=spec.max_steps,
+                step_timeout_s=spec.step_timeout_s,
+                charge=budget.charge,
+            )
+        )
+        patch, touched = workspace_patch(export.path, sandbox.workspace.path)
+        agent_sandbox = os.path.basename(sandbox.workspace.path)
+    finally:
+        sandbox.close()
+    if outcome.stop_reason == "budget":
+        return None
+    reasons = policy.check_patch(touched, task.hidden_paths) + policy.check_trajectory(
+        outcome.commands(), task.hidden_paths
+    )
+    grade = grade_patch(
+        ctx.backend, ctx.pool, export, task, patch, ctx.store.hidden_files(task.hidden_tests_ref), dropped
+    )
+    if grade.status == "invalid":
+        status = "invalid"
+    elif reasons:
+        status = "policy_failed"
+    else:
+        status = grade.status
+    ok, failed = grade.counts()
+    row.update(
+        status=status,
+        passed=status == "passed",
+        tests_passed_raw=grade.passed,
+        tests_passed=ok,
+        tests_failed=failed,
+        exit_code=grade.exit_code,
+        reason=grade.reason,
+        policy_reason="; ".join(reasons) or None,
+        sandbox_id=agent_sandbox,
+        cost_usd=round(outcome.cost_usd, 8),
+        steps=len(outcome.steps),
+    )
+    trajectory.update(
+        agent=outcome.to_dict(),
+        patch=patch,
+        touched=touched,
+        policy=reasons,
+        grade={
+            "status": grade.status,
+            "reason": grade.reason,
+            "exit_code": grade.exit_code,
+            "results": grade.results,
+            "dropped_tests": dropped,
+            "sandbox_id": grade.sandbox_id,
+        },
+    )
+    ctx.store.write_attempt(row, trajectory)
+    return row
+
+
+_POOLS: dict[str, WorkspacePool] = {}
+
+
+def process_pool(root: Path) -> WorkspacePool:
+    """The process's workspace pool under ``root`` (one per root, kept across runs)."""
+    key = str(root.resolve()) if root.exists() else str(root)
+    if key not in _POOLS:
+        _POOLS[key] = WorkspacePool(root / f"pid-{os.getpid()}")
+    return _POOLS[key]
+
+
+def local_context(store: SweStore, backend: SandboxBackend, home_dir: Path) -> SweContext:
+    """A context whose exports and workspaces live under the evalrunner home."""
+    return SweContext(store, backend, process_pool(home_dir / "swe-workspaces"), home_dir / "exports")
