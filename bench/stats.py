@@ -36,7 +36,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats as sps
@@ -397,27 +397,51 @@ def compare_priors(reps: int, seed: int) -> None:
         print(f"{name:<28} " + " | ".join(cells) + f" | all ties 'unchanged' at T=1/3/20: {'/'.join(map(str, ties))}")
 
 
-SPENDING_CHOICES = ((0.9, 0.6), (0.9, 0.75), (0.9, 0.9), (0.9, 1.25), (0.8, 0.75), (0.95, 0.75))
+def _two_part(early: float, r1: float, r2: float) -> Callable[[np.ndarray], np.ndarray]:
+    """Cumulative share of the sign tests' alpha: ``early`` of it by a quarter of the horizon
+    (shaped t^r1), the rest after it (shaped t^r2) -- spending aimed at 64 pairs and the cap."""
+
+    def share(t: np.ndarray) -> np.ndarray:
+        return np.where(t <= 0.25, early * (t / 0.25) ** r1, early + (1 - early) * ((t - 0.25) / 0.75) ** r2)
+
+    return share
+
+
+# (label, share of alpha/(2T) for the sign tests, spending exponent or a spending shape)
+SPENDING_CHOICES: tuple[tuple[str, float, float | Callable[[np.ndarray], np.ndarray]], ...] = (
+    ("t^0.6", 0.9, 0.6),
+    ("t^0.75 (chosen)", 0.9, 0.75),
+    ("t^0.9", 0.9, 0.9),
+    ("t^1.25", 0.9, 1.25),
+    ("t^0.75, share 0.8", 0.8, 0.75),
+    ("t^0.75, share 0.95", 0.95, 0.75),
+    ("20% by 64 (t^0.75), t^2 after", 0.9, _two_part(0.2, 0.75, 2.0)),
+    ("16% by 64 (t^3), t^4 after", 0.9, _two_part(0.16, 3.0, 4.0)),
+    ("20% by 64 (t^3), t^4 after", 0.9, _two_part(0.2, 3.0, 4.0)),
+)
 
 
 def compare_spending(reps: int, seed: int) -> None:
-    """The group-sequential share of alpha and spending exponent under the same rule: false
+    """The group-sequential share of alpha and spending shape under the same rule: false
     directional labels at delta = 0, power at +0.1 and median pairs at +-0.2 (T = 1)."""
     params = StatsParams(cap=CAP)
     ends = window_ends()
     print(
-        f"\n## Spending under the same rule (T = 1, cap {CAP}, {reps} reps per cell, {4 * reps} null tasks): "
+        f"\n## Spending under the same rule (T = 1, cap {CAP}, {reps} reps per cell, {2 * reps} null tasks): "
         "false at 0 / power at +0.1 / median pairs at +0.2, -0.2"
     )
-    for share, rho in SPENDING_CHOICES:
-        design = {"T=1": task_design(params, 1, share=share, rho=rho)}
+    for label, share, shape in SPENDING_CHOICES:
+        design = task_design(params, 1, share=share, rho=shape if isinstance(shape, float) else 1.0)
+        if not isinstance(shape, float):
+            t = np.asarray(design.looks, dtype=np.float64) / design.horizon
+            design = replace(design, allowed=design.gs_alpha * shape(t))
         cells = []
         for gname in GENERATORS:
             rng = np.random.default_rng(seed)
             out = []
             for delta in (0.0, 0.1, 0.2, -0.2):
-                d = GENERATORS[gname](rng, delta, 4 * reps if delta == 0 else reps, CAP)
-                code, at = sequential_labels(crossings(d, params, design)["T=1"], params)
+                d = GENERATORS[gname](rng, delta, 2 * reps if delta == 0 else reps, CAP)
+                code, at = sequential_labels(crossings(d, params, {"x": design})["x"], params)
                 if delta == 0:
                     out.append(f"{100 * np.mean((code == seq.IMPROVED) | (code == seq.REGRESSED)):.1f}%")
                     continue
@@ -429,7 +453,7 @@ def compare_spending(reps: int, seed: int) -> None:
                     else f"{np.median(run[right]) if right.any() else float('nan'):.0f}"
                 )
             cells.append(f"{gname}: {out[0]} / {out[1]} / {out[2]}, {out[3]}")
-        print(f"share {share:.2f} rho {rho:<5} " + " | ".join(cells), flush=True)
+        print(f"{label:<32} " + " | ".join(cells), flush=True)
 
 
 def main(argv: list[str]) -> None:

@@ -336,8 +336,10 @@ def decide_task(
 ) -> TaskDecision:
     """Decide one task from its pairs, consumed in their pre-committed order.
 
-    The label is the first one settled at any look (every prefix of at least ``min_pairs``
-    pairs), so adding pairs never changes a settled label. ``at_cap`` (no position left to run)
+    The label is the first one settled at any look — every prefix of at least ``min_pairs``
+    pairs for the e-processes, the planned window ends up to the design cap (or a smaller
+    ``dataset_size``) for the group-sequential sign tests — so adding pairs never changes a
+    settled label. ``at_cap`` (no position left to run)
     / ``budget_exhausted`` turn an undecided task into "inconclusive", with a reason naming the
     real limit: ``dataset_size`` (the samples both commits have) tells a dataset that ran out
     ("dataset exhausted (20 samples)") and a task too small to ever carry a label ("cannot be
