@@ -68,7 +68,7 @@ class TaskDecision:
     # Posterior draws of delta, kept for the run-level headline; not serialized.
     posterior_draws: np.ndarray | None = field(default=None, repr=False, compare=False)
     # Why p_improvement is None: it is shown only beside a directional label, where the
-    # posterior cannot contradict the anytime-valid label it sits next to.
+    # posterior cannot contradict the sequential label it sits next to.
     p_improvement_note: str | None = None
 
     @property
@@ -349,7 +349,7 @@ def decide_task(
     cause: "regressed" if the scores settled it, else "inconclusive" (see the README).
     ``forecast=False`` skips the more-pairs estimate. ``p_improvement`` is given only beside
     "improved" / "regressed"; otherwise it is None and ``p_improvement_note`` says why (a
-    posterior beside an undecided label reads as a decision the anytime-valid rule did not make).
+    posterior beside an undecided label reads as a decision the sequential rule did not make).
     """
     if not isinstance(pairing, Pairing):
         raise TypeError(f"pairing must be a Pairing (from pair_task), got {type(pairing).__name__}")

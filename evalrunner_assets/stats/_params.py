@@ -13,9 +13,10 @@ from evalrunner_assets.stats._errors import ParamsError
 class StatsParams:
     """Parameters of one run's comparison.
 
-    alpha: family-wise error level of the run. Each of the T tasks gets a two-sided
-        anytime-valid interval at level alpha/T (Bonferroni), so a false REGRESSED run verdict
-        has probability <= alpha/2 and a false IMPROVED or REGRESSED task label <= alpha/T.
+    alpha: family-wise error level of the run. Each of the T tasks gets alpha/T two-sided
+        (Bonferroni): alpha/(2T) per direction, 0.9 of it to the group-sequential sign test
+        and the rest to the e-process, so a false REGRESSED run verdict has probability
+        <= alpha/2 and a false IMPROVED or REGRESSED task label <= alpha/T at any stopping time.
     margin: equivalence margin on the mean paired difference; "unchanged" means the whole
         interval lies inside (-margin, +margin).
     min_pairs: no label before this many pairs.
