@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from evalrunner_assets.stats import Pairing, StatsParams, _groupseq, decide_task
+from evalrunner_assets.stats import Pairing, StatsParams, _groupseq, confidence_path, decide_task
 from evalrunner_assets.stats._decide import task_design
 
 LOOKS = _groupseq.design_looks(256, 8)
@@ -154,3 +154,15 @@ def test_design_cap_must_lie_between_min_pairs_and_cap():
     with pytest.raises(ParamsError, match="design_cap"):
         StatsParams(cap=256, design_cap=4)
     assert StatsParams(cap=512, design_cap=256).horizon_cap == 256
+
+
+def test_chart_path_is_cut_at_zero_from_the_look_the_sign_test_settled():
+    rng = np.random.default_rng(9)
+    d = (rng.random(200) < 0.45) * 1.0 - (rng.random(200) < 0.2)
+    decision = decide_task(_pairing(d), StatsParams(), 1, forecast=False)
+    assert decision.label == "improved" and decision.decided_at is not None
+    path = confidence_path(_pairing(d), StatsParams(), 1)
+    for pairs, _, lo, hi in path:
+        if pairs >= decision.decided_at:
+            assert lo >= 0.0 and lo <= hi
+    assert path[-1][2] == pytest.approx(decision.anytime_interval[0])

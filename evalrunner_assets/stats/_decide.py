@@ -446,7 +446,9 @@ def decide_task(
 
 def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list[tuple[int, float, float, float]]:
     """(pairs, delta, lo, hi) at every batch boundary (and the current look), for the
-    "how many samples until we know" chart. Bounds are the anytime-valid running intersection."""
+    "how many samples until we know" chart. Bounds are the anytime-valid running intersection,
+    cut at 0 from the look at which a group-sequential sign test settled the sign (as the
+    decision's own interval is)."""
     check_n_tasks(n_tasks)
     d = pairing.deltas
     n = d.size
@@ -461,6 +463,14 @@ def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list
     lo, hi = _sequence.interval_path(
         d, _sequence.log_threshold(params.alpha, n_tasks), looks=np.array(looks), margin=params.margin
     )
+    design = task_design(params, n_tasks)
+    up, down = (int(x) for x in _groupseq.first_rejections(d, design.looks, design.allowed))
+    at = np.array(looks)
+    if not (up and down):  # both at once contradict a constant mean: leave the sequence as it is
+        cut_lo = np.where(at >= up, np.maximum(lo, 0.0), lo) if up else lo
+        cut_hi = np.where(at >= down, np.minimum(hi, 0.0), hi) if down else hi
+        agree = cut_lo <= cut_hi  # where they disagree, show the look's own sequence (as _interval)
+        lo, hi = np.where(agree, cut_lo, lo), np.where(agree, cut_hi, hi)
     running_mean = np.cumsum(d) / np.arange(1, n + 1)
     return [(int(t), float(running_mean[t - 1]), float(a), float(b)) for t, a, b in zip(looks, lo, hi)]
 
