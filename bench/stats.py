@@ -456,8 +456,8 @@ def compare_spending(reps: int, seed: int) -> None:
         print(f"{label:<32} " + " | ".join(cells), flush=True)
     # The same looks and spending (all of alpha/(2T)) with a paired t statistic instead of the
     # exact sign test: what the sign test's validity costs, and why the t-test is not used.
-    design = task_design(params, 1, share=1.0)
-    z = design.z()
+    design = task_design(params, 1)
+    z = np.asarray(gs.z_boundaries(design.looks, design.horizon, params.alpha / 2, gs.SPENDING_RHO))
     looks = np.asarray(design.looks)
     cells = []
     for gname in GENERATORS:
