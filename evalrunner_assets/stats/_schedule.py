@@ -8,9 +8,11 @@ from evalrunner_assets.stats._errors import PlanError
 # The window schedule (positions of a task's seeded order run together on one arm). A window
 # depends only on where it starts, so a base commit's windows are the same for every PR on it
 # and are reused. Small windows first, then at most 1/WINDOW_GROWTH of the pairs before it:
-# the labels are read at every pair, so a window only costs the pairs run past the one where
-# the label settled (overshoot <= 1 + 1/WINDOW_GROWTH after the first WINDOW_MIN *
-# WINDOW_GROWTH pairs), while the number of windows grows only logarithmically with the cap.
+# the e-processes are read at every pair and the group-sequential sign tests at every window
+# end (their looks, ``_groupseq.design_looks``: changing the schedule changes the statistical
+# design), so a window only costs the pairs run past the one where the label settled
+# (overshoot <= 1 + 1/WINDOW_GROWTH after the first WINDOW_MIN * WINDOW_GROWTH pairs), while
+# the number of windows grows only logarithmically with the cap.
 WINDOW_MIN = 8
 WINDOW_GROWTH = 8
 
