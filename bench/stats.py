@@ -15,14 +15,17 @@ Generators (each with an exact true delta):
                       (within-input correlation), averaged per input
 
 Methods, run on the same simulated pairs:
-  sequential   the library's anytime-valid rule (alpha/T two-sided per task), its own e-process
-               code (``_sequence``), labels read at every pair, pairs counted in whole windows
+  sequential   the library's rule (alpha/T two-sided per task): its group-sequential sign tests
+               at the window ends (``_groupseq``, exact recursion per path) and its e-processes
+               (``_sequence``, read at every pair), pairs counted in whole windows
   fixed-n 200  paired t interval once at 200 pairs (Bonferroni alpha/T)
+  fixed-n 256  the same at the cap: about the most power any test using at most 256 pairs has
   peeking      paired t 95% interval after every window, stop when it excludes 0 or lies in
                +-margin -- the rule DESIGN §6 warns against
 
 `python -m bench stats` runs the full evidence (2,000 repetitions per row, 40,000 null tasks
-per generator); `--quick` 200; `--reps=N` any other count; `--priors` compares bet priors.
+per generator); `--quick` 200; `--reps=N` any other count; `--priors` compares bet priors;
+`--spending` compares the group-sequential share of alpha and spending exponents.
 """
 
 from __future__ import annotations
@@ -33,13 +36,15 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats as sps
 
 from evalrunner_assets.stats import Pairing, StatsParams, _posterior, decide_task, window_schedule
+from evalrunner_assets.stats import _groupseq as gs
 from evalrunner_assets.stats import _sequence as seq
+from evalrunner_assets.stats._decide import Design, task_design
 
 CAP = 256
 FIXED_N = 200
@@ -115,21 +120,30 @@ DELTAS = (0.0, 0.1, 0.2, -0.2)
 
 
 def crossings(
-    d: np.ndarray, params: StatsParams, log_thrs: dict[str, float], prior: tuple[np.ndarray, np.ndarray] | None = None
+    d: np.ndarray,
+    params: StatsParams,
+    designs: dict[str, Design],
+    prior: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
-    """First crossing of each test for each threshold, per path, with the library's e-processes
-    and its rounding toward each null (float32 running sums: a simulation shortcut).
+    """First crossing of each test for each design (level), per path: the library's e-processes
+    with its rounding toward each null (float32 running sums: a simulation shortcut), and for
+    the two directional tests the earlier of that and the library's group-sequential sign test.
     ``prior``: (bet fractions, log weights) instead of the library's, to compare priors."""
     fractions, log_weights = prior if prior is not None else (seq.BET_FRACTIONS, seq.BET_LOG_WEIGHTS)
-    out: dict[str, dict[str, np.ndarray]] = {k: {} for k in log_thrs}
+    out: dict[str, dict[str, np.ndarray]] = {k: {} for k in designs}
     for name, (d0, side) in zip(seq.TEST_NAMES, seq.test_boundaries(params.margin)):
         rounded = seq._rounded(d, side)
         values, inverse = np.unique(rounded, return_inverse=True)
         table = seq.bet_log_factors(values, d0, side, fractions).astype(np.float32)  # (S, K)
         cum = np.cumsum(table[inverse.reshape(d.shape)], axis=1)  # (P, n, K)
         log_w = seq.mixture_log_wealth(cum, log_weights)
-        for key, thr in log_thrs.items():
-            out[key][name] = seq.first_crossings(log_w, thr)
+        for key, design in designs.items():
+            out[key][name] = seq.first_crossings(log_w, design.log_thrs[name])
+    for key, design in designs.items():
+        up, down = gs.first_rejections(d, design.looks, design.allowed)
+        for name, hit in (("above_zero", up), ("below_zero", down)):
+            e = out[key][name]
+            out[key][name] = np.where((e > 0) & (hit > 0), np.minimum(e, hit), np.maximum(e, hit))
     return out
 
 
@@ -353,7 +367,7 @@ def compare_priors(reps: int, seed: int) -> None:
         "Beta(1.2,2) + 20% at 0.99": _prior(mid, sps.beta.pdf(mid, 1.2, 2), top=0.2),
         "log-spaced 0.01-0.99": _prior(np.geomspace(0.01, 0.99, 32)),
     }
-    thr = {"T=1": seq.log_threshold(params.alpha, 1)}
+    thr = {"T=1": task_design(params, 1)}
     print(
         f"\n## Bet priors under the same rule (T = 1, cap {CAP}, {reps} reps per cell): power at +0.1 / median pairs at +0.2, -0.2"
     )
@@ -383,16 +397,118 @@ def compare_priors(reps: int, seed: int) -> None:
         print(f"{name:<28} " + " | ".join(cells) + f" | all ties 'unchanged' at T=1/3/20: {'/'.join(map(str, ties))}")
 
 
+def _two_part(early: float, r1: float, r2: float) -> Callable[[np.ndarray], np.ndarray]:
+    """Cumulative share of the sign tests' alpha: ``early`` of it by a quarter of the horizon
+    (shaped t^r1), the rest after it (shaped t^r2) -- spending aimed at 64 pairs and the cap."""
+
+    def share(t: np.ndarray) -> np.ndarray:
+        return np.where(t <= 0.25, early * (t / 0.25) ** r1, early + (1 - early) * ((t - 0.25) / 0.75) ** r2)
+
+    return share
+
+
+# (label, share of alpha/(2T) for the sign tests, spending exponent or a spending shape)
+SPENDING_CHOICES: tuple[tuple[str, float, float | Callable[[np.ndarray], np.ndarray]], ...] = (
+    ("t^0.6", 0.9, 0.6),
+    ("t^0.75 (chosen)", 0.9, 0.75),
+    ("t^0.9", 0.9, 0.9),
+    ("t^1.25", 0.9, 1.25),
+    ("t^0.75, share 0.8", 0.8, 0.75),
+    ("t^0.75, share 0.95", 0.95, 0.75),
+    ("20% by 64 (t^0.75), t^2 after", 0.9, _two_part(0.2, 0.75, 2.0)),
+    ("16% by 64 (t^3), t^4 after", 0.9, _two_part(0.16, 3.0, 4.0)),
+    ("20% by 64 (t^3), t^4 after", 0.9, _two_part(0.2, 3.0, 4.0)),
+)
+
+
+def compare_spending(reps: int, seed: int) -> None:
+    """The group-sequential share of alpha and spending shape under the same rule: false
+    directional labels at delta = 0, power at +0.1 and median pairs at +-0.2 (T = 1)."""
+    params = StatsParams(cap=CAP)
+    ends = window_ends()
+    print(
+        f"\n## Spending under the same rule (T = 1, cap {CAP}, {reps} reps per cell, {2 * reps} null tasks): "
+        "false at 0 / power at +0.1 / median pairs at +0.2, -0.2"
+    )
+    for label, share, shape in SPENDING_CHOICES:
+        design = task_design(params, 1, share=share, rho=shape if isinstance(shape, float) else 1.0)
+        if not isinstance(shape, float):
+            t = np.asarray(design.looks, dtype=np.float64) / design.horizon
+            design = replace(design, allowed=design.gs_alpha * shape(t))
+        cells = []
+        for gname in GENERATORS:
+            rng = np.random.default_rng(seed)
+            out = []
+            for delta in (0.0, 0.1, 0.2, -0.2):
+                d = GENERATORS[gname](rng, delta, 2 * reps if delta == 0 else reps, CAP)
+                code, at = sequential_labels(crossings(d, params, {"x": design})["x"], params)
+                if delta == 0:
+                    out.append(f"{100 * np.mean((code == seq.IMPROVED) | (code == seq.REGRESSED)):.1f}%")
+                    continue
+                right = code == (seq.IMPROVED if delta > 0 else seq.REGRESSED)
+                run = pairs_run(at, ends)
+                out.append(
+                    f"{100 * right.mean():.0f}%"
+                    if delta == 0.1
+                    else f"{np.median(run[right]) if right.any() else float('nan'):.0f}"
+                )
+            cells.append(f"{gname}: {out[0]} / {out[1]} / {out[2]}, {out[3]}")
+        print(f"{label:<32} " + " | ".join(cells), flush=True)
+    # The same looks and spending (all of alpha/(2T)) with a paired t statistic instead of the
+    # exact sign test: what the sign test's validity costs, and why the t-test is not used.
+    design = task_design(params, 1)
+    z = np.asarray(gs.z_boundaries(design.looks, design.horizon, params.alpha / 2, gs.SPENDING_RHO))
+    looks = np.asarray(design.looks)
+    cells = []
+    for gname in GENERATORS:
+        rng = np.random.default_rng(seed)
+        out = []
+        for delta in (0.0, 0.1, 0.2, -0.2):
+            d = GENERATORS[gname](rng, delta, 2 * reps if delta == 0 else reps, CAP)
+            total, squares = np.cumsum(d, axis=1)[:, looks - 1], np.cumsum(d * d, axis=1)[:, looks - 1]
+            mean = total / looks
+            var = np.maximum(squares / looks - mean**2, 0.0) * looks / (looks - 1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = np.where(var > 0, mean / np.sqrt(var / looks), np.sign(mean) * np.inf)
+            up, down = t >= z, -t >= z
+            never = np.zeros(d.shape[0], dtype=np.int64)
+            c = {
+                "above_zero": np.where(up.any(axis=1), looks[up.argmax(axis=1)], 0),
+                "below_zero": np.where(down.any(axis=1), looks[down.argmax(axis=1)], 0),
+                "above_minus_margin": never,
+                "below_plus_margin": never,
+            }
+            code, at = sequential_labels(c, params)
+            if delta == 0:
+                out.append(f"{100 * np.mean((code == seq.IMPROVED) | (code == seq.REGRESSED)):.1f}%")
+                continue
+            right = code == (seq.IMPROVED if delta > 0 else seq.REGRESSED)
+            run = pairs_run(at, ends)
+            out.append(
+                f"{100 * right.mean():.0f}%"
+                if delta == 0.1
+                else f"{np.median(run[right]) if right.any() else float('nan'):.0f}"
+            )
+        cells.append(f"{gname}: {out[0]} / {out[1]} / {out[2]}, {out[3]}")
+    print(f"{'paired t, t^0.75 (1.0; invalid)':<32} " + " | ".join(cells), flush=True)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench stats", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run (200 reps) instead of the full evidence")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per non-null row (default 2000, quick 200)")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--priors", action="store_true", help="only compare bet priors under the same rule")
+    parser.add_argument(
+        "--spending", action="store_true", help="only compare group-sequential spending choices under the same rule"
+    )
     args = parser.parse_args(argv)
     reps = args.reps or (200 if args.quick else 2000)
     if args.priors:
         compare_priors(reps, args.seed)
+        return
+    if args.spending:
+        compare_spending(reps, args.seed)
         return
     null_paths = reps * max(T_RUN)  # enough null tasks for `reps` runs of T = 20
     params = StatsParams(cap=CAP)
@@ -403,8 +519,8 @@ def main(argv: list[str]) -> None:
         f"alpha={params.alpha} margin={params.margin} min_pairs={params.min_pairs} cap={CAP}; windows end at "
         f"{', '.join(map(str, ends))}; {reps} reps per effect row, {null_paths} null tasks per generator; seed {args.seed}"
     )
-    thrs = {"T=1": seq.log_threshold(params.alpha, 1), "per side a/T": seq.log_threshold(2 * params.alpha, 1)}
-    thrs.update({f"T={t}": seq.log_threshold(params.alpha, t) for t in T_RUN})
+    thrs = {"T=1": task_design(params, 1), "per side a/T": task_design(StatsParams(alpha=2 * params.alpha, cap=CAP), 1)}
+    thrs.update({f"T={t}": task_design(params, t) for t in T_RUN})
     rows: list[Row] = []
     run_level: list[tuple[str, int, str, int, int]] = []
     p_imp: list[tuple[str, tuple[int, int, int, int]]] = []
@@ -413,7 +529,7 @@ def main(argv: list[str]) -> None:
         for delta in DELTAS:
             n_paths = null_paths if delta == 0 else reps
             parts: dict[str, list] = {
-                k: [] for k in ("seq", "seq_at", "side", "side_at", "fixed", "peek", "peek_at", "d")
+                k: [] for k in ("seq", "seq_at", "side", "side_at", "fixed", "fixed_cap", "peek", "peek_at", "d")
             }
             runs: dict[int, list[np.ndarray]] = {t: [] for t in T_RUN}
             for start in range(0, n_paths, chunk):
@@ -426,6 +542,7 @@ def main(argv: list[str]) -> None:
                 parts["side"].append(code2)
                 parts["side_at"].append(at2)
                 parts["fixed"].append(fixed_n_labels(d, FIXED_N, params.alpha, params.margin))
+                parts["fixed_cap"].append(fixed_n_labels(d, CAP, params.alpha, params.margin))
                 pc, pa = peeking_labels(d, ends, params.margin)
                 parts["peek"].append(pc)
                 parts["peek_at"].append(pa)
@@ -459,6 +576,9 @@ def main(argv: list[str]) -> None:
             )
             rows.append(
                 summarize(gname, delta, f"fixed-n {FIXED_N}", cat["fixed"], np.full(cat["fixed"].size, FIXED_N), None)
+            )
+            rows.append(
+                summarize(gname, delta, f"fixed-n {CAP}", cat["fixed_cap"], np.full(cat["fixed_cap"].size, CAP), None)
             )
             peek_run = np.where(cat["peek"] != seq.CONTINUE, cat["peek_at"], CAP)
             rows.append(summarize(gname, delta, "peeking (t 95% per window)", cat["peek"], peek_run, None))

@@ -98,6 +98,7 @@ def stats_params(request: ComparisonRequest) -> stats.StatsParams:
         min_pairs=request.min_pairs,
         cap=request.cap + request.extra_samples,
         batch_size=FIRST_WINDOW,
+        design_cap=request.cap,
     )
 
 

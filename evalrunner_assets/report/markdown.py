@@ -132,7 +132,8 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
         margin = params.get("margin")
         note = (
             f"† anytime-valid {100 * level:.1f}% interval on the paired difference (valid however often "
-            f"we look; α split over {len(tasks)} task(s)); “unchanged” means the whole interval lies "
+            f"we look; α split over {len(tasks)} task(s)), cut at 0 once a directional test (exact sign "
+            f"tests at the window ends) settled the sign; “unchanged” means the whole interval lies "
             f"within ±{margin}. Bars span Δ ∈ [−{BAR_SCALE}, +{BAR_SCALE}], │ marks zero."
             if level
             else ""

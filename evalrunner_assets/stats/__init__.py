@@ -17,18 +17,8 @@ from evalrunner_assets.stats._errors import PairingError, ParamsError, PlanError
 from evalrunner_assets.stats._mean import mean_sequence_interval, wilson_interval
 from evalrunner_assets.stats._pairing import Pairing, arm_input_means, pair_task, pair_tasks, seeded_order
 from evalrunner_assets.stats._params import StatsParams
-from evalrunner_assets.stats._planner import (
-    ARMS,
-    WINDOW_GROWTH,
-    WINDOW_MIN,
-    Budget,
-    TaskPlanState,
-    WindowPlan,
-    plan_next_windows,
-    window_schedule,
-    window_size,
-    window_span,
-)
+from evalrunner_assets.stats._planner import ARMS, Budget, TaskPlanState, WindowPlan, plan_next_windows
+from evalrunner_assets.stats._schedule import WINDOW_GROWTH, WINDOW_MIN, window_schedule, window_size, window_span
 from evalrunner_assets.stats._verdict import RunVerdict, Verdict, run_verdict
 
 __all__ = [

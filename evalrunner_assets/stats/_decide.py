@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from evalrunner_assets.stats import _posterior, _sequence
+from evalrunner_assets.stats import _groupseq, _posterior, _sequence
 from evalrunner_assets.stats._classical import paired_t_interval
 from evalrunner_assets.stats._pairing import Pairing
 from evalrunner_assets.stats._params import StatsParams, check_n_tasks
@@ -68,7 +68,7 @@ class TaskDecision:
     # Posterior draws of delta, kept for the run-level headline; not serialized.
     posterior_draws: np.ndarray | None = field(default=None, repr=False, compare=False)
     # Why p_improvement is None: it is shown only beside a directional label, where the
-    # posterior cannot contradict the anytime-valid label it sits next to.
+    # posterior cannot contradict the sequential label it sits next to.
     p_improvement_note: str | None = None
 
     @property
@@ -96,7 +96,8 @@ class TaskDecision:
                 "lo": _r(lo),
                 "hi": _r(hi),
                 "level": _r(1.0 - self.task_alpha, 8),
-                "kind": "anytime-valid confidence sequence (betting, mixture over bet sizes), two-sided, Bonferroni over tasks",
+                "kind": "anytime-valid confidence sequence (betting, mixture over bet sizes), two-sided, Bonferroni over "
+                "tasks, cut at 0 / ±margin where a test (group-sequential or e-process) rejected them",
             },
             "classical_interval": None
             if self.classical_interval is None
@@ -128,11 +129,62 @@ class TaskDecision:
 Sides = dict[int, "_sequence.Compressed"]
 
 
-def _crossings(data: Sides, margin: float, log_thr: float) -> dict[str, _sequence.ScanResult]:
+def _crossings(data: Sides, margin: float, log_thrs: dict[str, float]) -> dict[str, _sequence.ScanResult]:
     scans: dict[str, _sequence.ScanResult] = {}
     for name, (d0, side) in zip(_sequence.TEST_NAMES, _sequence.test_boundaries(margin)):
-        scans[name] = _sequence.scan(data[side], d0, side, log_thr, want_sup=name in ("above_zero", "below_zero"))
+        scans[name] = _sequence.scan(
+            data[side], d0, side, log_thrs[name], want_sup=name in ("above_zero", "below_zero")
+        )
     return scans
+
+
+@dataclass(frozen=True)
+class Design:
+    """The tests of one task at one level: the group-sequential looks and the error each
+    one-sided sign test may have spent by each, and the e-value each e-process test must reach."""
+
+    looks: tuple[int, ...]
+    allowed: np.ndarray  # cumulative error of each one-sided sign test by each look
+    log_thrs: dict[str, float]
+    horizon: int
+    gs_alpha: float  # each sign test's level over the whole design
+    rho: float
+
+    def z(self) -> np.ndarray:
+        """The same spending's normal boundaries (computed once per design; the forecast's)."""
+        return np.asarray(_groupseq.z_boundaries(self.looks, self.horizon, self.gs_alpha, self.rho), dtype=np.float64)
+
+
+def task_design(
+    params: StatsParams,
+    n_tasks: int,
+    dataset_size: int | None = None,
+    *,
+    share: float = _groupseq.GS_SHARE,
+    rho: float = _groupseq.SPENDING_RHO,
+) -> Design:
+    """Each direction gets alpha/(2T): ``share`` of it to the group-sequential sign test over
+    the planned looks, the rest to the directional e-process (every pair, and past the
+    horizon). The margin tests ("unchanged") and the interval keep the full alpha/(2T) per
+    side. ``share`` and ``rho`` are for the benchmark's comparisons only."""
+    horizon = _groupseq.design_horizon(params.horizon_cap, dataset_size)
+    looks = _groupseq.design_looks(horizon, params.min_pairs)
+    side_alpha = params.alpha / (2 * n_tasks)
+    full = _sequence.log_threshold(params.alpha, n_tasks)
+    directional = _sequence.log_threshold((1.0 - share) * params.alpha, n_tasks)
+    log_thrs = {
+        "above_zero": directional,
+        "below_zero": directional,
+        "above_minus_margin": full,
+        "below_plus_margin": full,
+    }
+    allowed = _groupseq.spent(looks, horizon, share * side_alpha, rho)
+    return Design(looks, allowed, log_thrs, horizon, share * side_alpha, rho)
+
+
+def _earliest(a: int, b: int) -> int:
+    """The earlier of two first-crossing times (0 = never)."""
+    return min(a, b) if a and b else max(a, b)
 
 
 def _settle(crossings: dict[str, int], min_pairs: int, n: int) -> tuple[int, int]:
@@ -172,15 +224,21 @@ def _limit_reason(params: StatsParams, *, at_cap: bool, dataset_size: int | None
 
 
 def _forecast_more_pairs(
-    sides: Sides, scans: dict[str, _sequence.ScanResult], params: StatsParams, log_thr: float
+    sides: Sides,
+    scans: dict[str, _sequence.ScanResult],
+    crossings: dict[str, int],
+    params: StatsParams,
+    design: Design,
 ) -> int | None:
     """Median extra pairs until some label settles, over posterior draws of the pair distribution.
 
-    Each of :data:`_FORECAST_PATHS` Dirichlet draws gives every test and bet an expected log
-    growth per pair; a bet's wealth is projected along it (past + t * growth), and the mixture
-    crosses no later than its first bet reaching the threshold plus that bet's prior weight.
-    Cost O(draws x support x bets), independent of the cap. None when most draws do not settle
-    before the cap (more samples are unlikely to help) or the cap is already reached.
+    Each of :data:`_FORECAST_PATHS` Dirichlet draws gives every e-process test and bet an
+    expected log growth per pair; a bet's wealth is projected along it (past + t * growth), and
+    the mixture crosses no later than its first bet reaching the threshold plus that bet's prior
+    weight. The group-sequential sign tests are projected along their drift: the first planned
+    look l at which mean * sqrt(l / E|D|) reaches its boundary. Cost O(draws x (support x bets +
+    looks)), independent of the cap. None when most draws do not settle before the cap (more
+    samples are unlikely to help) or the cap is already reached.
     """
     n = sides[1].n
     horizon = params.cap - n
@@ -192,19 +250,31 @@ def _forecast_more_pairs(
     never = np.iinfo(np.int64).max
     extra: dict[str, np.ndarray] = {}
     for name, (d0, side) in zip(_sequence.TEST_NAMES, _sequence.test_boundaries(params.margin)):
-        if scans[name].crossing > 0:
-            extra[name] = np.full(_FORECAST_PATHS, scans[name].crossing - n)
+        if crossings[name] > 0:
+            extra[name] = np.full(_FORECAST_PATHS, crossings[name] - n)
             continue
         table = _sequence.bet_log_factors(values, d0, side)  # (S, K)
         data = sides[side]
         past = data.counts @ _sequence.bet_log_factors(data.values, d0, side) if n else np.zeros(table.shape[1])
         growth = probs @ table  # (P, K)
-        need = log_thr - _sequence.BET_LOG_WEIGHTS - past  # (K,)
+        need = design.log_thrs[name] - _sequence.BET_LOG_WEIGHTS - past  # (K,)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(growth > 0, np.ceil(np.maximum(need, 0.0) / growth), np.inf)
         best = t.min(axis=1)
         ok = np.isfinite(best) & (best <= horizon)
         extra[name] = np.where(ok, np.where(ok, best, 0.0).astype(np.int64), never)
+    ahead = np.array([look for look in design.looks if look > n], dtype=np.int64)
+    if ahead.size:
+        z_ahead = design.z()[len(design.looks) - ahead.size :]
+        mean = probs @ values
+        spread = np.maximum(probs @ np.abs(values), 1e-12)
+        drift = mean[:, None] * np.sqrt(ahead[None, :] / spread[:, None])  # (P, looks ahead)
+        for name, sign in (("above_zero", 1.0), ("below_zero", -1.0)):
+            if crossings[name] > 0:
+                continue
+            hit = sign * drift >= z_ahead[None, :]
+            first = np.where(hit.any(axis=1), ahead[hit.argmax(axis=1)] - n, never)
+            extra[name] = np.minimum(extra[name], first)
     imp, reg = extra["above_zero"], extra["below_zero"]
     unch = np.maximum(extra["above_minus_margin"], extra["below_plus_margin"])
     first = np.minimum(np.minimum(imp, reg), unch)
@@ -216,22 +286,22 @@ def _forecast_more_pairs(
 
 
 def _interval(
-    data: Sides, scans: dict[str, _sequence.ScanResult], margin: float, log_thr: float, contradicted: bool
+    data: Sides, crossings: dict[str, int], margin: float, log_thr: float, contradicted: bool
 ) -> tuple[float, float]:
     """The confidence sequence at this look, intersected with what the four tests established at
-    any earlier look (each crossing rejects its d0 for good), so the interval never contradicts
-    the label read off the same tests."""
+    any earlier look (each rejection holds for good), so the interval never contradicts the label
+    read off the same tests."""
     current = _sequence.interval_at(data[1].deltas, log_thr)
     lo, hi = current
     if contradicted:
         return lo, hi
-    if scans["above_zero"].crossing:
+    if crossings["above_zero"]:
         lo = max(lo, 0.0)
-    if scans["below_zero"].crossing:
+    if crossings["below_zero"]:
         hi = min(hi, 0.0)
-    if scans["above_minus_margin"].crossing:
+    if crossings["above_minus_margin"]:
         lo = max(lo, -margin)
-    if scans["below_plus_margin"].crossing:
+    if crossings["below_plus_margin"]:
         hi = min(hi, margin)
     if lo > hi:  # the established facts disagree with this look: show this look's interval
         return current
@@ -266,8 +336,10 @@ def decide_task(
 ) -> TaskDecision:
     """Decide one task from its pairs, consumed in their pre-committed order.
 
-    The label is the first one settled at any look (every prefix of at least ``min_pairs``
-    pairs), so adding pairs never changes a settled label. ``at_cap`` (no position left to run)
+    The label is the first one settled at any look — every prefix of at least ``min_pairs``
+    pairs for the e-processes, the planned window ends up to the design cap (or a smaller
+    ``dataset_size``) for the group-sequential sign tests — so adding pairs never changes a
+    settled label. ``at_cap`` (no position left to run)
     / ``budget_exhausted`` turn an undecided task into "inconclusive", with a reason naming the
     real limit: ``dataset_size`` (the samples both commits have) tells a dataset that ran out
     ("dataset exhausted (20 samples)") and a task too small to ever carry a label ("cannot be
@@ -277,7 +349,7 @@ def decide_task(
     cause: "regressed" if the scores settled it, else "inconclusive" (see the README).
     ``forecast=False`` skips the more-pairs estimate. ``p_improvement`` is given only beside
     "improved" / "regressed"; otherwise it is None and ``p_improvement_note`` says why (a
-    posterior beside an undecided label reads as a decision the anytime-valid rule did not make).
+    posterior beside an undecided label reads as a decision the sequential rule did not make).
     """
     if not isinstance(pairing, Pairing):
         raise TypeError(f"pairing must be a Pairing (from pair_task), got {type(pairing).__name__}")
@@ -286,20 +358,24 @@ def decide_task(
     check_n_tasks(n_tasks)
     task_alpha = params.task_alpha(n_tasks)
     log_thr = _sequence.log_threshold(params.alpha, n_tasks)
+    design = task_design(params, n_tasks, dataset_size)
     d = pairing.deltas
     n = d.size
     head = np.asarray(pairing.head, dtype=np.float64)
     base = np.asarray(pairing.base, dtype=np.float64)
 
     data = {side: _sequence.Compressed(d, side) for side in (+1, -1)}
-    scans = _crossings(data, params.margin, log_thr)
+    scans = _crossings(data, params.margin, design.log_thrs)
     crossings = {name: scan.crossing for name, scan in scans.items()}
+    gs_up, gs_down = (int(x) for x in _groupseq.first_rejections(d, design.looks, design.allowed)) if n else (0, 0)
+    crossings["above_zero"] = _earliest(crossings["above_zero"], gs_up)
+    crossings["below_zero"] = _earliest(crossings["below_zero"], gs_down)
     code, settled_at = _settle(crossings, params.min_pairs, n) if n else (_sequence.CONTINUE, 0)
     label = _CODE_TO_LABEL[code]
     reason: str | None = None
     if code == _sequence.CONTRADICTED:
         reason = "evidence for both an improvement and a regression: the pairs do not share one mean (drift or a changed order)"
-    interval = _interval(data, scans, params.margin, log_thr, code == _sequence.CONTRADICTED) if n else (-1.0, 1.0)
+    interval = _interval(data, crossings, params.margin, log_thr, code == _sequence.CONTRADICTED) if n else (-1.0, 1.0)
 
     if head_failed or base_failed:
         label = "inconclusive"
@@ -326,13 +402,15 @@ def decide_task(
 
     sup_log_e = max(scans["above_zero"].sup, scans["below_zero"].sup) if n else 0.0
     p_value = min(1.0, 2.0 * math.exp(-sup_log_e))
+    if gs_up or gs_down:  # a group-sequential rejection holds at the task's level
+        p_value = min(p_value, task_alpha)
     post = _posterior.summarize(d, params.margin)
     note = _p_improvement_note(label, interval, params.margin)
     if note is not None and label == "inconclusive" and reason and not (interval[0] <= 0.0 <= interval[1]):
         note = f"not reported for an inconclusive task ({reason})"
     more = None
     if label == "continue" and forecast:
-        more = _forecast_more_pairs(data, scans, params, log_thr)
+        more = _forecast_more_pairs(data, scans, crossings, params, design)
         if more is not None and n < params.min_pairs:
             more = max(more, params.min_pairs - n)
     return TaskDecision(
@@ -368,7 +446,9 @@ def decide_task(
 
 def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list[tuple[int, float, float, float]]:
     """(pairs, delta, lo, hi) at every batch boundary (and the current look), for the
-    "how many samples until we know" chart. Bounds are the anytime-valid running intersection."""
+    "how many samples until we know" chart. Bounds are the anytime-valid running intersection,
+    cut at 0 from the look at which a group-sequential sign test settled the sign (as the
+    decision's own interval is)."""
     check_n_tasks(n_tasks)
     d = pairing.deltas
     n = d.size
@@ -383,6 +463,14 @@ def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list
     lo, hi = _sequence.interval_path(
         d, _sequence.log_threshold(params.alpha, n_tasks), looks=np.array(looks), margin=params.margin
     )
+    design = task_design(params, n_tasks)
+    up, down = (int(x) for x in _groupseq.first_rejections(d, design.looks, design.allowed))
+    at = np.array(looks)
+    if not (up and down):  # both at once contradict a constant mean: leave the sequence as it is
+        cut_lo = np.where(at >= up, np.maximum(lo, 0.0), lo) if up else lo
+        cut_hi = np.where(at >= down, np.minimum(hi, 0.0), hi) if down else hi
+        agree = cut_lo <= cut_hi  # where they disagree, show the look's own sequence (as _interval)
+        lo, hi = np.where(agree, cut_lo, lo), np.where(agree, cut_hi, hi)
     running_mean = np.cumsum(d) / np.arange(1, n + 1)
     return [(int(t), float(running_mean[t - 1]), float(a), float(b)) for t, a, b in zip(looks, lo, hi)]
 

@@ -13,9 +13,10 @@ from evalrunner_assets.stats._errors import ParamsError
 class StatsParams:
     """Parameters of one run's comparison.
 
-    alpha: family-wise error level of the run. Each of the T tasks gets a two-sided
-        anytime-valid interval at level alpha/T (Bonferroni), so a false REGRESSED run verdict
-        has probability <= alpha/2 and a false IMPROVED or REGRESSED task label <= alpha/T.
+    alpha: family-wise error level of the run. Each of the T tasks gets alpha/T two-sided
+        (Bonferroni): alpha/(2T) per direction, 0.9 of it to the group-sequential sign test
+        and the rest to the e-process, so a false REGRESSED run verdict has probability
+        <= alpha/2 and a false IMPROVED or REGRESSED task label <= alpha/T at any stopping time.
     margin: equivalence margin on the mean paired difference; "unchanged" means the whole
         interval lies inside (-margin, +margin).
     min_pairs: no label before this many pairs.
@@ -23,6 +24,9 @@ class StatsParams:
         near-deterministic task (all ties) reach "unchanged" at margin 0.05 even with 20 tasks
         in the run (measured in ``bench/stats.py``, see the README), in 23 windows.
     batch_size: pairs per sampling window (both arms run the same window).
+    design_cap: the cap fixed before the first look, over which the group-sequential tests
+        spend their error (``_groupseq``); None means ``cap``. ``/eval more`` raises ``cap`` but
+        not this, so the looks already taken keep their boundaries.
     budget_samples / budget_dollars: optional run budget across tasks and both arms.
     error_cap: candidate-failure cap. Errored samples (raised in the repository's code) score 0;
         when more than this share of an arm's inputs raised, the task stops sampling and is
@@ -42,6 +46,7 @@ class StatsParams:
     budget_dollars: float | None = None
     error_cap: float = 0.5
     error_cap_inputs: int = 16
+    design_cap: int | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -58,6 +63,14 @@ class StatsParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ParamsError(f"{name} must be a positive integer, got {value!r}")
+        if self.design_cap is not None and (
+            isinstance(self.design_cap, bool)
+            or not isinstance(self.design_cap, int)
+            or not self.min_pairs <= self.design_cap <= self.cap
+        ):
+            raise ParamsError(
+                f"design_cap must be an integer between min_pairs ({self.min_pairs}) and cap ({self.cap}), got {self.design_cap!r}"
+            )
         if self.cap < self.min_pairs:
             raise ParamsError(f"cap ({self.cap}) must be at least min_pairs ({self.min_pairs})")
         if self.budget_samples is not None and (
@@ -75,6 +88,11 @@ class StatsParams:
         """Two-sided level of each task's interval: alpha / T."""
         check_n_tasks(n_tasks)
         return self.alpha / n_tasks
+
+    @property
+    def horizon_cap(self) -> int:
+        """The cap the group-sequential spending is designed for."""
+        return self.cap if self.design_cap is None else self.design_cap
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

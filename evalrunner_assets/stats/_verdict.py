@@ -144,7 +144,7 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
         changed = d.pairing.get("changed_inputs") or 0
         if changed:
             reasons.append(f"{task}: {changed} sample id(s) ran different inputs on head and base (not paired)")
-    # A posterior probability beside an undecided verdict reads as a decision the anytime-valid
+    # A posterior probability beside an undecided verdict reads as a decision the sequential
     # rule did not make (a near-deterministic task capped at "inconclusive" can show 0.99):
     # it is shown only with a directional verdict, otherwise the note says why not.
     note = None
