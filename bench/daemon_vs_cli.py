@@ -11,7 +11,7 @@ measured in the same run, each on a fresh evalrunner home.
 
 Prints both times, the ratio (daemon / CLI; the target is ≤ 1.5) and the runs per PR.
 
-    .venv/bin/python -m bench daemon_vs_cli [--variant improve-runbook] [--rounds 1]
+    .venv/bin/python -m bench daemon_vs_cli [--variant=improve-runbook] [--rounds=1]
 """
 
 from __future__ import annotations
