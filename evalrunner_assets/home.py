@@ -33,7 +33,8 @@ def export_root() -> Path:
 # that command's output (and nothing leaves this machine anyway). An existing file is kept.
 # `evalrunner serve` queues the sensors' runs: at most one per core runs at once (each run starts
 # sandboxes of its own), and the runs that write one head's comparison and check run wait for
-# each other (tag `evalrunner/report-for`, see jobs.REPORT_LOCK_TAG).
+# each other (tag `evalrunner/report-for`, see jobs.REPORT_LOCK_TAG). A queued run starts within
+# a second (Dagster's default looks every 5 s: a PR's time to verdict would pay it).
 _NEW_DAGSTER_YAML = """\
 # The Dagster instance evalrunner's command line records its runs in (SQLite storage here).
 telemetry:
@@ -43,6 +44,7 @@ run_coordinator:
   class: QueuedRunCoordinator
   config:
     max_concurrent_runs: {max_runs}
+    dequeue_interval_seconds: 1
     tag_concurrency_limits:
       - key: evalrunner/report-for
         value:
@@ -52,9 +54,10 @@ run_coordinator:
 
 
 # What earlier versions wrote: such a file is replaced by the current one (a file a person wrote is kept).
-_EARLIER_DAGSTER_YAML = (
+_EARLIER_DAGSTER_YAMLS = (
     "# The Dagster instance evalrunner's command line records its runs in (SQLite storage here).\n"
-    "telemetry:\n  enabled: false\n"
+    "telemetry:\n  enabled: false\n",
+    _NEW_DAGSTER_YAML.replace("    dequeue_interval_seconds: 1\n", ""),
 )
 
 
@@ -68,7 +71,8 @@ def ensure_dagster_home() -> Path:
     path = dagster_home()
     path.mkdir(parents=True, exist_ok=True)
     config = path / "dagster.yaml"
-    if not config.exists() or config.read_text() == _EARLIER_DAGSTER_YAML:
+    earlier = {text.format(max_runs=max(1, os.cpu_count() or 1)) for text in _EARLIER_DAGSTER_YAMLS}
+    if not config.exists() or config.read_text() in earlier:
         tmp = path / f".dagster.yaml.tmp-{os.getpid()}"
         tmp.write_text(new_dagster_yaml())
         os.replace(tmp, config)

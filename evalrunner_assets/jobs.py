@@ -1,4 +1,10 @@
-"""Jobs the sensors and the CLI launch: one per partition grain."""
+"""Jobs the sensors and the CLI launch: one per partition grain.
+
+``comparison_job`` is the PR path: its ``comparison`` asset runs what a head's comparison still
+needs through the comparison engine (commits learnt, every ready window of both arms on one pool
+of warm sandboxes, decided) and its ``pr_report`` posts the verdict. ``eval_manifest_job`` and
+``task_samples_job`` materialize one commit's evals / one (commit, task)'s windows on their own
+(from the UI, say); the PR path reports those partitions as materializations of its run."""
 
 import dagster as dg
 
@@ -7,9 +13,17 @@ from evalrunner_assets.assets.evals import comparison, eval_manifest, pr_report,
 from evalrunner_assets.assets.series import cohort_series
 from evalrunner_assets.assets.swe import swe_attempts, swe_gold_check
 
-eval_manifest_job = dg.define_asset_job("eval_manifest_job", selection=[eval_manifest])
-task_samples_job = dg.define_asset_job("task_samples_job", selection=[task_samples])
-comparison_job = dg.define_asset_job("comparison_job", selection=[comparison, pr_report])
+# In the run worker's own process: Dagster's default executor starts a process per step, each
+# loading the code location again (seconds per step on a 2-core machine, on every PR's path).
+eval_manifest_job = dg.define_asset_job(
+    "eval_manifest_job", selection=[eval_manifest], executor_def=dg.in_process_executor
+)
+task_samples_job = dg.define_asset_job(
+    "task_samples_job", selection=[task_samples], executor_def=dg.in_process_executor
+)
+comparison_job = dg.define_asset_job(
+    "comparison_job", selection=[comparison, pr_report], executor_def=dg.in_process_executor
+)
 
 cohort_series_job = dg.define_asset_job("cohort_series_job", selection=[cohort_series])
 
@@ -27,6 +41,16 @@ REPORT_LOCK_TAG = "evalrunner/report-for"
 
 def comparison_run_tags(comparison_key: str) -> dict[str, str]:
     return {"evalrunner/comparison": comparison_key, REPORT_LOCK_TAG: comparison_key}
+
+
+def comparison_run_request(comparison_key: str, run_key: str, tags: dict[str, str] | None = None) -> dg.RunRequest:
+    """The run that moves one comparison on (requested by the PR sensor and the sampling sensor)."""
+    return dg.RunRequest(
+        run_key=run_key,
+        job_name=comparison_job.name,
+        partition_key=comparison_key,
+        tags={**comparison_run_tags(comparison_key), **(tags or {})},
+    )
 
 
 JOBS = [

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
-from evalrunner_assets.jobs import cohort_series_job, comparison_job, comparison_run_tags, eval_manifest_job
+from evalrunner_assets.jobs import cohort_series_job, comparison_job, comparison_run_request, eval_manifest_job
 from evalrunner_assets.partitions import comparison_commit_keys, trim_main_commits
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.keys import commit_key
@@ -138,14 +138,7 @@ def _handle(
         retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha))
         work.commits |= keys
         work.comparisons.add(request.key)
-        work.runs.append(
-            dg.RunRequest(
-                run_key=run_key,
-                job_name=comparison_job.name,
-                partition_key=request.key,
-                tags=comparison_run_tags(request.key),
-            )
-        )
+        work.runs.append(comparison_run_request(request.key, run_key))
     elif isinstance(intent, EvaluatePush):
         # A push to the default branch is one more point of the repository's cohort series (the
         # point learns the commit itself). The first push fixes the series branch unless a
@@ -173,7 +166,7 @@ def _handle(
 
 @dg.sensor(
     jobs=[comparison_job, eval_manifest_job, cohort_series_job],
-    minimum_interval_seconds=10,
+    minimum_interval_seconds=5,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def pr_sensor(

@@ -1,11 +1,18 @@
-"""The sampling sensor: drives every open comparison's adaptive loop from the lake's state.
+"""The sampling sensor: keeps every open comparison moving until it is decided.
 
-Each tick lists the open comparisons (the lake's index, ``pipeline.open_index``: not every PR
-ever), reads each one's request and state (the lake alone), asks the same ``next_steps`` the CLI
-uses, and requests those runs. Run keys make it idempotent, and since the lake holds all the
-state, it survives a daemon restart. Between ticks in one code-server process, each open
-comparison keeps an ``AssessCache`` (immutable lake facts only: a restart merely starts it cold),
-so a tick costs the tasks whose batches changed.
+A comparison runs as one Dagster run of ``comparison_job``: its ``comparison`` asset drives the
+comparison engine (the one ``evalrunner compare`` drives), which learns the commits, runs every
+ready window of both arms on one pool of warm sandboxes, decides and reports. The PR sensor
+requests the first run of a head. Each tick here lists the open comparisons (the lake's index,
+``pipeline.open_index``: not every PR ever), skips those with a run queued or under way, reads
+each other one's request and state (the lake alone) and asks the same ``next_steps`` the engine
+uses: when anything is left — a raised allowance (``/eval more``), a run that died (a daemon
+restart, a killed run worker) — it requests one more run. Its run key names the comparison's
+state (status, samples run, allowance), so the request is idempotent and survives a daemon
+restart; a run that ended without moving the state is tried again at most ``MAX_ATTEMPTS`` times
+in all (an outage is not retried forever). Between ticks in one code-server
+process, each open comparison keeps an ``AssessCache`` (immutable lake facts only: a restart
+merely starts it cold), so a tick costs the tasks whose batches changed.
 
 A decided comparison whose report has been materialized is retired once it is older than the
 retention (``EVALRUNNER_RETAIN_DECIDED_SECONDS``, default an hour): its Dagster partitions are
@@ -19,12 +26,12 @@ import time
 import dagster as dg
 
 from evalrunner_assets.assets import evals as eval_assets
-from evalrunner_assets.jobs import comparison_job, comparison_run_tags, eval_manifest_job, task_samples_job
+from evalrunner_assets.jobs import REPORT_LOCK_TAG, comparison_job, comparison_run_request
 from evalrunner_assets.partitions import add_partitions, comparison_commit_keys, retire_comparison
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline import open_index
 from evalrunner_assets.pipeline.keys import parse_comparison_key
-from evalrunner_assets.pipeline.loop import Step, next_steps
+from evalrunner_assets.pipeline.loop import next_steps
 from evalrunner_assets.pipeline.spec import ComparisonRequest, ComparisonRequestError, load_request
 from lake import Lake
 from resources import LakeResource, SandboxResource
@@ -40,23 +47,55 @@ INDEXED_CURSOR = "open-index-v1"
 _ASSESS_CACHES: dict[str, assess_mod.AssessCache] = {}
 
 
-def step_run_request(step: Step, comparison: str) -> dg.RunRequest:
-    if step.kind == "manifest":
-        return dg.RunRequest(run_key=step.run_key, job_name=eval_manifest_job.name, partition_key=step.commit)
-    if step.kind == "samples":
-        return dg.RunRequest(
-            run_key=step.run_key,
-            job_name=task_samples_job.name,
-            partition_key=dg.MultiPartitionKey({"commit": step.commit, "task": step.task}),
-            run_config={"ops": {"task_samples": {"config": {"comparison": comparison, "windows": list(step.windows)}}}},
-            tags={"evalrunner/comparison": comparison},
-        )
-    return dg.RunRequest(
-        run_key=step.run_key,
-        job_name=comparison_job.name,
-        partition_key=comparison,
-        tags=comparison_run_tags(comparison),
+# A run in these states still owns its comparison: no other run is requested for it meanwhile.
+UNFINISHED_RUN_STATUSES = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+
+
+# Runs of one comparison from one state that may end without moving it (failed or cancelled).
+MAX_ATTEMPTS = 3
+# The state a run of comparison_job started from (the run key of its first attempt).
+FROM_STATE_TAG = "evalrunner/from-state"
+ENDED_UNFINISHED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+
+
+def state_key(assessment: assess_mod.Assessment) -> str:
+    """Where a comparison stands, as the run key of the next run's first attempt."""
+    result = assessment.result
+    learnt = "learning" if assessment.needs_facts else result.get("status", "")
+    return (
+        f"evaluate:{assessment.request.key}:{learnt}:{result.get('samples_run', 0)}:"
+        f"{(result.get('params') or {}).get('cap')}"
     )
+
+
+def next_run_request(instance: dg.DagsterInstance, assessment: assess_mod.Assessment) -> dg.RunRequest | None:
+    """The next run of a comparison from its state, or None once ``MAX_ATTEMPTS`` runs from that
+    state failed or were cancelled."""
+    state, key = state_key(assessment), assessment.request.key
+    ended = instance.get_runs_count(
+        dg.RunsFilter(
+            job_name=comparison_job.name,
+            tags={REPORT_LOCK_TAG: key, FROM_STATE_TAG: state},
+            statuses=ENDED_UNFINISHED,
+        )
+    )
+    if ended >= MAX_ATTEMPTS:
+        return None
+    return comparison_run_request(
+        key, state if ended == 0 else f"{state}:attempt-{ended + 1}", tags={FROM_STATE_TAG: state}
+    )
+
+
+def comparisons_in_flight(instance: dg.DagsterInstance) -> set[str]:
+    """Comparisons with a ``comparison_job`` run queued or under way (one query per tick)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(job_name=comparison_job.name, statuses=UNFINISHED_RUN_STATUSES))
+    return {r.tags[REPORT_LOCK_TAG] for r in runs if REPORT_LOCK_TAG in r.tags}
 
 
 def retain_decided_s() -> float:
@@ -69,10 +108,11 @@ def retain_decided_s() -> float:
 
 
 def is_decided(request: ComparisonRequest, saved: dict | None) -> bool:
-    """The comparison reached its end for the allowance in force (``/eval more`` reopens it)."""
+    """The comparison reached its end for the allowance in force (``/eval more`` reopens it):
+    every task decided or capped, or the model budget spent (another run would spend it again)."""
     return bool(
         saved
-        and saved.get("status") == "complete"
+        and saved.get("status") in ("complete", "budget_spent")
         and saved.get("params", {}).get("cap") == (request.cap + request.extra_samples)
     )
 
@@ -155,15 +195,16 @@ def missing_partitions(
 
 
 @dg.sensor(
-    jobs=[eval_manifest_job, task_samples_job, comparison_job],
+    jobs=[comparison_job],
     minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def sampling_sensor(
     context: dg.SensorEvaluationContext, lake: LakeResource, sandbox: SandboxResource
 ) -> dg.SensorResult:
-    """Requests the next sample windows (both arms) for undecided tasks, until every task is
-    decided, capped or out of budget; then the final comparison and report. Retires decided
+    """Requests a run of each undecided comparison that has none queued or under way and has
+    something left to run or record (its windows, both arms, until every task is decided,
+    capped or out of budget; then the final comparison and report). Retires decided
     comparisons' partitions once reported."""
     the_lake = lake.open()
     if context.cursor != INDEXED_CURSOR:
@@ -173,6 +214,7 @@ def sampling_sensor(
     backend = sandbox.backend()
     runtime = backend.runtime_digest()
     requests: list[dg.RunRequest] = []
+    in_flight = comparisons_in_flight(context.instance)
     open_requests: list[ComparisonRequest] = []
     decided: list[ComparisonRequest] = []
     for key in open_index.open_comparison_keys(the_lake):
@@ -187,6 +229,8 @@ def sampling_sensor(
             decided.append(request)
             continue
         open_requests.append(request)
+        if key in in_flight:
+            continue  # its run is working on it (or queued behind the one that is)
         assessment = assess_mod.assess(
             the_lake,
             request,
@@ -195,7 +239,12 @@ def sampling_sensor(
             detail=False,
             cache=_ASSESS_CACHES.setdefault(key, assess_mod.AssessCache()),
         )
-        requests += [step_run_request(s, key) for s in next_steps(assessment, saved)]
+        if next_steps(assessment, saved):
+            run = next_run_request(context.instance, assessment)
+            if run is None:
+                context.log.warning(f"{key}: {MAX_ATTEMPTS} runs from {state_key(assessment)} ended unfinished")
+            else:
+                requests.append(run)
     if decided:
         retire_reported(context, the_lake, decided, open_requests)
     for key in set(_ASSESS_CACHES) - {r.key for r in open_requests}:

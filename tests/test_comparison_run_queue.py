@@ -14,9 +14,7 @@ import dagster as dg
 import pytest
 
 from evalrunner_assets import home
-from evalrunner_assets.jobs import REPORT_LOCK_TAG, comparison_job, comparison_run_tags
-from evalrunner_assets.pipeline.loop import Step
-from sensors.sampling import step_run_request
+from evalrunner_assets.jobs import REPORT_LOCK_TAG, comparison_job, comparison_run_request, comparison_run_tags
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 KEY = "octo/agent#7@" + "a" * 40
@@ -69,15 +67,27 @@ def test_the_deployed_instance_serialises_reports_per_head_too(tmp_path, monkeyp
     assert _one_per_comparison(queue.tag_concurrency_limits)
 
 
-def test_every_comparison_run_the_sampling_sensor_requests_carries_the_head_tag():
-    request = step_run_request(Step("compare", f"compare:{KEY}:running:64:256"), KEY)
-    assert request.job_name == comparison_job.name
+def test_every_comparison_run_the_sensors_request_carries_the_head_tag():
+    # The PR sensor and the sampling sensor both build their requests with this function.
+    request = comparison_run_request(KEY, f"evaluate:{KEY}:running:64:256")
+    assert (request.job_name, request.partition_key) == (comparison_job.name, KEY)
     assert request.tags[REPORT_LOCK_TAG] == KEY
-    # Sample windows are not serialised: their runs land different windows and run side by side.
-    samples = step_run_request(
-        Step("samples", "samples:x", commit="octo/agent@" + "b" * 40, task="t", windows=("w0",)), KEY
-    )
-    assert REPORT_LOCK_TAG not in (samples.tags or {})
+
+
+def test_a_new_local_instance_starts_a_queued_run_within_a_second(tmp_path, monkeypatch):
+    from dagster._core.instance.ref import InstanceRef
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    coordinator = InstanceRef.from_dir(str(home.ensure_dagster_home())).run_coordinator
+    assert coordinator.dequeue_interval_seconds == 1
+
+
+def test_the_file_the_previous_version_wrote_is_upgraded(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    previous = home.new_dagster_yaml().replace("    dequeue_interval_seconds: 1\n", "")
+    (tmp_path / "dagster.yaml").write_text(previous)
+    home.ensure_dagster_home()
+    assert (tmp_path / "dagster.yaml").read_text() == home.new_dagster_yaml()
 
 
 def test_dagster_accepts_the_tags_on_a_run():

@@ -132,6 +132,8 @@ class RunOutcome:
     seconds: float
     errors: list[str]
     windows: tuple[str, ...] = ()
+    # (asset, partition, metadata) of every materialization the run reported
+    materialized: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass
@@ -188,6 +190,16 @@ class Harness:
             time.monotonic() - started,
             errors,
             tuple(windows),
+            [
+                (
+                    m.asset_key.to_user_string(),
+                    str(m.partition),
+                    {k: v.value for k, v in m.metadata.items()},
+                )
+                for m in (
+                    e.step_materialization_data.materialization for e in result.get_asset_materialization_events()
+                )
+            ],
         )
         self.outcomes.append(outcome)
         return outcome
@@ -373,15 +385,20 @@ def test_signed_pull_request_delivery_is_queued_and_starts_the_comparison_for_it
     assert request.changed_files
 
 
-def test_sampling_loop_finishes_the_improving_comparison_with_every_run_succeeding(world, opened):
+def test_the_pr_sensors_one_run_finishes_the_improving_comparison_and_reports_what_it_touched(world, opened):
     result = _result(world, IMPROVING)
     assert result is not None
     assert result["status"] == "complete"
     assert result["verdict"] == "IMPROVED"
-    kinds = {o.job for o in opened.sampling_outcomes}
-    assert {"eval_manifest_job", "task_samples_job", "comparison_job"} <= kinds
-    failed = [o for o in opened.sampling_outcomes if not o.success]
-    assert not failed, failed
+    # One run of comparison_job learnt both commits and ran every window of both arms: the
+    # sampling sensor has nothing left to ask for.
+    (run,) = opened.pr_outcomes
+    assert run.job == "comparison_job" and run.success, run.errors
+    assert opened.sampling_outcomes == []
+    assets = {asset for asset, _, _ in run.materialized}
+    assert assets == {"eval_manifest", "task_samples", "comparison", "pr_report"}
+    manifests = {partition for asset, partition, _ in run.materialized if asset == "eval_manifest"}
+    assert manifests == {f"{REPO}@{world.example.base_sha}", f"{REPO}@{world.example.sha(IMPROVING)}"}
 
 
 def test_improving_head_gets_one_marked_comment_with_the_verdict(world, opened):
@@ -402,10 +419,12 @@ def test_improving_head_check_run_completes_with_success(world, opened):
     assert run["_history"][-1] == ("completed", "success")
 
 
-def test_run_the_pr_sensor_requests_succeeds_and_marks_the_head_in_progress(opened):
+def test_run_the_pr_sensor_requests_succeeds_and_marks_the_head_in_progress_first(world, opened):
     assert [o.success for o in opened.pr_outcomes] == [True], [o.errors for o in opened.pr_outcomes]
-    # work has started, nothing is decided yet: the check run shows it
-    assert opened.checks_after_pr_runs == [("in_progress", None)]
+    # the run reported the head in progress before any verdict, then completed the same check run
+    (run,) = world.standin.check_runs_for(REPO, world.example.sha(IMPROVING))
+    assert run["_history"][0] == ("in_progress", None), run["_history"]
+    assert opened.checks_after_pr_runs == [("completed", "success")]
 
 
 # -- 2. synchronize --------------------------------------------------------------------------------
@@ -415,23 +434,29 @@ def test_synchronize_to_a_new_head_starts_a_new_comparison(world, synchronized):
         (_key(world, REGRESSING), f"{REPO}#{PR}@{world.example.sha(REGRESSING)}")
     ]
     assert [o.success for o in synchronized.pr_outcomes] == [True]
-    assert synchronized.checks_after_pr_runs == [("in_progress", None)]
-    assert not [o for o in synchronized.sampling_outcomes if not o.success]
+    assert synchronized.checks_after_pr_runs == [("completed", "failure")]
+    assert synchronized.sampling_outcomes == []
 
 
 def _windows_run(outcomes: list[RunOutcome], commit: str) -> set[tuple[str, str]]:
+    """(task_samples partition, batch) of every window the runs landed for ``commit``."""
     return {
-        (o.partition, w) for o in outcomes if o.job == "task_samples_job" and commit in o.partition for w in o.windows
+        (partition, batch)
+        for o in outcomes
+        for asset, partition, metadata in o.materialized
+        if asset == "task_samples" and commit in partition
+        for batch in metadata["batches"]
     }
 
 
 def test_regressing_head_reuses_the_base_commits_manifest_and_windows(world, opened, synchronized):
     base = f"{REPO}@{world.example.base_sha}"
-    before = _windows_run(opened.sampling_outcomes, base)
-    again = _windows_run(synchronized.sampling_outcomes, base)
+    before = _windows_run(opened.pr_outcomes, base)
+    again = _windows_run(synchronized.pr_outcomes, base)
     assert before and not (before & again), sorted(before & again)
-    assert _windows_run(synchronized.sampling_outcomes, world.example.sha(REGRESSING))
-    assert not [o for o in synchronized.sampling_outcomes if o.job == "eval_manifest_job" and o.partition == base]
+    assert _windows_run(synchronized.pr_outcomes, world.example.sha(REGRESSING))
+    (run,) = synchronized.pr_outcomes
+    assert not [m for m in run.materialized if m[:2] == ("eval_manifest", base)]
 
 
 def test_synchronize_edits_the_same_comment_in_place_with_the_new_verdict(world, opened, synchronized):

@@ -197,9 +197,9 @@ def tick_times(world: World) -> tuple[float, float]:
         started = time.perf_counter()
         result = world.sampling_tick()
         sampling_s.append(time.perf_counter() - started)
-        # the open comparisons are planned every tick: their manifests come first
-        assert {r.partition_key for r in result.run_requests} == {
-            commit_key(REPO, c) for r in world.open_requests for c in (r.base_sha, r.head_sha)
+        # the open comparisons are planned every tick: one run of each (none was launched here)
+        assert {(r.job_name, r.partition_key) for r in result.run_requests} == {
+            ("comparison_job", r.key) for r in world.open_requests
         }
         seconds, result = world.pr_tick(1)
         assert [r.job_name for r in result.run_requests] == ["comparison_job"]
@@ -290,8 +290,8 @@ def test_decided_and_reported_comparison_is_retired_after_the_retention_and_reop
     assert open_index.is_open(lake, decided.key)
     assert instance.has_dynamic_partition("comparisons", decided.key)
     assert instance.has_dynamic_partition("commits", commit_key(REPO, decided.head_sha))
-    result = world.sampling_tick()  # no longer decided: the loop plans it again
-    assert commit_key(REPO, decided.head_sha) in {r.partition_key for r in result.run_requests}
+    result = world.sampling_tick()  # no longer decided: the loop asks for a run of it again
+    assert decided.key in {r.partition_key for r in result.run_requests}
 
 
 def test_comparisons_partitioned_before_the_index_existed_are_listed_once(world: World) -> None:
@@ -304,7 +304,7 @@ def test_comparisons_partitioned_before_the_index_existed_are_listed_once(world:
     result = world.sampling_tick()
     assert result.cursor == sampling.INDEXED_CURSOR
     assert open_index.is_open(lake, legacy.key)
-    assert commit_key(REPO, legacy.head_sha) in {r.partition_key for r in result.run_requests}
+    assert legacy.key in {r.partition_key for r in result.run_requests}
 
 
 def test_open_comparison_missing_its_partitions_gets_them_back_before_its_runs(world: World) -> None:

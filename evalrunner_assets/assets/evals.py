@@ -19,6 +19,7 @@ from evalrunner_assets.partitions import (
     comparisons_partitions,
 )
 from evalrunner_assets.pipeline import assess as assess_mod
+from evalrunner_assets.pipeline import engine
 from evalrunner_assets.pipeline.facts import facts_summary, learn_commit, load_facts
 from evalrunner_assets.pipeline.keys import parse_commit_key, parse_comparison_key
 from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport, save_comparison, write_report
@@ -227,17 +228,52 @@ def _records(the_lake, outcomes) -> list[BatchRecord]:
     kinds={"duckdb", "altair"},
     deps=[dg.AssetDep(task_samples, partition_mapping=dg.AllPartitionMapping())],
 )
-def comparison(context: dg.AssetExecutionContext, lake: LakeResource, sandbox: SandboxResource) -> dg.MaterializeResult:
+def comparison(
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    sandbox: SandboxResource,
+    repos: RepoResource,
+    github: GitHubResource,
+) -> dg.MaterializeResult:
     """One partition is one PR head (``owner/repo#pr@head``) judged against its base: per-task
-    paired deltas with anytime-valid intervals, labels, the run verdict and P(improvement)."""
+    paired deltas with anytime-valid intervals, labels, the run verdict and P(improvement).
+
+    Materializing it runs what the comparison still needs, through the comparison engine (the
+    one ``evalrunner compare`` drives): the commits' evals, then every ready sample window of both
+    arms packed on one pool of warm sandboxes, until each task is decided, capped or out of
+    budget. The check run shows progress meanwhile. The commits and windows it landed are
+    reported as ``eval_manifest`` / ``task_samples`` materializations of this run. A decided
+    comparison runs nothing: its document is computed again from the lake."""
+    from evalrunner_assets.assets.recording import RunRecorder
+
     repo, pr, head = parse_comparison_key(context.partition_key)
     the_lake = lake.open()
     request = load_request(the_lake, repo, pr, head)
-    backend = sandbox.backend()
-    assessment = assess_mod.assess(
-        the_lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest()
-    )
-    saved = save_comparison(the_lake, assessment.result)
+    recorder = RunRecorder(the_lake, context.instance)
+    resources = {"lake": lake, "sandbox": sandbox, "repos": repos, "github": github}
+    try:
+        # Failures were retired when the evaluation was asked for (a delivery, `/eval more`):
+        # a window that failed in an earlier run of this comparison stays failed here.
+        engine.run_comparison(
+            request,
+            resources=resources,
+            recorder=recorder,
+            retry_failed=False,
+            report_at_start=True,
+            sandbox_context=context,
+        )
+    except engine.ComparisonStopped as exc:
+        raise dg.Failure(f"the comparison stopped: {exc}") from exc
+    finally:
+        for event in recorder.take_events():
+            context.log_event(event)
+    saved = recorder.saved
+    if saved is None:  # nothing moved: the document is computed again, as last saved
+        backend = sandbox.backend(context)
+        assessment = assess_mod.assess(
+            the_lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest()
+        )
+        saved = save_comparison(the_lake, assessment.result)
     return dg.MaterializeResult(metadata=comparison_metadata(saved))
 
 

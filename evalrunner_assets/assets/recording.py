@@ -214,3 +214,59 @@ class DagsterRecorder:
                 ) from exc
 
         self._pending.append(self._thread.submit(run))
+
+
+class RunRecorder:
+    """A :class:`~evalrunner_assets.pipeline.engine.Recorder` for the engine inside a Dagster run
+    (the ``comparison`` asset, see :func:`evalrunner_assets.assets.evals.comparison`).
+
+    What the run touched besides its own assets becomes events of this run: each commit learnt
+    as an ``eval_manifest`` materialization, each finished (commit, task) as a ``task_samples``
+    materialization of that partition with its checks' evaluations. The asset graph thus shows
+    them materialized by the run (re-executable from it), partitioned as their own jobs would.
+    The comparison document and the report are the run's own assets: the last ones saved are
+    kept for the run's ``comparison`` materialization; ``pr_report`` materializes itself."""
+
+    def __init__(self, lake: Any, instance: dg.DagsterInstance) -> None:
+        self.lake = lake
+        self.instance = instance
+        self.saved: SavedComparison | None = None
+        self.report: WrittenReport | None = None
+        self._events: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = []
+        self._lock = threading.Lock()
+
+    def start(self, request: ComparisonRequest) -> None:
+        pass
+
+    def commit_learnt(self, commit: str, facts: Any, *, learnt_now: bool) -> None:
+        add_partitions(self.instance, "tasks", sorted(facts.tasks))
+        if learnt_now or commit not in self.instance.get_materialized_partitions(eval_manifest.key):
+            repo, sha = parse_commit_key(commit)
+            metadata = manifest_metadata(self.lake, repo, sha, facts)
+            self._add(dg.AssetMaterialization(asset_key=eval_manifest.key, partition=commit, metadata=metadata))
+
+    def samples_landed(self, commit: str, task: str, windows: list[str], outcomes: list[WindowOutcome]) -> None:
+        partition = dg.MultiPartitionKey({"commit": commit, "task": task})
+        metadata, checks = samples_metadata(self.lake, outcomes)
+        self._add(dg.AssetMaterialization(asset_key="task_samples", partition=partition, metadata=metadata))
+        for check in checks:
+            self._add(dg.AssetCheckEvaluation(asset_key=dg.AssetKey("task_samples"), partition=partition, **check))
+
+    def comparison_saved(self, saved: SavedComparison) -> None:
+        self.saved = saved
+
+    def report_written(self, report: WrittenReport) -> None:
+        self.report = report
+
+    def close(self, *, wait: bool) -> None:
+        pass
+
+    def take_events(self) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
+        """The events recorded since the last call, in the order the work happened."""
+        with self._lock:
+            events, self._events = self._events, []
+        return events
+
+    def _add(self, event: dg.AssetMaterialization | dg.AssetCheckEvaluation) -> None:
+        with self._lock:
+            self._events.append(event)

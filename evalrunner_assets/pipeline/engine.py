@@ -276,19 +276,24 @@ class ComparisonEngine:
         *,
         retry_failed: bool = True,
         model_gateway: bool | None = None,
+        sandbox_context: Any = None,
         **options: Any,
     ) -> ComparisonEngine:
         """Prepare the lake (sweep, register the repository, open the comparison, retire old
-        failures) and the sandbox backend (preflight, the model gateway when one is needed)."""
+        failures) and the sandbox backend (preflight, the model gateway when one is needed).
+        A request without a ``source`` (one the PR sensor opened) keeps the repository's
+        registered source. ``sandbox_context`` is handed to the sandbox resource's ``backend``
+        (the Dagster run context, for backends that report into the run)."""
         the_lake = resources["lake"].open()
         quarantined_before = len(integrity.QUARANTINED)
         sweep_lake(the_lake)
-        resources["repos"].register(the_lake, request.repo, request.source)
+        if request.source:
+            resources["repos"].register(the_lake, request.repo, request.source)
         request = open_comparison(the_lake, request)
         # A window that failed on infrastructure in an earlier run (an outage since fixed) gets
         # one more try in this one; within this run a failure stops its task.
         retired = retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha)) if retry_failed else []
-        backend = resources["sandbox"].backend()
+        backend = resources["sandbox"].backend(sandbox_context)
         backend.preflight()
         runtime = backend.runtime_digest()
         gateway = start_gateway(request.model, request.budget_usd, model_gateway)
@@ -331,11 +336,13 @@ class ComparisonEngine:
         packed: bool = True,
         stop: threading.Event | None = None,
         progress_every_s: float = PROGRESS_EVERY_S,
+        report_at_start: bool = False,
     ) -> None:
         self.request, self.resources, self.recorder = request, resources, recorder
         self.lake, self.backend, self.runtime = the_lake, backend, runtime
         self.retired, self.gateway, self.quarantined_before = retired, gateway, quarantined_before
         self.on_step, self.progress_every_s = on_step, progress_every_s
+        self.report_at_start = report_at_start
         sandbox = resources["sandbox"]
         self.pool = sandbox.warm_pool()
         if workers is None:
@@ -412,11 +419,22 @@ class ComparisonEngine:
         try:
             self.recorder.start(self.request)
             threading.Thread(target=warm_up, name="evalrunner-warm-up", daemon=True).start()
+            if self.report_at_start:
+                self.report_work_started()
             self.learn_commits()
             return self.run_windows()
         finally:
             if self.gateway is not None:
                 self.gateway.close()
+
+    def report_work_started(self) -> None:
+        """When anything is left to run, save and report the comparison at once (the check run
+        shows the head in progress while the commits are learnt), off the driving thread. A
+        comparison with nothing left to run keeps its report until its final one."""
+        a = self.assess()
+        if a.needs_facts or a.next_windows:
+            step = Step("compare", f"compare:{self.request.key}:started")
+            self._progress.append(self.progress_thread.submit(self.compare, step))
 
     # 1. What is there to compare.
 
