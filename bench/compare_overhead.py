@@ -38,6 +38,7 @@ from evalrunner_assets.driver import run_comparison, default_resources
 from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from resources import SandboxResource
+from lake.batch import RunSettings
 repo, cap, workers, packed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 src = RepoSource("local/repo", repo, cache_dir=str(home.repo_cache()))
 src.ensure_mirror()
@@ -93,6 +94,7 @@ def _bare(tmp: Path, repo: Path, home: Path, work: dict[tuple[str, str], list[st
     from evalrunner_assets.pipeline.facts import load_facts
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
     from lake import open_lake
+    from lake.batch import RunSettings
 
     the_lake = open_lake(str(home / "lake"))
     jobs = []
@@ -107,7 +109,9 @@ def _bare(tmp: Path, repo: Path, home: Path, work: dict[tuple[str, str], list[st
                 ["git", "-C", str(repo), "archive", commit], check=True, capture_output=True
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(export)], input=archive, check=True)
-        cfg = TaskRunConfig(repo="local/repo", task=task, spec=tf.spec, model=DEFAULT_MODEL, workdir=tf.workdir)
+        cfg = TaskRunConfig(
+            repo="local/repo", task=task, spec=tf.spec, workdir=tf.workdir, settings=RunSettings(model=DEFAULT_MODEL)
+        )
         argv = list(cold_argv(cfg, tf.inspect_task, ids))
         argv[argv.index("--log-dir") + 1] = str(tmp / "bare-logs" / f"{commit[:7]}-{task.replace('/', '_')}")
         argv[0] = sys.executable  # `python -m inspect_ai eval …`: bare `inspect eval`

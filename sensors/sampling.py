@@ -23,6 +23,7 @@ from evalrunner_assets.jobs import comparison_job, comparison_run_tags, eval_man
 from evalrunner_assets.partitions import add_partitions, comparison_commit_keys, retire_comparison
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline import open_index
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import parse_comparison_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
 from evalrunner_assets.pipeline.spec import ComparisonRequest, ComparisonRequestError, load_request
@@ -68,12 +69,13 @@ def retain_decided_s() -> float:
         return DEFAULT_RETAIN_DECIDED_S
 
 
-def is_decided(request: ComparisonRequest, saved: dict | None) -> bool:
+def is_decided(request: ComparisonRequest, saved: ComparisonDocument | None) -> bool:
     """The comparison reached its end for the allowance in force (``/eval more`` reopens it)."""
-    return bool(
-        saved
-        and saved.get("status") == "complete"
-        and saved.get("params", {}).get("cap") == (request.cap + request.extra_samples)
+    return (
+        saved is not None
+        and saved.status == "complete"
+        and saved.params is not None
+        and saved.params.cap == request.cap + request.extra_samples
     )
 
 

@@ -36,6 +36,8 @@ from inspect_ai.scorer import Score, Target, includes, mean, scorer
 from inspect_ai.solver import Generate, Solver, TaskState, generate, solver, use_tools
 from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
 
+from lake.batch import RunSettings
+
 CALL_INPUT_TOKENS_PER_MESSAGE = 10
 CALL_OUTPUT_TOKENS = 5
 CALL_CACHE_READ = 3
@@ -211,13 +213,11 @@ def probe_batch_key(repo: str, commit: str, epochs: int) -> Any:
         commit=commit,
         task="qa/probe",
         spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1",
         window=Window(0, 4),
-        seed=7,
-        epochs=epochs,
         config_digest="cfg",
         backend="local-unsafe",
         runtime_digest="rt",
+        settings=RunSettings(model="lakeprobe/probe-1", seed=7, epochs=epochs),
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from evalrunner_assets.example_repo import ExampleRepo
 from evalrunner_assets.execution.sandbox import SandboxBackend
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from lake import LAYOUT, Lake
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
@@ -149,5 +150,5 @@ def request_for(example: ExampleRepo, head: str, pr: str, **fields: Any) -> Comp
     )
 
 
-def labels(result: dict[str, Any]) -> dict[str, str]:
-    return {task: doc["decision"]["label"] for task, doc in result["tasks"].items()}
+def labels(result: ComparisonDocument) -> dict[str, str]:
+    return {task: doc.decision.label for task, doc in result.tasks.items()}

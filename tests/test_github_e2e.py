@@ -36,6 +36,7 @@ from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
 from evalrunner_assets.jobs import JOBS
 from evalrunner_assets.pipeline.assess import load_result
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.pipeline.spec import load_request
 from evalrunner_assets.report.markdown import MARKER
@@ -344,8 +345,10 @@ def _key(world: World, variant: str) -> str:
     return comparison_key(REPO, str(PR), world.example.sha(variant))
 
 
-def _result(world: World, variant: str) -> dict[str, Any] | None:
-    return load_result(world.harness.lake, REPO, str(PR), world.example.sha(variant))
+def _result(world: World, variant: str) -> ComparisonDocument:
+    result = load_result(world.harness.lake, REPO, str(PR), world.example.sha(variant))
+    assert result is not None, f"no comparison document for {variant}"
+    return result
 
 
 def _ours(comments: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -376,8 +379,8 @@ def test_signed_pull_request_delivery_is_queued_and_starts_the_comparison_for_it
 def test_sampling_loop_finishes_the_improving_comparison_with_every_run_succeeding(world, opened):
     result = _result(world, IMPROVING)
     assert result is not None
-    assert result["status"] == "complete"
-    assert result["verdict"] == "IMPROVED"
+    assert result.status == "complete"
+    assert result.verdict == "IMPROVED"
     kinds = {o.job for o in opened.sampling_outcomes}
     assert {"eval_manifest_job", "task_samples_job", "comparison_job"} <= kinds
     failed = [o for o in opened.sampling_outcomes if not o.success]
@@ -445,7 +448,7 @@ def test_synchronize_edits_the_same_comment_in_place_with_the_new_verdict(world,
 
 
 def test_regressing_head_check_run_concludes_failure_and_the_first_heads_stays_success(world, synchronized):
-    assert _result(world, REGRESSING)["verdict"] == "REGRESSED"
+    assert _result(world, REGRESSING).verdict == "REGRESSED"
     (run,) = world.standin.check_runs_for(REPO, world.example.sha(REGRESSING))
     assert (run["status"], run["conclusion"]) == ("completed", "failure")
     (first,) = world.standin.check_runs_for(REPO, world.example.sha(IMPROVING))
@@ -455,7 +458,7 @@ def test_regressing_head_check_run_concludes_failure_and_the_first_heads_stays_s
 def test_head_ref_flows_from_the_delivery_to_the_request_the_comparison_and_the_comment(world, opened):
     head = world.example.sha(IMPROVING)
     assert load_request(world.harness.lake, REPO, str(PR), head).head_ref == IMPROVING
-    assert _result(world, IMPROVING)["head_ref"] == IMPROVING
+    assert _result(world, IMPROVING).head_ref == IMPROVING
     (comment,) = _ours(opened.comments)
     assert f"`{IMPROVING}` @ `{head[:7]}`" in comment["body"]
 

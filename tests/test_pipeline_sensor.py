@@ -151,10 +151,10 @@ def test_sensor_drives_the_comparison_to_its_verdict(loop: Loop) -> None:
     assert loop.failed == []
     assert loop.final_requests == [], "the sensor still asks for runs after the verdict"
     r = loop.result
-    assert r is not None and r["status"] == "complete"
-    assert r["verdict"] == "REGRESSED"
+    assert r is not None and r.status == "complete"
+    assert r.verdict == "REGRESSED"
     assert labels(r) == {ESCALATION: "regressed"}
-    assert r["tasks"][ESCALATION]["head"]["samples"] == r["tasks"][ESCALATION]["base"]["samples"] > 0
+    assert r.tasks[ESCALATION].head.samples == r.tasks[ESCALATION].base.samples > 0
 
 
 def test_sensor_requests_manifests_then_windows_of_both_arms_then_the_comparison(

@@ -134,7 +134,7 @@ def task_samples(
     export = repos.export(the_lake, repo, sha)
     # Real models: a gateway for this run's windows (keys from this process's environment). Its
     # sandboxes are not pooled: a warm session must not outlive the gateway it reaches.
-    gateway = start_gateway(request.model, request.budget_usd)
+    gateway = start_gateway(request.settings.model, request.budget_usd)
     try:
         outcomes = run_task_windows(
             the_lake,
@@ -245,12 +245,12 @@ def comparison_metadata(saved: SavedComparison) -> dict[str, Any]:
     """What a ``comparison`` materialization shows of one saved comparison document."""
     result = saved.result
     metadata: dict[str, Any] = {
-        "verdict": dg.MetadataValue.text(result["verdict"]),
-        "p_improvement": result["final_verdict"].get("p_improvement"),
-        "pairs": dg.MetadataValue.int(sum(t["decision"]["pairs"] for t in result["tasks"].values())),
-        "labels": dg.MetadataValue.json({t: d["decision"]["label"] for t, d in result["tasks"].items()}),
-        "samples_run": dg.MetadataValue.int(result["samples_run"]),
-        "spend_usd": result["spend_usd"],
+        "verdict": dg.MetadataValue.text(result.verdict),
+        "p_improvement": result.final_verdict.p_improvement,
+        "pairs": dg.MetadataValue.int(sum(t.decision.pairs for t in result.tasks.values())),
+        "labels": dg.MetadataValue.json({t: d.decision.label for t, d in result.tasks.items()}),
+        "samples_run": dg.MetadataValue.int(result.samples_run),
+        "spend_usd": result.spend_usd,
         "comparison_json": dg.MetadataValue.path(saved.url),
         "summary": dg.MetadataValue.md(render_comment(result)),
     }
