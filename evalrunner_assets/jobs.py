@@ -7,6 +7,8 @@ from evalrunner_assets.assets.evals import comparison, eval_manifest, pr_report,
 from evalrunner_assets.assets.series import cohort_series
 
 eval_manifest_job = dg.define_asset_job("eval_manifest_job", selection=[eval_manifest])
+# task_samples lands a window's rows and shows them as sample_scores and trajectories (one step);
+# comparison saves the document and shows the baselines it used (one step).
 task_samples_job = dg.define_asset_job("task_samples_job", selection=[task_samples])
 comparison_job = dg.define_asset_job("comparison_job", selection=[comparison, pr_report])
 

@@ -88,7 +88,7 @@ def report_materialized_at(instance: dg.DagsterInstance, key: str) -> float | No
     if not reports:
         return None
     compared = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=eval_assets.comparison.key, asset_partitions=[key]), limit=1
+        dg.AssetRecordsFilter(asset_key=eval_assets.COMPARISON, asset_partitions=[key]), limit=1
     ).records
     if compared and compared[0].storage_id > reports[0].storage_id:
         return None

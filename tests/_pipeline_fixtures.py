@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,7 @@ def request_for(example: ExampleRepo, head: str, pr: str, **fields: Any) -> Comp
         head_sha=example.sha(head),
         base_ref=example.base_branch,
         head_ref=head if head != "base" else example.base_branch,
-        **fields,
+        **{"requested_at": datetime.now(UTC).isoformat(), **fields},
     )
 
 

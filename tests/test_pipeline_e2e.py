@@ -508,3 +508,88 @@ def test_sql_and_view_work_on_what_a_comparison_produced(improved: Run, home: Pi
     assert counts[r.head_sha] >= pairs and counts[r.base_sha] >= pairs
     cmd = view_command(open_lake(str(home.lake_root)))
     assert "view" in cmd and str(home.lake_root / "raw") in cmd
+
+
+# --- the card's nouns, materialized from the lake -------------------------------------------
+
+
+def _materialized(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
+    return {
+        e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
+        for e in result.get_asset_materialization_events()
+    }  # type: ignore[union-attr]
+
+
+def test_sample_scores_and_trajectories_materialize_for_a_landed_partition_without_run_config(
+    improved: Run, home: PipelineHome, instance: dg.DagsterInstance
+) -> None:
+    from evalrunner_assets.assets.evals import ASSETS
+    from lake import duck
+
+    r = improved.result
+    commit = f"{REPO_ID}@{r.head_sha}"
+    partition = dg.MultiPartitionKey({"commit": commit, "task": RUNBOOK})
+    # What the CLI's comparison recorded for the partition (runless, beside task_samples).
+    for noun in ("sample_scores", "trajectories"):
+        (rec, *_) = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(noun), asset_partitions=[str(partition)]), limit=1
+        ).records
+        assert rec.run_id == ""
+    before = len(home.starts())
+    result = dg.materialize(
+        ASSETS,
+        selection=["task_samples", "sample_scores", "trajectories"],
+        partition_key=str(partition),
+        instance=instance,
+        resources=home.resources(),
+    )
+    assert result.success
+    # No config: the comparison judging the commit says which windows; all landed, so reused.
+    assert len(home.starts()) == before
+    got = _materialized(result)
+    assert got["task_samples"]["windows_run"].value == 0 and got["task_samples"]["windows_reused"].value >= 1
+    con = duck.connect(home.lake())
+    rows, inputs, mean = con.execute(
+        'select count(*), count(distinct sample_id), avg(score) from samples where "commit" = ? and task = ?',
+        [r.head_sha, RUNBOOK],
+    ).fetchone()
+    events, tools = con.execute(
+        "select count(*), count(*) filter (where event = 'tool') from events where \"commit\" = ? and task = ?",
+        [r.head_sha, RUNBOOK],
+    ).fetchone()
+    assert rows == r.tasks[RUNBOOK].head.samples > 0
+    scores = got["sample_scores"]
+    assert scores["rows"].value == rows and scores["inputs"].value == inputs
+    assert scores["mean_score"].value == pytest.approx(mean)
+    assert scores["preview"].value.count("\n| ") == min(8, rows)
+    trajectories = got["trajectories"]
+    assert trajectories["events"].value == events > 0
+    assert trajectories["tool_calls"].value == tools > 0
+    assert trajectories["trajectories"].value == rows
+
+
+def test_baselines_show_the_base_batches_and_their_reuse(
+    improved: Run, identical: Run, home: PipelineHome, instance: dg.DagsterInstance
+) -> None:
+    from evalrunner_assets.assets.evals import ASSETS
+
+    for run, reused in ((improved, False), (identical, True)):
+        r = run.result
+        result = dg.materialize(
+            ASSETS, selection=["baselines"], partition_key=r.comparison, instance=instance, resources=home.resources()
+        )
+        assert result.success
+        got = _materialized(result)
+        assert set(got) == {"baselines"}  # the comparison document is read, not decided again
+        meta = got["baselines"]
+        used = [b for doc in r.tasks.values() for b in doc.batches["base"]]
+        assert meta["batches"].value == len(used) > 0
+        assert meta["samples"].value == sum(doc.base.samples for doc in r.tasks.values())
+        assert meta["base_commit"].value == f"{REPO_ID}@{r.base_sha}"
+        # The first comparison on the base ran its batches; the second reuses them.
+        assert (meta["batches_reused"].value > 0) is reused
+        # The CLI's comparison recorded it too (runless), beside the comparison.
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("baselines"), asset_partitions=[r.comparison]), limit=50
+        ).records
+        assert any(rec.run_id == "" for rec in records)
