@@ -38,7 +38,6 @@ from evalrunner_assets.driver import run_comparison, default_resources
 from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from resources import SandboxResource
-from lake.batch import RunSettings
 repo, cap, workers, packed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 src = RepoSource("local/repo", repo, cache_dir=str(home.repo_cache()))
 src.ensure_mirror()

@@ -36,8 +36,6 @@ from inspect_ai.scorer import Score, Target, includes, mean, scorer
 from inspect_ai.solver import Generate, Solver, TaskState, generate, solver, use_tools
 from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
 
-from lake.batch import RunSettings
-
 CALL_INPUT_TOKENS_PER_MESSAGE = 10
 CALL_OUTPUT_TOKENS = 5
 CALL_CACHE_READ = 3
@@ -207,6 +205,7 @@ _PROBE_LOGS: dict[str, dict[str, Path]] = {}
 def probe_batch_key(repo: str, commit: str, epochs: int) -> Any:
     """The batch key a probe log lands under in the lake tests (one window of the probe's 4 samples)."""
     from lake import BatchKey, Window
+    from lake.batch import RunSettings
 
     return BatchKey(
         repo=repo,

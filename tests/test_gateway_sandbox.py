@@ -77,7 +77,6 @@ def test_inspect_openai_provider_runs_a_window_through_the_gateway_and_usage_agr
 
 PROBE = r"""
 import json, os, sys, urllib.request
-from lake.batch import RunSettings
 key_env = os.environ.get("OPENAI_API_KEY", "")
 found = []
 for root in ("/work/repo", "/work/out", "/work/home", "/tmp", "/run"):  # all but the read-only Python env

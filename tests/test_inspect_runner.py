@@ -41,7 +41,6 @@ from inspect_ai.dataset import Sample
 from inspect_ai.model import ModelOutput
 from inspect_ai.scorer import match
 from inspect_ai.solver import solver
-from lake.batch import RunSettings
 
 DATA = [Sample(id=f"s{i}", input=f"say {i}", target=str(i)) for i in range(20)]
 

@@ -153,7 +153,6 @@ def test_connecting_to_a_host_loopback_server_fails(bwrap_backend, make_repo, tm
     script = f"""
 python - <<'EOF' || exit 3
 import socket, sys
-from lake.batch import RunSettings
 try:
     s = socket.create_connection(("127.0.0.1", {port}), timeout=2)
     print(s.recv(100).decode())
