@@ -49,8 +49,8 @@ t0 = time.monotonic()
 res = run_comparison(req, resources=default_resources(sandbox=SandboxResource(max_workers=workers)), packed=packed)
 wall = time.monotonic() - t0
 with open(sys.argv[6], "w") as f:
-    json.dump({"wall": wall, "samples_run": res["samples_run"], "verdict": res["verdict"],
-               "execution": res.get("execution")}, f)
+    json.dump({"wall": wall, "samples_run": res.samples_run, "verdict": res.verdict,
+               "execution": res.execution}, f)
 """
 
 
@@ -150,7 +150,15 @@ def _runless_events(home: Path) -> dict[str, int]:
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
     instance = dg.DagsterInstance.get()
     out: dict[str, int] = {}
-    for asset in ("eval_manifest", "task_samples", "comparison", "pr_report"):
+    for asset in (
+        "eval_manifest",
+        "task_samples",
+        "sample_scores",
+        "trajectories",
+        "baselines",
+        "comparison",
+        "pr_report",
+    ):
         records = instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records
         out[asset] = sum(1 for r in records if not r.run_id)
     instance.dispose()
