@@ -49,8 +49,8 @@ t0 = time.monotonic()
 res = run_comparison(req, resources=default_resources(sandbox=SandboxResource(max_workers=workers)), packed=packed)
 wall = time.monotonic() - t0
 with open(sys.argv[6], "w") as f:
-    json.dump({"wall": wall, "samples_run": res["samples_run"], "verdict": res["verdict"],
-               "execution": res.get("execution")}, f)
+    json.dump({"wall": wall, "samples_run": res.samples_run, "verdict": res.verdict,
+               "execution": res.execution}, f)
 """
 
 
@@ -93,6 +93,7 @@ def _bare(tmp: Path, repo: Path, home: Path, work: dict[tuple[str, str], list[st
     from evalrunner_assets.pipeline.facts import load_facts
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
     from lake import open_lake
+    from lake.batch import RunSettings
 
     the_lake = open_lake(str(home / "lake"))
     jobs = []
@@ -107,7 +108,9 @@ def _bare(tmp: Path, repo: Path, home: Path, work: dict[tuple[str, str], list[st
                 ["git", "-C", str(repo), "archive", commit], check=True, capture_output=True
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(export)], input=archive, check=True)
-        cfg = TaskRunConfig(repo="local/repo", task=task, spec=tf.spec, model=DEFAULT_MODEL, workdir=tf.workdir)
+        cfg = TaskRunConfig(
+            repo="local/repo", task=task, spec=tf.spec, workdir=tf.workdir, settings=RunSettings(model=DEFAULT_MODEL)
+        )
         argv = list(cold_argv(cfg, tf.inspect_task, ids))
         argv[argv.index("--log-dir") + 1] = str(tmp / "bare-logs" / f"{commit[:7]}-{task.replace('/', '_')}")
         argv[0] = sys.executable  # `python -m inspect_ai eval …`: bare `inspect eval`
@@ -147,7 +150,15 @@ def _runless_events(home: Path) -> dict[str, int]:
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
     instance = dg.DagsterInstance.get()
     out: dict[str, int] = {}
-    for asset in ("eval_manifest", "task_samples", "comparison", "pr_report"):
+    for asset in (
+        "eval_manifest",
+        "task_samples",
+        "sample_scores",
+        "trajectories",
+        "baselines",
+        "comparison",
+        "pr_report",
+    ):
         records = instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records
         out[asset] = sum(1 for r in records if not r.run_id)
     instance.dispose()

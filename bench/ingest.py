@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lake.batch import RunSettings
+
 CACHE = Path(os.environ.get("EVALRUNNER_BENCH_CACHE", Path(tempfile.gettempdir()) / "evalrunner-bench"))
 
 
@@ -96,13 +98,11 @@ def main(argv: list[str]) -> None:
         commit="c" * 40,
         task="trivial",
         spec="trivial.py",
-        model="lakeprobe/probe-1",
         window=Window(0, n),
-        seed=0,
-        epochs=1,
         config_digest="x",
         backend="none",
         runtime_digest="x",
+        settings=RunSettings(model="lakeprobe/probe-1", seed=0, epochs=1),
     )
     with tempfile.TemporaryDirectory() as tmp:
         record, t_land = _timed(lambda: land_batch(open_lake(tmp), key, data))

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from bench.ingest import trivial_log
+from lake.batch import RunSettings
 
 HEAD, BASE = "a" * 40, "b" * 40
 REPO, TASK = "bench/pairing", "trivial"
@@ -55,13 +56,11 @@ def _build_lake(root: str, samples: pa.Table, inputs: int, epochs: int, seed: in
                 commit=commit,
                 task=TASK,
                 spec="trivial.py",
-                model="m",
                 window=Window(lo, hi),
-                seed=seed,
-                epochs=epochs,
                 config_digest="x",
                 backend="none",
                 runtime_digest="x",
+                settings=RunSettings(model="m", seed=seed, epochs=epochs),
             )
             cols = {
                 "commit": pa.array([commit] * n),

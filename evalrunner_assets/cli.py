@@ -14,10 +14,13 @@ import traceback
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from evalrunner_assets import home
 from evalrunner_assets.errors import DEBUG_ENV, LakeNotFound, UserError, debug_enabled, explain
+
+if TYPE_CHECKING:
+    from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 
 
 def _repo_id(source: str, explicit: str | None) -> str:
@@ -43,7 +46,7 @@ def _progress_printer() -> Any:
         kwargs.pop("flush", None)
         builtins.print(*args, file=out, **kwargs)
 
-    def on_step(step: Any, result: dict[str, Any] | None) -> None:
+    def on_step(step: Any, result: ComparisonDocument | None) -> None:
         elapsed = time.monotonic() - started
         if step.kind == "manifest":
             print(f"[{elapsed:6.1f}s] learnt evals of {step.commit}", flush=True)
@@ -53,24 +56,24 @@ def _progress_printer() -> Any:
                 flush=True,
             )
         elif result is not None:
-            spend = result.get("spend_usd")
-            money = f"${spend:,.2f}" if result.get("spend_known") and spend is not None else "unknown"
-            labels = ", ".join(f"{t.split('/')[-1]}={d['decision']['label']}" for t, d in result["tasks"].items())
+            spend = result.spend_usd
+            money = f"${spend:,.2f}" if result.spend_known and spend is not None else "unknown"
+            labels = ", ".join(f"{t.split('/')[-1]}={d.decision.label}" for t, d in result.tasks.items())
             print(
-                f"[{elapsed:6.1f}s] {result['verdict']}: samples {result['samples_run']} of "
-                f"{result['samples_possible']} planned at most · spend {money} · {labels}",
+                f"[{elapsed:6.1f}s] {result.verdict}: samples {result.samples_run} of "
+                f"{result.samples_possible} planned at most · spend {money} · {labels}",
                 flush=True,
             )
 
     return on_step
 
 
-def _print_outcome(result: dict[str, Any]) -> None:
+def _print_outcome(result: ComparisonDocument) -> None:
     from evalrunner_assets.report import render_summary
     from lake import LAYOUT, open_lake
 
     the_lake = open_lake(home.lake_root())
-    repo, pr, head = result["repo"], result["pr"], result["head_sha"]
+    repo, pr, head = result.repo, result.pr, result.head_sha
     print()
     print(render_summary(result))
     failed = _failed_task_lines(result)
@@ -86,18 +89,17 @@ def _print_outcome(result: dict[str, Any]) -> None:
     print('SQL             : evalrunner sql "select task, commit, avg(score) from samples group by all"')
 
 
-def _failed_task_lines(result: dict[str, Any]) -> list[str]:
+def _failed_task_lines(result: ComparisonDocument) -> list[str]:
     """One line per task whose windows failed, or all of whose samples on an arm raised, with
     the cause the comparison document holds (it says which failures are whose)."""
     lines = []
-    for task in result.get("task_order") or sorted(result.get("tasks") or {}):
-        doc = (result.get("tasks") or {}).get(task) or {}
-        failures = doc.get("failures") or {}
+    for task, doc in result.ordered_tasks():
+        failures = doc.failures
         causes = [f"{arm}: {_one_line(cause)}" for arm, cause in sorted(failures.items())]
         for arm in ("head", "base"):
-            acc = doc.get(arm) or {}
-            if arm not in failures and acc.get("samples") and acc.get("errors") == acc.get("samples"):
-                causes.append(f"{arm}: every sample raised an error ({acc['errors']} of {acc['samples']})")
+            acc = doc.arm(arm)
+            if arm not in failures and acc.samples and acc.errors == acc.samples:
+                causes.append(f"{arm}: every sample raised an error ({acc.errors} of {acc.samples})")
         if causes:
             lines.append(f"  {task:<32} " + "; ".join(causes))
     return lines
@@ -138,13 +140,14 @@ def _repo_source(repo_id: str, repo: str) -> Any:
 def cmd_compare(args: argparse.Namespace) -> int:
     from evalrunner_assets.driver import run_comparison
     from evalrunner_assets.pipeline.spec import ComparisonRequest
+    from lake.batch import RunSettings
     from resources import SandboxResource
 
     repo_id = _repo_id(args.repo, args.repo_id)
     source = _repo_source(repo_id, args.repo)
     base, head = _resolve(source, "--base", args.base), _resolve(source, "--head", args.head)
     changed = tuple(source.changed_files(base, head))
-    request = ComparisonRequest(
+    request = ComparisonRequest.build(
         repo=repo_id,
         source=args.repo,
         pr=args.pr,
@@ -152,9 +155,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         head_sha=head,
         base_ref=args.base,
         head_ref=args.head,
-        model=args.model,
-        seed=args.seed,
-        epochs=args.epochs,
+        settings=RunSettings(model=args.model, seed=args.seed, epochs=args.epochs),
         affinity=args.affinity,
         changed_files=changed,
         cap=args.cap,
@@ -178,8 +179,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         request, resources=resources, on_step=_progress_printer(), model_gateway=True if args.model_gateway else None
     )
     _print_outcome(result)
-    if result.get("status") == "budget_spent":
-        print(f"evalrunner compare: {result.get('stopped_reason')}", file=sys.stderr, flush=True)
+    if result.status == "budget_spent":
+        print(f"evalrunner compare: {result.stopped_reason}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -636,7 +637,7 @@ def _count(minimum: int, why: str = "") -> Any:
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
 
-    min_pairs = ComparisonRequest.min_pairs  # the field's default (a dataclass keeps it on the class)
+    min_pairs = ComparisonRequest.model_fields["min_pairs"].default
     p.add_argument("--model", default=DEFAULT_MODEL, help="Inspect model, e.g. openai/gpt-4o (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample order and the model")
     p.add_argument("--epochs", type=_count(1), default=1)

@@ -20,6 +20,7 @@ import dagster as dg
 
 from evalrunner_assets.assets.recording import DagsterRecorder, local_instance
 from evalrunner_assets.pipeline import engine
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.engine import (
     PROGRESS_EVERY_S,
     ComparisonFailed,
@@ -46,7 +47,7 @@ def run_comparison(
     instance: dg.DagsterInstance | None = None,
     resources: dict[str, Any] | None = None,
     **options: Any,
-) -> dict[str, Any]:
+) -> ComparisonDocument:
     """Run ``request`` to its final verdict, recorded in ``instance`` (default: the local
     instance); returns the comparison document. Options as for
     :class:`~evalrunner_assets.pipeline.engine.ComparisonEngine` (``on_step``, ``workers``,

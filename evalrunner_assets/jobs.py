@@ -18,6 +18,8 @@ from evalrunner_assets.assets.swe import swe_attempts, swe_gold_check
 eval_manifest_job = dg.define_asset_job(
     "eval_manifest_job", selection=[eval_manifest], executor_def=dg.in_process_executor
 )
+# task_samples lands a window's rows and shows them as sample_scores and trajectories (one step);
+# comparison runs the engine and shows the baselines it used (one step).
 task_samples_job = dg.define_asset_job(
     "task_samples_job", selection=[task_samples], executor_def=dg.in_process_executor
 )

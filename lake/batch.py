@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from lake.layout import Window, check_commit, check_repo, check_task
 
@@ -30,19 +32,38 @@ REPRODUCIBILITY_FIELDS = (
 )
 
 
+class RunSettings(BaseModel):
+    """What selects a task's runs besides commit, task and window: the one settings record that a
+    comparison request, a task's run configuration and a batch key each hold (nested, never
+    repeated field by field)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    model: str = Field(description="Inspect model name, e.g. 'simagent/support-agent' or 'openai/gpt-4o'.")
+    model_args: dict[str, Any] = Field(default_factory=dict, description="Model arguments (Inspect `-M`).")
+    seed: int = Field(default=0, description="Seed of the sample order and of the model's generation.")
+    epochs: int = Field(default=1, ge=1, description="Runs of each sample per window.")
+
+    @property
+    def model_args_json(self) -> str:
+        """``model_args`` as canonical JSON text (what a batch key's digest covers)."""
+        return canonical_json(self.model_args)
+
+    def __hash__(self) -> int:  # model_args is a dict: hash its canonical text
+        return hash((self.model, self.model_args_json, self.seed, self.epochs))
+
+
 @dataclass(frozen=True)
 class BatchKey:
-    """Identity of one batch. ``model_args`` is canonical JSON text (sorted keys)."""
+    """Identity of one batch: where it ran (repo, commit, task, spec, window), with which
+    settings, and in what runtime."""
 
     repo: str
     commit: str
     task: str
     spec: str
-    model: str
+    settings: RunSettings
     window: Window
-    seed: int
-    epochs: int = 1
-    model_args: str = "{}"
     config_digest: str = ""
     backend: str = ""
     runtime_digest: str = ""
@@ -64,11 +85,25 @@ class BatchKey:
         return not self.missing_fields
 
     def as_record(self) -> dict[str, Any]:
-        rec = asdict(self)
-        rec["window"] = self.window.name
+        """Every field, flat (the settings' fields at the top, ``model_args`` as canonical JSON
+        text): the shape batch records and digests have always had."""
+        rec: dict[str, Any] = {
+            "repo": self.repo,
+            "commit": self.commit,
+            "task": self.task,
+            "spec": self.spec,
+            "model": self.settings.model,
+            "window": self.window.name,
+            "seed": self.settings.seed,
+            "epochs": self.settings.epochs,
+            "model_args": self.settings.model_args_json,
+            "config_digest": self.config_digest,
+            "backend": self.backend,
+            "runtime_digest": self.runtime_digest,
+            "extra": dict(self.extra),
+        }
         rec["window_start"] = self.window.start
         rec["window_stop"] = self.window.stop
-        rec["extra"] = dict(self.extra)
         return rec
 
     @functools.cached_property
@@ -85,11 +120,13 @@ class BatchKey:
             commit=rec["commit"],
             task=rec["task"],
             spec=rec["spec"],
-            model=rec["model"],
+            settings=RunSettings(
+                model=rec["model"],
+                model_args=json.loads(rec.get("model_args") or "{}"),
+                seed=int(rec["seed"]),
+                epochs=int(rec.get("epochs", 1)),
+            ),
             window=Window(int(rec["window_start"]), int(rec["window_stop"])),
-            seed=int(rec["seed"]),
-            epochs=int(rec.get("epochs", 1)),
-            model_args=rec.get("model_args", "{}"),
             config_digest=rec.get("config_digest", ""),
             backend=rec.get("backend", ""),
             runtime_digest=rec.get("runtime_digest", ""),

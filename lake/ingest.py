@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from evalrunner_assets.sample_digest import digest_of_sample
-from lake.batch import BatchKey, canonical_json
+from lake.batch import BatchKey, RunSettings, canonical_json
 from lake.layout import Window
 from lake.schema import (
     EVENTS_SCHEMA,
@@ -664,10 +664,12 @@ def _adhoc_key(header: Any) -> BatchKey:
         commit="0" * 40,
         task=task,
         spec=header.eval.task_file or header.eval.task or "",
-        model=header.eval.model,
+        settings=RunSettings(
+            model=header.eval.model,
+            seed=int(getattr(header.eval.model_generate_config, "seed", None) or 0),
+            epochs=int(header.eval.config.epochs or 1),
+        ),
         window=Window(0, n),
-        seed=int(getattr(header.eval.model_generate_config, "seed", None) or 0),
-        epochs=int(header.eval.config.epochs or 1),
     )
 
 

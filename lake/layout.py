@@ -176,6 +176,23 @@ class LakeLayout:
         _check_segments("batch digest", batch)
         return f"batches/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/{window.name}.{batch}.json"
 
+    def task_batch_records_glob(self, repo: str, commit: str, task: str) -> str:
+        """Every batch record of one (commit, task): its landed windows."""
+        return f"batches/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}/*.json"
+
+    def table_prefix(self, table: str, repo: str, commit: str, task: str) -> str:
+        """The directory of one (commit, task)'s files of ``samples`` or ``events``."""
+        if table not in TABLES:
+            raise LakePathError(f"unknown table {table!r}; expected one of {TABLES}")
+        return (
+            f"tables/{table}/repo={partition_value(check_repo(repo))}/"
+            f"commit={check_commit(commit)}/task={partition_value(check_task(task))}"
+        )
+
+    def task_raw_prefix(self, repo: str, commit: str, task: str) -> str:
+        """The directory of one (commit, task)'s Inspect logs."""
+        return f"{self.raw_prefix(repo, commit)}/{check_task(task)}"
+
     def batch_failure(self, repo: str, commit: str, task: str, window: Window, batch: str) -> str:
         """An infrastructure failure of one batch that left no landable log (no log, crash,
         timeout). Kept apart from ``batches/`` so readers of committed batches never see it."""
@@ -239,6 +256,10 @@ class LakeLayout:
     def comparison_requests_glob(self, repo: str, pr: int | str) -> str:
         """The requests of every head of one pull request (``comparison_artifact(…, "request.json")``)."""
         return f"comparisons/{check_repo(repo)}/{_pr(pr)}/*.request.json"
+
+    def all_comparison_requests_glob(self, repo: str) -> str:
+        """The requests of every comparison of one repository."""
+        return f"comparisons/{check_repo(repo)}/*/*.request.json"
 
     def comparison_artifact(self, repo: str, pr: int | str, head: str, name: str) -> str:
         """Files beside a comparison: chart PNG/SVG, rendered comment markdown, check-run JSON."""

@@ -121,7 +121,7 @@ def _handle(
                 context.log.warning(f"changed files of {intent.repo}#{intent.pr} unavailable: {exc}")
         request = open_comparison(
             the_lake,
-            ComparisonRequest(
+            ComparisonRequest.build(
                 repo=intent.repo,
                 source="",
                 pr=str(intent.pr),

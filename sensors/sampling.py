@@ -30,6 +30,7 @@ from evalrunner_assets.jobs import REPORT_LOCK_TAG, comparison_job, comparison_r
 from evalrunner_assets.partitions import add_partitions, comparison_commit_keys, retire_comparison
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline import open_index
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import parse_comparison_key
 from evalrunner_assets.pipeline.loop import next_steps
 from evalrunner_assets.pipeline.spec import ComparisonRequest, ComparisonRequestError, load_request
@@ -67,11 +68,9 @@ ENDED_UNFINISHED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 def state_key(assessment: assess_mod.Assessment) -> str:
     """Where a comparison stands, as the run key of the next run's first attempt."""
     result = assessment.result
-    learnt = "learning" if assessment.needs_facts else result.get("status", "")
-    return (
-        f"evaluate:{assessment.request.key}:{learnt}:{result.get('samples_run', 0)}:"
-        f"{(result.get('params') or {}).get('cap')}"
-    )
+    learnt = "learning" if assessment.needs_facts else result.status
+    cap = result.params.cap if result.params is not None else None
+    return f"evaluate:{assessment.request.key}:{learnt}:{result.samples_run}:{cap}"
 
 
 def next_run_request(instance: dg.DagsterInstance, assessment: assess_mod.Assessment) -> dg.RunRequest | None:
@@ -107,13 +106,14 @@ def retain_decided_s() -> float:
         return DEFAULT_RETAIN_DECIDED_S
 
 
-def is_decided(request: ComparisonRequest, saved: dict | None) -> bool:
+def is_decided(request: ComparisonRequest, saved: ComparisonDocument | None) -> bool:
     """The comparison reached its end for the allowance in force (``/eval more`` reopens it):
     every task decided or capped, or the model budget spent (another run would spend it again)."""
-    return bool(
-        saved
-        and saved.get("status") in ("complete", "budget_spent")
-        and saved.get("params", {}).get("cap") == (request.cap + request.extra_samples)
+    return (
+        saved is not None
+        and saved.status in ("complete", "budget_spent")
+        and saved.params is not None
+        and saved.params.cap == request.cap + request.extra_samples
     )
 
 
@@ -126,7 +126,7 @@ def report_materialized_at(instance: dg.DagsterInstance, key: str) -> float | No
     if not reports:
         return None
     compared = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=eval_assets.comparison.key, asset_partitions=[key]), limit=1
+        dg.AssetRecordsFilter(asset_key=eval_assets.COMPARISON, asset_partitions=[key]), limit=1
     ).records
     if compared and compared[0].storage_id > reports[0].storage_id:
         return None

@@ -205,19 +205,18 @@ _PROBE_LOGS: dict[str, dict[str, Path]] = {}
 def probe_batch_key(repo: str, commit: str, epochs: int) -> Any:
     """The batch key a probe log lands under in the lake tests (one window of the probe's 4 samples)."""
     from lake import BatchKey, Window
+    from lake.batch import RunSettings
 
     return BatchKey(
         repo=repo,
         commit=commit,
         task="qa/probe",
         spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1",
         window=Window(0, 4),
-        seed=7,
-        epochs=epochs,
         config_digest="cfg",
         backend="local-unsafe",
         runtime_digest="rt",
+        settings=RunSettings(model="lakeprobe/probe-1", seed=7, epochs=epochs),
     )
 
 

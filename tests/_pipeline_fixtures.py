@@ -11,11 +11,13 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from evalrunner_assets.example_repo import ExampleRepo
 from evalrunner_assets.execution.sandbox import SandboxBackend
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from lake import LAYOUT, Lake
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
@@ -145,9 +147,9 @@ def request_for(example: ExampleRepo, head: str, pr: str, **fields: Any) -> Comp
         head_sha=example.sha(head),
         base_ref=example.base_branch,
         head_ref=head if head != "base" else example.base_branch,
-        **fields,
+        **{"requested_at": datetime.now(UTC).isoformat(), **fields},
     )
 
 
-def labels(result: dict[str, Any]) -> dict[str, str]:
-    return {task: doc["decision"]["label"] for task, doc in result["tasks"].items()}
+def labels(result: ComparisonDocument) -> dict[str, str]:
+    return {task: doc.decision.label for task, doc in result.tasks.items()}

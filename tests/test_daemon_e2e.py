@@ -42,7 +42,7 @@ class World:
     def lake(self) -> Lake:
         return Lake(str(self.served.home / "lake"))
 
-    def result(self, variant: str) -> dict[str, Any] | None:
+    def result(self, variant: str) -> Any:
         return load_result(self.lake(), REPO, str(PR), self.example.sha(variant))
 
     def key(self, variant: str) -> str:
@@ -115,7 +115,7 @@ def more(world: World, synchronized: Stage) -> MoreStage:
     head = world.example.sha(REGRESSING)
     (before,) = world.standin.check_runs_for(REPO, head)
     history_before = list(before["_history"])
-    samples_before = world.result(REGRESSING)["samples_run"]
+    samples_before = world.result(REGRESSING).samples_run
     runs_before = len(world.served.runs_for(world.key(REGRESSING)))
     answer = world.served.deliver("issue_comment", comment_delivery("/eval more 16", repo=REPO, pr=PR))
     # The sampling sensor wakes the comparison (one more run); wait for that run to end.
@@ -131,7 +131,7 @@ def more(world: World, synchronized: Stage) -> MoreStage:
     return MoreStage(
         answer,
         samples_before,
-        result["samples_run"],
+        result.samples_run,
         history_before,
         world.standin.check_runs_for(REPO, head),
         world.served.runs_for(world.key(REGRESSING)),
@@ -146,7 +146,7 @@ def test_pull_request_delivery_gets_its_verdict_from_one_dagster_run(world: Worl
     assert opened.answer[0] == 202, opened.answer
     assert (opened.check_run["status"], opened.check_run["conclusion"]) == ("completed", "success")
     result = world.result(IMPROVING)
-    assert result is not None and (result["status"], result["verdict"]) == ("complete", "IMPROVED")
+    assert result is not None and (result.status, result.verdict) == ("complete", "IMPROVED")
     assert [(r.job_name, r.status.value) for r in opened.runs] == [("comparison_job", "SUCCESS")]
     (comment,) = _ours(world)
     assert "evalrunner: IMPROVED" in comment["body"]
@@ -155,7 +155,7 @@ def test_pull_request_delivery_gets_its_verdict_from_one_dagster_run(world: Worl
 def test_synchronize_gets_a_new_verdict_on_the_same_comment(world: World, opened: Stage, synchronized: Stage) -> None:
     assert synchronized.answer[0] == 202, synchronized.answer
     assert (synchronized.check_run["status"], synchronized.check_run["conclusion"]) == ("completed", "failure")
-    assert world.result(REGRESSING)["verdict"] == "REGRESSED"
+    assert world.result(REGRESSING).verdict == "REGRESSED"
     assert [(r.job_name, r.status.value) for r in synchronized.runs] == [("comparison_job", "SUCCESS")]
     (comment,) = _ours(world)
     assert "evalrunner: REGRESSED" in comment["body"]
@@ -173,7 +173,7 @@ def test_each_head_has_exactly_one_check_run_updated_in_place(world: World, sync
 def test_head_ref_flows_to_the_request_the_document_and_the_comment(world: World, synchronized: Stage) -> None:
     head = world.example.sha(REGRESSING)
     assert load_request(world.lake(), REPO, str(PR), head).head_ref == REGRESSING
-    assert world.result(REGRESSING)["head_ref"] == REGRESSING
+    assert world.result(REGRESSING).head_ref == REGRESSING
     (comment,) = _ours(world)
     assert f"`{REGRESSING}` @ `{head[:7]}`" in comment["body"]
 

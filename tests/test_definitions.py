@@ -11,7 +11,26 @@ import dagster as dg
 
 from evalrunner_assets.definitions import defs
 
-PIPELINE_ASSETS = {"eval_manifest", "task_samples", "comparison", "pr_report"}
+PIPELINE_ASSETS = {
+    "eval_manifest",
+    "task_samples",
+    "sample_scores",
+    "trajectories",
+    "baselines",
+    "comparison",
+    "pr_report",
+}
+# The design card's nouns, each an asset: (asset, what it is downstream of).
+CARD_NOUNS = {
+    "sample_scores": {"task_samples"},
+    "trajectories": {"task_samples"},
+    "baselines": {"task_samples"},
+    "comparison": {"task_samples", "baselines"},
+    "pr_report": {"comparison"},
+    "cohort_series": set(),
+    "candidate_measurements": set(),
+    "continuum_frontier": {"candidate_measurements"},
+}
 PIPELINE_JOBS = {"eval_manifest_job", "task_samples_job", "comparison_job"}
 SENSORS = {"pr_sensor", "sampling_sensor"}
 
@@ -53,3 +72,31 @@ def test_dagster_cli_validates_the_code_location(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Validation successful" in proc.stdout + proc.stderr
+
+
+def test_the_card_nouns_are_assets_in_the_lineage() -> None:
+    graph = defs.get_repository_def().asset_graph
+    for noun, upstream in CARD_NOUNS.items():
+        node = graph.get(dg.AssetKey(noun))
+        assert {k.to_user_string() for k in node.parent_keys} >= upstream, noun
+
+
+def test_every_asset_says_what_it_is_who_owns_it_and_which_noun_it_is() -> None:
+    graph = defs.get_repository_def().asset_graph
+    for key in graph.get_all_asset_keys():
+        spec = graph.get(key)
+        name = key.to_user_string()
+        assert spec.description and len(spec.description) > 40, name
+        assert spec.group_name and spec.group_name != "default", name
+        assert spec.kinds, name
+        assert spec.owners == ["team:evals"], name
+        assert spec.tags.get("evalrunner/noun"), name
+
+
+def test_materializing_from_the_ui_needs_no_run_config() -> None:
+    """Every job's run config has defaults for everything (the lake supplies the rest), as the
+    UI's Materialize and Backfill buttons launch them with none."""
+    names = [j.name for j in defs.get_repository_def().get_all_jobs() if not j.name.startswith("__")]
+    assert set(names) >= PIPELINE_JOBS
+    for name in names:
+        dg.validate_run_config(defs.get_job_def(name), {})  # raises naming the missing field

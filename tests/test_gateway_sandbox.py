@@ -20,6 +20,7 @@ from evalrunner_assets.execution.sandbox import RepoExport, SandboxRequest, Sand
 from evalrunner_assets.gateway import GatewaySettings, ModelGateway, with_gateway
 from evalrunner_assets.pipeline.windows import log_usage
 from lake import Window
+from lake.batch import RunSettings
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,10 @@ def test_inspect_openai_provider_runs_a_window_through_the_gateway_and_usage_agr
     with _gateway(upstream) as gw:
         backend = with_gateway(bwrap_backend, gw)
         cfg = TaskRunConfig(
-            repo="acme/graded", task="support/graded", spec="evals/graded.py@graded", model="openai/gpt-4o"
+            repo="acme/graded",
+            task="support/graded",
+            spec="evals/graded.py@graded",
+            settings=RunSettings(model="openai/gpt-4o"),
         )
         with WarmTaskRunner(backend, export, cfg) as runner:
             run = runner.run_window(Window(0, 4))
@@ -260,7 +264,10 @@ def test_a_429_storm_and_server_errors_are_absorbed_by_the_gateway_and_the_windo
     with _gateway(upstream, max_retries=5, backoff_base_s=0.05) as gw:
         backend = with_gateway(bwrap_backend, gw)
         cfg = TaskRunConfig(
-            repo="acme/graded", task="support/answers", spec="evals/graded.py@answers", model="openai/gpt-4o"
+            repo="acme/graded",
+            task="support/answers",
+            spec="evals/graded.py@answers",
+            settings=RunSettings(model="openai/gpt-4o"),
         )
         with WarmTaskRunner(backend, export, cfg) as runner:
             run = runner.run_window(Window(0, 4))
@@ -283,7 +290,7 @@ def test_inspect_anthropic_provider_streams_through_the_gateway_and_usage_agrees
             repo="acme/graded",
             task="support/answers",
             spec="evals/graded.py@answers",
-            model="anthropic/claude-sonnet-4-0",
+            settings=RunSettings(model="anthropic/claude-sonnet-4-0"),
         )
         with WarmTaskRunner(with_gateway(bwrap_backend, gw), export, cfg) as runner:
             run = runner.run_window(Window(0, 2))

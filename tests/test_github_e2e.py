@@ -36,6 +36,7 @@ from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
 from evalrunner_assets.jobs import JOBS
 from evalrunner_assets.pipeline.assess import load_result
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.pipeline.spec import load_request
 from evalrunner_assets.report.markdown import MARKER
@@ -356,8 +357,10 @@ def _key(world: World, variant: str) -> str:
     return comparison_key(REPO, str(PR), world.example.sha(variant))
 
 
-def _result(world: World, variant: str) -> dict[str, Any] | None:
-    return load_result(world.harness.lake, REPO, str(PR), world.example.sha(variant))
+def _result(world: World, variant: str) -> ComparisonDocument:
+    result = load_result(world.harness.lake, REPO, str(PR), world.example.sha(variant))
+    assert result is not None, f"no comparison document for {variant}"
+    return result
 
 
 def _ours(comments: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -388,15 +391,23 @@ def test_signed_pull_request_delivery_is_queued_and_starts_the_comparison_for_it
 def test_the_pr_sensors_one_run_finishes_the_improving_comparison_and_reports_what_it_touched(world, opened):
     result = _result(world, IMPROVING)
     assert result is not None
-    assert result["status"] == "complete"
-    assert result["verdict"] == "IMPROVED"
+    assert result.status == "complete"
+    assert result.verdict == "IMPROVED"
     # One run of comparison_job learnt both commits and ran every window of both arms: the
     # sampling sensor has nothing left to ask for.
     (run,) = opened.pr_outcomes
     assert run.job == "comparison_job" and run.success, run.errors
     assert opened.sampling_outcomes == []
     assets = {asset for asset, _, _ in run.materialized}
-    assert assets == {"eval_manifest", "task_samples", "comparison", "pr_report"}
+    assert assets == {
+        "eval_manifest",
+        "task_samples",
+        "sample_scores",
+        "trajectories",
+        "baselines",
+        "comparison",
+        "pr_report",
+    }
     manifests = {partition for asset, partition, _ in run.materialized if asset == "eval_manifest"}
     assert manifests == {f"{REPO}@{world.example.base_sha}", f"{REPO}@{world.example.sha(IMPROVING)}"}
 
@@ -470,7 +481,7 @@ def test_synchronize_edits_the_same_comment_in_place_with_the_new_verdict(world,
 
 
 def test_regressing_head_check_run_concludes_failure_and_the_first_heads_stays_success(world, synchronized):
-    assert _result(world, REGRESSING)["verdict"] == "REGRESSED"
+    assert _result(world, REGRESSING).verdict == "REGRESSED"
     (run,) = world.standin.check_runs_for(REPO, world.example.sha(REGRESSING))
     assert (run["status"], run["conclusion"]) == ("completed", "failure")
     (first,) = world.standin.check_runs_for(REPO, world.example.sha(IMPROVING))
@@ -480,7 +491,7 @@ def test_regressing_head_check_run_concludes_failure_and_the_first_heads_stays_s
 def test_head_ref_flows_from_the_delivery_to_the_request_the_comparison_and_the_comment(world, opened):
     head = world.example.sha(IMPROVING)
     assert load_request(world.harness.lake, REPO, str(PR), head).head_ref == IMPROVING
-    assert _result(world, IMPROVING)["head_ref"] == IMPROVING
+    assert _result(world, IMPROVING).head_ref == IMPROVING
     (comment,) = _ours(opened.comments)
     assert f"`{IMPROVING}` @ `{head[:7]}`" in comment["body"]
 

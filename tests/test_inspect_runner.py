@@ -29,7 +29,7 @@ from evalrunner_assets.execution.inspect_runner import (
 )
 from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.execution.sandbox import Limits, SandboxRequest
-from lake.batch import BatchKey
+from lake.batch import BatchKey, RunSettings
 from lake.layout import Window
 
 # A task needs no model: its solver answers itself, so `--model none/none` suffices and no
@@ -103,7 +103,11 @@ def tiny_export(tmp_path_factory):
 
 def cfg(task: str, **kw) -> TaskRunConfig:
     return TaskRunConfig(
-        repo="acme/tiny", task=f"evals/{task}", spec=f"evals/tasks.py@{task}", model="none/none", seed=7, **kw
+        repo="acme/tiny",
+        task=f"evals/{task}",
+        spec=f"evals/tasks.py@{task}",
+        **kw,
+        settings=RunSettings(model="none/none", seed=7),
     )
 
 
@@ -176,9 +180,8 @@ def _key(commit: str) -> BatchKey:
         commit=commit,
         task="evals/tiny",
         spec="evals/tasks.py@tiny",
-        model="none/none",
         window=Window(0, 1),
-        seed=0,
+        settings=RunSettings(model="none/none", seed=0),
     )
 
 
@@ -365,8 +368,7 @@ def test_the_example_agent_runs_in_the_sandbox_with_its_documented_scores(bwrap_
             task=t.id,
             spec=t.spec,
             workdir=t.workdir,
-            model="simagent/support-agent",
-            seed=11,
+            settings=RunSettings(model="simagent/support-agent", seed=11),
         )
         with WarmTaskRunner(bwrap_backend, export, c) as warm:
             ids = warm.list_ids().ids

@@ -198,7 +198,7 @@ def test_a_comparison_on_kubernetes_runs_warm_session_pods_and_reports_the_pod_c
         }
         request = request_for(example, "improve-runbook", "7", max_tasks=1, cap=48, min_pairs=4)
         result = run_comparison(request, instance=instance, resources=resources)
-    execution = result["execution"]
+    execution = result.execution
     sandboxes = execution["sandboxes"]
     print(f"\nexecution: {execution}")
     session_pods = [c for c in standin.created if c["metadata"]["labels"]["evalrunner.dev/role"] == "session"]

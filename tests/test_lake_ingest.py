@@ -24,6 +24,7 @@ from lake import (
     land_batch,
     open_lake,
 )
+from lake.batch import RunSettings
 from lake.schema import EVENTS_SCHEMA, SAMPLES_SCHEMA
 
 HEAD = "a" * 40
@@ -41,14 +42,11 @@ def key_for(commit: str = HEAD, *, epochs: int = 2, task: str = "qa/probe") -> B
         commit=commit,
         task=task,
         spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1",
         window=Window(0, 4),
-        seed=7,
-        epochs=epochs,
-        model_args="{}",
         config_digest="cfg123",
         backend="local-unsafe",
         runtime_digest="rt456",
+        settings=RunSettings(model="lakeprobe/probe-1", seed=7, epochs=epochs),
     )
 
 
@@ -346,7 +344,14 @@ def test_paths_outside_the_lake_are_refused(tmp_path):
     with pytest.raises(LakePathError, match=r"task id '\.\./escape'"):
         key_for(task="../escape")
     with pytest.raises(LakePathError, match="repo"):
-        BatchKey(repo="../../etc", commit=HEAD, task="t", spec="s", model="m", window=Window(0, 1), seed=1)
+        BatchKey(
+            repo="../../etc",
+            commit=HEAD,
+            task="t",
+            spec="s",
+            window=Window(0, 1),
+            settings=RunSettings(model="m", seed=1),
+        )
     lake = open_lake(str(tmp_path / "lake"))
     with pytest.raises(LakePathError, match="outside the lake root"):
         lake.write_bytes("raw/../../escape.eval", b"x")

@@ -69,28 +69,28 @@ def test_a_rerun_after_an_outage_retries_the_failed_windows(tmp_path: Path, home
     with dg.DagsterInstance.local_temp(tempdir=str(home.root / "dagster")) as instance:
         flag.touch()
         during = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
-        assert during["verdict"] == "INCONCLUSIVE"
-        assert all(doc["failures"] for doc in during["tasks"].values())
+        assert during.verdict == "INCONCLUSIVE"
+        assert all(doc.failures for doc in during.tasks.values())
         failed = sorted(p.relative_to(failures) for p in failures.rglob("*.json"))
         assert len(failed) == 2 * len(ALL_TASKS)  # the first window of each task on each arm
-        assert during["failed_windows"]["windows"] == len(failed)
+        assert during.failed_windows.windows == len(failed)
 
         # The same comparison again, with the outage over: only its retries run.
         flag.unlink()
         after = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
-        assert after["execution"]["retried_failures"] == len(failed)
-        assert after["verdict"] != "RUNNING" and not any(doc["failures"] for doc in after["tasks"].values())
-        assert all(doc["head"]["samples"] == doc["base"]["samples"] == 16 for doc in after["tasks"].values())
-        assert after["failed_windows"]["windows"] == 0
+        assert after.execution["retried_failures"] == len(failed)
+        assert after.verdict != "RUNNING" and not any(doc.failures for doc in after.tasks.values())
+        assert all(doc.head.samples == doc.base.samples == 16 for doc in after.tasks.values())
+        assert after.failed_windows.windows == 0
         assert not list(failures.rglob("*.json"))
         kept = sorted(p.relative_to(retired) for p in retired.rglob("*.json"))
         assert [str(k).rsplit(".", 2)[0] for k in kept] == [str(f).rsplit(".", 1)[0] for f in failed]
 
         # A third run has nothing to retry and runs nothing.
         again = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
-        assert again["execution"]["retried_failures"] == 0
-        assert again["samples_run"] == after["samples_run"]
-        assert again["execution"]["steps"] == 0
+        assert again.execution["retried_failures"] == 0
+        assert again.samples_run == after.samples_run
+        assert again.execution["steps"] == 0
 
 
 def test_a_rerun_after_an_outage_while_listing_sample_ids_learns_the_commit_again(
@@ -103,13 +103,13 @@ def test_a_rerun_after_an_outage_while_listing_sample_ids_learns_the_commit_agai
     with dg.DagsterInstance.local_temp(tempdir=str(home.root / "dagster")) as instance:
         flag.touch()
         during = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
-        assert during["verdict"] == "INCONCLUSIVE"
-        assert all("could not be listed" in " ".join(doc["failures"].values()) for doc in during["tasks"].values())
-        assert during["samples_run"] == 0
+        assert during.verdict == "INCONCLUSIVE"
+        assert all("could not be listed" in " ".join(doc.failures.values()) for doc in during.tasks.values())
+        assert during.samples_run == 0
 
         flag.unlink()
         after = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
-        assert after["execution"]["retried_failures"] == 2  # both commits' facts, learnt again
-        assert not any(doc["failures"] for doc in after["tasks"].values())
-        assert all(doc["head"]["samples"] == doc["base"]["samples"] == 16 for doc in after["tasks"].values())
+        assert after.execution["retried_failures"] == 2  # both commits' facts, learnt again
+        assert not any(doc.failures for doc in after.tasks.values())
+        assert all(doc.head.samples == doc.base.samples == 16 for doc in after.tasks.values())
         assert len(list((home.lake_root / "failures-retired").rglob("tasks.*.json"))) == 2

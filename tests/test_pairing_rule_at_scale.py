@@ -14,6 +14,7 @@ import pytest
 
 from evalrunner_assets import stats
 from lake import SAMPLES_SCHEMA, BatchKey, BatchRecord, Window, connect, open_lake
+from lake.batch import RunSettings
 from lake.duck import query
 from lake.ingest import parquet_bytes
 
@@ -70,13 +71,11 @@ def key(commit: str, task: str, window: Window) -> BatchKey:
         commit=commit,
         task=task,
         spec="evals/scale.py",
-        model="sim/model",
         window=window,
-        seed=3,
-        epochs=EPOCHS,
         config_digest="cfg",
         backend="none",
         runtime_digest="rt",
+        settings=RunSettings(model="sim/model", seed=3, epochs=EPOCHS),
     )
 
 

@@ -20,7 +20,8 @@ import pytest
 
 from evalrunner_assets.partitions import comparison_commit_keys, retire_comparison, trim_main_commits
 from evalrunner_assets.pipeline import open_index
-from evalrunner_assets.pipeline.assess import save_result
+from evalrunner_assets.pipeline.assess import save_result, stats_params
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import commit_key, parse_comparison_key
 from evalrunner_assets.pipeline.spec import ComparisonRequest, load_request, open_comparison
 from lake import LAYOUT
@@ -73,19 +74,22 @@ def request_of(pr: int, base: str, head: str) -> ComparisonRequest:
     return ComparisonRequest(repo=REPO, source="", pr=str(pr), base_sha=base, head_sha=head, base_ref="main")
 
 
-def decided_document(request: ComparisonRequest) -> dict:
+def decided_document(request: ComparisonRequest) -> ComparisonDocument:
     """What a decided comparison leaves in the lake (the fields the sampling sensor reads)."""
-    return {
-        "comparison": request.key,
-        "repo": request.repo,
-        "pr": request.pr,
-        "head_sha": request.head_sha,
-        "base_sha": request.base_sha,
-        "status": "complete",
-        "verdict": "UNCHANGED",
-        "params": {"cap": request.cap + request.extra_samples},
-        "tasks": {},
-    }
+    return ComparisonDocument.model_validate(
+        {
+            "comparison": request.key,
+            "repo": request.repo,
+            "pr": request.pr,
+            "head_sha": request.head_sha,
+            "base_sha": request.base_sha,
+            "status": "complete",
+            "verdict": "UNCHANGED",
+            "final_verdict": {"verdict": "UNCHANGED"},
+            "params": stats_params(request).to_dict(),
+            "tasks": {},
+        }
+    )
 
 
 @dataclass

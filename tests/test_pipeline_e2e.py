@@ -34,6 +34,7 @@ from evalrunner_assets import stats
 from evalrunner_assets.driver import run_comparison
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
 from evalrunner_assets.pipeline.assess import AssessCache, assess
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.report import MARKER
 from lake import LAYOUT, Window
 
@@ -65,7 +66,7 @@ class Run:
     def __init__(
         self,
         home: PipelineHome,
-        result: dict[str, Any],
+        result: ComparisonDocument,
         starts: list[dict[str, Any]],
         new_batches: dict[str, set[str]],
         new_failures: set[Path],
@@ -81,7 +82,7 @@ class Run:
 
     def artifact(self, name: str) -> Path:
         r = self.result
-        return self.home.lake_root / LAYOUT.comparison_artifact(r["repo"], r["pr"], r["head_sha"], name)
+        return self.home.lake_root / LAYOUT.comparison_artifact(r.repo, r.pr, r.head_sha, name)
 
 
 @pytest.fixture(scope="module")
@@ -143,46 +144,46 @@ def no_op(compare, base_evaluated: None) -> Run:
 
 def test_improving_variant_is_improved_on_runbook_lookup_and_regresses_nothing(improved: Run) -> None:
     r = improved.result
-    assert r["status"] == "complete"
-    assert r["verdict"] == "IMPROVED"
+    assert r.status == "complete"
+    assert r.verdict == "IMPROVED"
     got = labels(r)
     assert set(got) == ALL_TASKS
     assert got[RUNBOOK] == "improved"
     assert "regressed" not in got.values()
     # The example's untouched evals are near-deterministic: established as unchanged within the cap.
     assert got[ESCALATION] == got[SUMMARY] == "unchanged"
-    runbook = r["tasks"][RUNBOOK]["decision"]
-    assert runbook["delta"] > 0 and runbook["anytime_interval"]["lo"] > 0
-    assert r["final_verdict"]["p_improvement"] >= 0.9
-    for task, doc in r["tasks"].items():
-        assert doc["head"]["samples"] == doc["base"]["samples"] == doc["decision"]["pairs"] > 0, task
-    assert r["samples_run"] == sum(d["head"]["samples"] + d["base"]["samples"] for d in r["tasks"].values())
+    runbook = r.tasks[RUNBOOK].decision
+    assert runbook.delta > 0 and runbook.anytime_interval.lo > 0
+    assert r.final_verdict.p_improvement >= 0.9
+    for task, doc in r.tasks.items():
+        assert doc.head.samples == doc.base.samples == doc.decision.pairs > 0, task
+    assert r.samples_run == sum(d.head.samples + d.base.samples for d in r.tasks.values())
 
 
 def test_regressing_variant_is_regressed_on_escalation_policy(regressed: Run) -> None:
     r = regressed.result
-    assert r["verdict"] == "REGRESSED"
+    assert r.verdict == "REGRESSED"
     got = labels(r)
     assert got[ESCALATION] == "regressed"
     assert got.get(RUNBOOK) != "improved"
-    d = r["tasks"][ESCALATION]["decision"]
-    assert d["delta"] < 0 and d["anytime_interval"]["hi"] < 0
+    d = r.tasks[ESCALATION].decision
+    assert d.delta < 0 and d.anytime_interval.hi < 0
 
 
 def test_no_op_variant_is_never_improved_or_regressed(no_op: Run) -> None:
     r = no_op.result
-    assert r["status"] == "complete"
-    assert r["verdict"] not in ("IMPROVED", "REGRESSED")
+    assert r.status == "complete"
+    assert r.verdict not in ("IMPROVED", "REGRESSED")
     assert not {"improved", "regressed"} & set(labels(no_op.result).values())
 
 
 def test_identical_base_and_head_is_only_unchanged_or_inconclusive(identical: Run) -> None:
     r = identical.result
-    assert r["head_sha"] == r["base_sha"]
-    assert r["verdict"] in ("UNCHANGED", "INCONCLUSIVE")
+    assert r.head_sha == r.base_sha
+    assert r.verdict in ("UNCHANGED", "INCONCLUSIVE")
     assert set(labels(r).values()) <= {"unchanged", "inconclusive"}
-    for doc in r["tasks"].values():
-        assert doc["decision"]["delta"] == 0
+    for doc in r.tasks.values():
+        assert doc.decision.delta == 0
 
 
 def test_identical_base_and_head_runs_each_window_once(
@@ -203,14 +204,14 @@ def test_identical_base_and_head_runs_each_window_once(
 def test_second_pr_on_the_same_base_runs_no_base_samples(regressed: Run, no_op: Run, example: ExampleRepo) -> None:
     base = example.base_sha
     for run in (regressed, no_op):
-        assert run.result["base_sha"] == base
+        assert run.result.base_sha == base
         assert [s for s in run.starts if s["commit"] == base] == []
         assert run.new_batches[base] == set()
-        head = run.result["head_sha"]
+        head = run.result.head_sha
         assert run.sample_runs(head), "the head's samples ran"
         assert run.new_batches[head]
-        for doc in run.result["tasks"].values():
-            assert doc["base"]["samples"] == doc["head"]["samples"] > 0
+        for doc in run.result.tasks.values():
+            assert doc.base.samples == doc.head.samples > 0
 
 
 def test_first_comparison_ran_both_arms(improved: Run, example: ExampleRepo) -> None:
@@ -236,14 +237,14 @@ def test_a_fresh_commit_starts_one_warm_sandbox_per_task_and_lists_ids_in_it(
 def test_changing_the_seed_invalidates_base_reuse(compare, improved: Run, example: ExampleRepo) -> None:
     base = example.base_sha
     run = compare("improve-runbook", "105", seed=1, max_tasks=1, cap=16)
-    assert run.result["params"]["cap"] == 16
-    (task,) = run.result["tasks"]
+    assert run.result.params.cap == 16
+    (task,) = run.result.tasks
     assert run.sample_runs(base), "the base ran again under the new seed"
     # Every base window this comparison used ran anew (the schedule has 2 windows to 16).
-    used = run.result["tasks"][task]["batches"]["base"]
+    used = run.result.tasks[task].batches["base"]
     assert 1 <= len(run.new_batches[base]) == len(used) <= len(stats.window_schedule(16))
-    old = set(improved.result["tasks"][task]["batches"]["base"])
-    assert not old & set(run.result["tasks"][task]["batches"]["base"])
+    old = set(improved.result.tasks[task].batches["base"])
+    assert not old & set(run.result.tasks[task].batches["base"])
 
 
 def test_changing_the_model_args_plans_new_base_batches(
@@ -259,9 +260,9 @@ def test_changing_the_model_args_plans_new_base_batches(
         return assess(lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest())
 
     same = plan()
-    assert all(same.result["tasks"][t]["batches"]["base"] for t in ALL_TASKS)  # reused
+    assert all(same.result.tasks[t].batches["base"] for t in ALL_TASKS)  # reused
     changed = plan(model_args={"temperature": 0.5})
-    assert all(changed.result["tasks"][t]["batches"]["base"] == [] for t in ALL_TASKS)
+    assert all(changed.result.tasks[t].batches["base"] == [] for t in ALL_TASKS)
     planned = {(w.task, w.window.name) for w in changed.next_windows if w.arm == "base"}
     first = Window(*stats.window_span(0, 256)).name  # the schedule's first window
     assert planned == {(t, first) for t in ALL_TASKS}
@@ -276,7 +277,7 @@ def test_assess_with_a_cache_gives_the_same_document_and_sees_a_changed_request(
     kw = dict(backend_name=backend.name, runtime_digest=backend.runtime_digest(), detail=False)
 
     def doc(a: Any) -> dict[str, Any]:
-        return {k: v for k, v in a.result.items() if k != "computed_at"}
+        return a.result.model_dump(exclude={"computed_at"})
 
     plain = assess(lake, request, **kw)
     cache = AssessCache()
@@ -303,19 +304,19 @@ def test_sql_users_get_the_engines_pairs_from_the_paired_inputs_rule(
     engine = assess(lake, request, backend_name=backend.name, runtime_digest=backend.runtime_digest(), detail=False)
     r = improved.result
     con = connect(lake)
-    for task, doc in r["tasks"].items():
+    for task, doc in r.tasks.items():
         pairing = engine.pairings[task]
-        assert engine.result["tasks"][task]["batches"] == doc["batches"]
-        assert pairing.n_pairs == doc["decision"]["pairs"] > 0
+        assert engine.result.tasks[task].batches == doc.batches
+        assert pairing.n_pairs == doc.decision.pairs > 0
         con.execute(
             "create or replace temp table comparison_rows as select * from samples "
             "where batch in (select unnest(?::varchar[]))",
-            [doc["batches"]["head"] + doc["batches"]["base"]],
+            [doc.batches["head"] + doc.batches["base"]],
         )
         rows = con.sql(
             "select sample_id, pair_status, head_score, base_score, delta "
             "from paired_inputs_of('comparison_rows', 'comparison_rows', ?, ?, ?) where task = ?",
-            params=[REPO_ID, r["head_sha"], r["base_sha"], task],
+            params=[REPO_ID, r.head_sha, r.base_sha, task],
         ).fetchall()
         paired = {sid: (head, base, delta) for sid, status, head, base, delta in rows if status == "paired"}
         assert sorted(paired) == sorted(pairing.sample_ids)
@@ -333,10 +334,10 @@ def test_sql_users_get_the_engines_pairs_from_the_paired_inputs_rule(
 def test_prune_skips_tasks_whose_paths_match_no_changed_file(regressed: Run, example: ExampleRepo) -> None:
     r = regressed.result
     # skills/triage/SKILL.md matches the two triage tasks' paths, not summary_quality's.
-    assert r["skipped_tasks"] == [SUMMARY]
-    assert set(r["tasks"]) == {RUNBOOK, ESCALATION}
+    assert r.skipped_tasks == [SUMMARY]
+    assert set(r.tasks) == {RUNBOOK, ESCALATION}
     assert regressed.new_failures == set()
-    assert all(doc["affinity"] == "matched" for doc in r["tasks"].values())
+    assert all(doc.affinity == "matched" for doc in r.tasks.values())
     head = example.sha("regress-escalation")
     # Its sample ids are listed with the commit's manifest; none of its samples run.
     assert not [s for s in regressed.sample_runs(head) if s["labels"].get("task") == SUMMARY]
@@ -346,10 +347,10 @@ def test_prune_skips_tasks_whose_paths_match_no_changed_file(regressed: Run, exa
 
 
 def test_order_mode_runs_matched_tasks_first(improved: Run) -> None:
-    order = improved.result["task_order"]
+    order = improved.result.task_order
     assert order[-1] == SUMMARY  # the only task whose paths miss the changed file
     assert set(order[:2]) == {RUNBOOK, ESCALATION}
-    assert improved.result["skipped_tasks"] == []
+    assert improved.result.skipped_tasks == []
 
 
 # --- the report -------------------------------------------------------------------------------
@@ -361,11 +362,11 @@ def _headline(comment: str) -> re.Match[str] | None:
 
 def test_comparison_json_lands_in_the_lake(improved: Run) -> None:
     r = improved.result
-    path = improved.home.lake_root / LAYOUT.comparison(REPO_ID, "101", r["head_sha"])
+    path = improved.home.lake_root / LAYOUT.comparison(REPO_ID, "101", r.head_sha)
     on_disk = json.loads(path.read_text())
     assert on_disk["verdict"] == "IMPROVED"
-    assert on_disk["comparison"] == f"{REPO_ID}#101@{r['head_sha']}"
-    assert on_disk["tasks"].keys() == r["tasks"].keys()
+    assert on_disk["comparison"] == f"{REPO_ID}#101@{r.head_sha}"
+    assert on_disk["tasks"].keys() == r.tasks.keys()
 
 
 def test_improved_comment_has_marker_headline_and_a_row_per_eval(improved: Run) -> None:
@@ -375,18 +376,18 @@ def test_improved_comment_has_marker_headline_and_a_row_per_eval(improved: Run) 
     assert "IMPROVED" in comment.splitlines()[1]
     m = _headline(comment)
     assert m is not None, comment[:500]
-    assert m.group(1) == r["head_sha"][:7]
-    assert float(m.group(2)) == pytest.approx(r["final_verdict"]["p_improvement"], abs=0.005)
+    assert m.group(1) == r.head_sha[:7]
+    assert float(m.group(2)) == pytest.approx(r.final_verdict.p_improvement, abs=0.005)
     verdict_table = comment.split("<details>")[0]
     rows = {
         line.split("|")[1].strip(" `"): line for line in verdict_table.splitlines() if line.startswith("| `triage/")
     }
     assert {RUNBOOK, ESCALATION, SUMMARY} <= rows.keys()
     assert "improved" in rows[RUNBOOK] and "unchanged" in rows[ESCALATION]
-    samples = r["tasks"][RUNBOOK]["head"]["samples"] + r["tasks"][RUNBOOK]["base"]["samples"]
+    samples = r.tasks[RUNBOOK].head.samples + r.tasks[RUNBOOK].base.samples
     assert rows[RUNBOOK].rstrip(" |").endswith(str(samples))
     assert "│" in rows[RUNBOOK]  # the CI bar marks zero
-    assert f"paired against base commit `{r['base_sha']}`" in comment
+    assert f"paired against base commit `{r.base_sha}`" in comment
 
 
 def test_check_run_maps_improved_to_success_and_regressed_to_failure(improved: Run, regressed: Run) -> None:
@@ -394,8 +395,8 @@ def test_check_run_maps_improved_to_success_and_regressed_to_failure(improved: R
         check = json.loads(run.artifact("check_run.json").read_text())
         assert check["status"] == "completed"
         assert check["conclusion"] == conclusion
-        assert check["head_sha"] == run.result["head_sha"]
-        assert check["title"].endswith(f"{run.result['samples_run']} samples")
+        assert check["head_sha"] == run.result.head_sha
+        assert check["title"].endswith(f"{run.result.samples_run} samples")
 
 
 def test_check_run_is_in_progress_with_sample_counts_until_the_verdict(improved: Run) -> None:
@@ -406,7 +407,7 @@ def test_check_run_is_in_progress_with_sample_counts_until_the_verdict(improved:
         assert (check["status"], check["conclusion"]) == ("in_progress", None)
         m = re.fullmatch(r"running · (\d+) of (\d+) samples", check["title"])
         assert m is not None, check["title"]
-        assert 0 < int(m.group(1)) < int(m.group(2)) == improved.result["samples_possible"]
+        assert 0 < int(m.group(1)) < int(m.group(2)) == improved.result.samples_possible
     done = [int(re.search(r"(\d+) of", c["title"]).group(1)) for c in running]  # type: ignore[union-attr]
     assert done == sorted(done)
     assert (runs[-1]["status"], runs[-1]["conclusion"]) == ("completed", "success")
@@ -429,9 +430,9 @@ def test_chart_files_exist_in_the_lake(improved: Run) -> None:
 # --- the Dagster instance -----------------------------------------------------------------------
 
 
-def check_records(instance: dg.DagsterInstance, result: dict[str, Any], name: str) -> list[Any]:
+def check_records(instance: dg.DagsterInstance, result: ComparisonDocument, name: str) -> list[Any]:
     """The evaluations of one task_samples check on the commits of one comparison."""
-    commits = {f"{result['repo']}@{result[side]}" for side in ("base_sha", "head_sha")}
+    commits = {f"{result.repo}@{sha}" for sha in (result.base_sha, result.head_sha)}
     key = dg.AssetCheckKey(dg.AssetKey("task_samples"), name)
     history = instance.event_log_storage.get_asset_check_execution_history(key, limit=1000)
     return [rec for rec in history if _check_partition(rec).split("|")[0] in commits]
@@ -502,8 +503,93 @@ def test_sql_and_view_work_on_what_a_comparison_produced(improved: Run, home: Pi
     assert cli.main(["sql", query, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     counts = {row["commit"]: row["n"] for row in rows}
-    pairs = r["tasks"]["triage/runbook_lookup"]["decision"]["pairs"]
+    pairs = r.tasks["triage/runbook_lookup"].decision.pairs
     # Every run sample of the head and the base is queryable, at least the pairs decided on.
-    assert counts[r["head_sha"]] >= pairs and counts[r["base_sha"]] >= pairs
+    assert counts[r.head_sha] >= pairs and counts[r.base_sha] >= pairs
     cmd = view_command(open_lake(str(home.lake_root)))
     assert "view" in cmd and str(home.lake_root / "raw") in cmd
+
+
+# --- the card's nouns, materialized from the lake -------------------------------------------
+
+
+def _materialized(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
+    return {
+        e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
+        for e in result.get_asset_materialization_events()
+    }  # type: ignore[union-attr]
+
+
+def test_sample_scores_and_trajectories_materialize_for_a_landed_partition_without_run_config(
+    improved: Run, home: PipelineHome, instance: dg.DagsterInstance
+) -> None:
+    from evalrunner_assets.assets.evals import ASSETS
+    from lake import duck
+
+    r = improved.result
+    commit = f"{REPO_ID}@{r.head_sha}"
+    partition = dg.MultiPartitionKey({"commit": commit, "task": RUNBOOK})
+    # What the CLI's comparison recorded for the partition (runless, beside task_samples).
+    for noun in ("sample_scores", "trajectories"):
+        (rec, *_) = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(noun), asset_partitions=[str(partition)]), limit=1
+        ).records
+        assert rec.run_id == ""
+    before = len(home.starts())
+    result = dg.materialize(
+        ASSETS,
+        selection=["task_samples", "sample_scores", "trajectories"],
+        partition_key=str(partition),
+        instance=instance,
+        resources=home.resources(),
+    )
+    assert result.success
+    # No config: the comparison judging the commit says which windows; all landed, so reused.
+    assert len(home.starts()) == before
+    got = _materialized(result)
+    assert got["task_samples"]["windows_run"].value == 0 and got["task_samples"]["windows_reused"].value >= 1
+    con = duck.connect(home.lake())
+    rows, inputs, mean = con.execute(
+        'select count(*), count(distinct sample_id), avg(score) from samples where "commit" = ? and task = ?',
+        [r.head_sha, RUNBOOK],
+    ).fetchone()
+    events, tools = con.execute(
+        "select count(*), count(*) filter (where event = 'tool') from events where \"commit\" = ? and task = ?",
+        [r.head_sha, RUNBOOK],
+    ).fetchone()
+    assert rows == r.tasks[RUNBOOK].head.samples > 0
+    scores = got["sample_scores"]
+    assert scores["rows"].value == rows and scores["inputs"].value == inputs
+    assert scores["mean_score"].value == pytest.approx(mean)
+    assert scores["preview"].value.count("\n| ") == min(8, rows)
+    trajectories = got["trajectories"]
+    assert trajectories["events"].value == events > 0
+    assert trajectories["tool_calls"].value == tools > 0
+    assert trajectories["trajectories"].value == rows
+
+
+def test_baselines_show_the_base_batches_and_their_reuse(
+    improved: Run, identical: Run, home: PipelineHome, instance: dg.DagsterInstance
+) -> None:
+    from evalrunner_assets.assets.evals import ASSETS
+
+    for run, reused in ((improved, False), (identical, True)):
+        r = run.result
+        result = dg.materialize(
+            ASSETS, selection=["baselines"], partition_key=r.comparison, instance=instance, resources=home.resources()
+        )
+        assert result.success
+        got = _materialized(result)
+        assert set(got) == {"baselines"}  # the comparison document is read, not decided again
+        meta = got["baselines"]
+        used = [b for doc in r.tasks.values() for b in doc.batches["base"]]
+        assert meta["batches"].value == len(used) > 0
+        assert meta["samples"].value == sum(doc.base.samples for doc in r.tasks.values())
+        assert meta["base_commit"].value == f"{REPO_ID}@{r.base_sha}"
+        # The first comparison on the base ran its batches; the second reuses them.
+        assert (meta["batches_reused"].value > 0) is reused
+        # The CLI's comparison recorded it too (runless), beside the comparison.
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("baselines"), asset_partitions=[r.comparison]), limit=50
+        ).records
+        assert any(rec.run_id == "" for rec in records)

@@ -182,10 +182,10 @@ def test_sensor_drives_the_comparison_to_its_verdict(loop: Loop) -> None:
     assert loop.failed == []
     assert loop.final_requests == [], "the sensor still asks for runs after the verdict"
     r = loop.result
-    assert r is not None and r["status"] == "complete"
-    assert r["verdict"] == "REGRESSED"
+    assert r is not None and r.status == "complete"
+    assert r.verdict == "REGRESSED"
     assert labels(r) == {ESCALATION: "regressed"}
-    assert r["tasks"][ESCALATION]["head"]["samples"] == r["tasks"][ESCALATION]["base"]["samples"] > 0
+    assert r.tasks[ESCALATION].head.samples == r.tasks[ESCALATION].base.samples > 0
 
 
 def test_sensor_requests_one_comparison_run_for_the_whole_comparison(loop: Loop) -> None:

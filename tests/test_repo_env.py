@@ -171,13 +171,11 @@ def test_the_environment_joins_the_batch_key_and_no_environment_keeps_it():
         backend_name="bubblewrap",  # noqa: E731
         runtime_digest="r",
     )
-    from dataclasses import replace
-
     assert key(facts).runtime_digest == "r" and runtime_with_env("r", "") == "r"
-    with_env = key(replace(facts, env_digest="e1"))
+    with_env = key(facts.model_copy(update={"env_digest": "e1"}))
     assert with_env.digest != key(facts).digest
-    assert key(replace(facts, env_digest="e2")).digest != with_env.digest
-    assert key(replace(facts, env_digest="e1")).digest == with_env.digest
+    assert key(facts.model_copy(update={"env_digest": "e2"})).digest != with_env.digest
+    assert key(facts.model_copy(update={"env_digest": "e1"})).digest == with_env.digest
 
 
 def test_manifest_environment_is_validated():
@@ -297,9 +295,9 @@ def test_a_cold_window_runs_with_the_environment_mounted(bwrap_backend, index, t
         repo="acme/agent",
         task="t/answer",
         spec="evals/t.py@answer",
-        model="simagent/support",
         env_digest=env.digest,
         python_env=env.path,
+        settings=RunSettings(model="simagent/support"),
     )
     run = run_window_cold(bwrap_backend, export, cfg, Window(0, 2))
     assert run.ok, run.failure_cause

@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, FailedWindows
 from evalrunner_assets.report.markdown import not_landed_note
 
+# A real comparison document (the demo's, written by evalrunner before its documents were models).
+DOCUMENT = Path(__file__).parent / "fixtures" / "documents-v1" / "comparison.json"
 
-def failed(windows: int, samples: int, cost: float | None, unknown: int) -> dict:
-    return {
-        "failed_windows": {
-            "windows": windows,
-            "samples": samples,
-            "total_tokens": 0,
-            "cost_usd": cost,
-            "unknown_windows": unknown,
-        }
-    }
+
+def document() -> ComparisonDocument:
+    doc = ComparisonDocument.from_json(DOCUMENT.read_bytes(), str(DOCUMENT))
+    doc.execution = None
+    doc.failed_windows = None
+    return doc
+
+
+def failed(windows: int, samples: int, cost: float | None, unknown: int) -> ComparisonDocument:
+    doc = document()
+    doc.failed_windows = FailedWindows(
+        windows=windows,
+        samples=samples,
+        input_tokens=0,
+        output_tokens=0,
+        total_tokens=0,
+        cost_usd=cost,
+        unknown_windows=unknown,
+    )
+    return doc
 
 
 def test_nothing_failed_says_nothing() -> None:
     assert not_landed_note(failed(0, 0, 0.0, 0)) == ""
-    assert not_landed_note({}) == ""
+    assert not_landed_note(document()) == ""
 
 
 def test_failed_windows_with_readable_logs_show_their_samples_and_cost() -> None:
@@ -40,7 +55,8 @@ def test_a_window_without_a_log_makes_the_cost_unknown_never_zero() -> None:
 
 
 def test_cancelled_windows_of_a_stopped_run_are_counted() -> None:
-    doc = {**failed(1, 16, 0.002, 0), "execution": {"cancelled_windows": [{"task": "t", "commit": "c", "window": "w"}]}}
+    doc = failed(1, 16, 0.002, 0)
+    doc.execution = {"cancelled_windows": [{"task": "t", "commit": "c", "window": "w"}]}
     note = not_landed_note(doc)
     assert note.startswith("1 window(s) failed on infrastructure after using 16 samples")
     assert note.endswith("1 window(s) cancelled mid-run (their use is unknown; they run again on resume)")

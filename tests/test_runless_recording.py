@@ -7,8 +7,14 @@ from pathlib import Path
 
 import dagster as dg
 
-from evalrunner_assets.assets.evals import report_metadata, samples_metadata
+from evalrunner_assets.assets.evals import (
+    report_metadata,
+    sample_scores_metadata,
+    samples_metadata,
+    trajectories_metadata,
+)
 from evalrunner_assets.assets.recording import RECORDED_BY, RECORDED_BY_TAG, DagsterRecorder
+from evalrunner_assets.pipeline import nouns
 from evalrunner_assets.pipeline.publish import WrittenReport
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from lake import open_lake
@@ -55,6 +61,15 @@ def test_recorder_reports_runless_materializations_and_checks_without_runs(tmp_p
         assert samples.partition_key == f"{commit}|t/one"
         metadata, checks = samples_metadata(lake, [])
         assert dict(samples.asset_materialization.metadata) == metadata  # type: ignore[union-attr]
+        # The nouns task_samples shows, recorded beside it with what the lake holds (nothing yet).
+        for noun, shown in (
+            ("sample_scores", sample_scores_metadata(nouns.sample_scores(lake, "local/rec", HEAD, "t/one"))),
+            ("trajectories", trajectories_metadata(nouns.trajectories(lake, "local/rec", HEAD, "t/one"))),
+        ):
+            (rec,) = instance.fetch_materializations(dg.AssetKey(noun), limit=10).records
+            assert rec.run_id == "" and rec.partition_key == f"{commit}|t/one"
+            assert dict(rec.asset_materialization.metadata) == shown  # type: ignore[union-attr]
+            assert shown["rows" if noun == "sample_scores" else "events"].value == 0
         # The same partition recorded again (a second PR on the same base, a resume) is accepted.
         recorder = DagsterRecorder(lake, instance)
         recorder.start(request)

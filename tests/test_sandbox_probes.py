@@ -327,13 +327,18 @@ def test_links_and_special_files_in_the_output_dir_are_not_collected(bwrap_backe
 
 def test_a_symlinked_log_is_an_infrastructure_failure_not_a_result(bwrap_backend, make_repo, tmp_path):
     from evalrunner_assets.execution.inspect_runner import REJECTED_OUTPUT, _window_run
-    from lake.batch import BatchKey
+    from lake.batch import BatchKey, RunSettings
     from lake.layout import Window
 
     export = probe_export(make_repo, tmp_path, "exit 0")
     result = bwrap_backend.run(SandboxRequest(argv=("ln", "-s", "/etc/passwd", "/work/out/w.eval"), export=export))
     key = BatchKey(
-        repo="probe/repo", commit=export.commit, task="t", spec="t.py", model="m", window=Window(0, 1), seed=0
+        repo="probe/repo",
+        commit=export.commit,
+        task="t",
+        spec="t.py",
+        window=Window(0, 1),
+        settings=RunSettings(model="m", seed=0),
     )
     run = _window_run(key, "cold", result, ["a"], 1, {})
     assert run.infrastructure_failure and run.failure_kind == REJECTED_OUTPUT

@@ -1,6 +1,7 @@
 """The code location served by a real `dagster-webserver` on loopback: its GraphQL API shows the
-pipeline as one lineage graph (eval_manifest → task_samples → comparison → pr_report), with the
-data-quality checks on task_samples."""
+pipeline as one lineage graph (eval_manifest → task_samples → comparison → pr_report), the
+design card's nouns beside it (sample_scores, trajectories, baselines), with the data-quality
+checks on task_samples."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ query AssetGraph {
   assetNodes {
     assetKey { path }
     groupName
+    description
+    kinds
+    owners { ... on TeamAssetOwner { team } ... on UserAssetOwner { email } }
+    tags { key value }
     dependencyKeys { path }
     dependedByKeys { path }
     partitionDefinition { type }
@@ -148,6 +153,25 @@ def test_webserver_serves_the_pipeline_as_one_lineage_chain(asset_nodes: dict[st
     assert {asset_nodes[a]["groupName"] for a in chain} == {"evals"}
     assert all(asset_nodes[a]["partitionDefinition"] is not None for a in chain)
     assert asset_nodes["task_samples"]["partitionDefinition"]["type"] == "MULTIPARTITIONED"
+
+
+def test_webserver_shows_the_card_nouns_with_their_owners_kinds_and_descriptions(
+    asset_nodes: dict[str, dict[str, Any]],
+) -> None:
+    upstream = {
+        "sample_scores": {"task_samples"},
+        "trajectories": {"task_samples"},
+        "baselines": {"task_samples"},
+        "comparison": {"task_samples", "baselines"},
+    }
+    for noun, parents in upstream.items():
+        assert keys(asset_nodes[noun]["dependencyKeys"]) == parents, noun
+    for name, node in asset_nodes.items():
+        assert node["description"] and node["kinds"], name
+        assert node["owners"] == [{"team": "evals"}], name
+        assert any(t["key"] == "evalrunner/noun" for t in node["tags"]), name
+    for noun in ("sample_scores", "trajectories"):
+        assert asset_nodes[noun]["partitionDefinition"]["type"] == "MULTIPARTITIONED"
 
 
 def test_webserver_lists_the_checks_on_task_samples(asset_nodes: dict[str, dict[str, Any]]) -> None:

@@ -23,13 +23,17 @@ import dagster as dg
 
 from evalrunner_assets import home
 from evalrunner_assets.assets.evals import (
+    baselines_metadata,
     comparison_metadata,
     eval_manifest,
     manifest_metadata,
     report_metadata,
+    sample_scores_metadata,
     samples_metadata,
+    trajectories_metadata,
 )
 from evalrunner_assets.partitions import add_partitions
+from evalrunner_assets.pipeline import nouns
 from evalrunner_assets.pipeline.engine import ComparisonFailed
 from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
 from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport
@@ -90,12 +94,13 @@ class DagsterRecorder:
         self._pending: list[cf.Future] = []
         self._instance: cf.Future | None = None
         self._comparison = ""
+        self._request: ComparisonRequest | None = None
         self._closed = threading.Event()
 
     # --- the Recorder protocol ------------------------------------------------------------------
 
     def start(self, request: ComparisonRequest) -> None:
-        self._comparison = request.key
+        self._comparison, self._request = request.key, request
         commits = [commit_key(request.repo, sha) for sha in (request.base_sha, request.head_sha)]
 
         def open_instance() -> dg.DagsterInstance:
@@ -123,6 +128,11 @@ class DagsterRecorder:
         def record(instance: dg.DagsterInstance) -> None:
             metadata, checks = samples_metadata(self.lake, outcomes)
             self._materialization(instance, "task_samples", partition, metadata)
+            # What the lake now holds of the partition, as the task_samples step shows it.
+            scores = sample_scores_metadata(nouns.sample_scores(self.lake, repo, sha, task))
+            self._materialization(instance, "sample_scores", partition, scores)
+            found = trajectories_metadata(nouns.trajectories(self.lake, repo, sha, task))
+            self._materialization(instance, "trajectories", partition, found)
             for check in checks:
                 # Not partitioned: Dagster stores one runless evaluation per check and partition
                 # at most (a unique index over asset, check, run id "" and partition), and a
@@ -149,11 +159,15 @@ class DagsterRecorder:
 
     def comparison_saved(self, saved: SavedComparison) -> None:
         metadata = comparison_metadata(saved)  # rendered now: the document is the one just saved
-        self._submit(
-            f"compare:{self._comparison}",
-            "recording the comparison",
-            lambda instance: self._materialization(instance, "comparison", self._comparison, metadata),
-        )
+        request = self._request
+        assert request is not None, "start() names the comparison"
+
+        def record(instance: dg.DagsterInstance) -> None:
+            base = baselines_metadata(nouns.baselines(self.lake, request, saved.result))
+            self._materialization(instance, "baselines", self._comparison, base)
+            self._materialization(instance, "comparison", self._comparison, metadata)
+
+        self._submit(f"compare:{self._comparison}", "recording the comparison", record)
 
     def report_written(self, report: WrittenReport) -> None:
         metadata = report_metadata(report)
@@ -221,8 +235,9 @@ class RunRecorder:
     (the ``comparison`` asset, see :func:`evalrunner_assets.assets.evals.comparison`).
 
     What the run touched besides its own assets becomes events of this run: each commit learnt
-    as an ``eval_manifest`` materialization, each finished (commit, task) as a ``task_samples``
-    materialization of that partition with its checks' evaluations. The asset graph thus shows
+    as an ``eval_manifest`` materialization, each finished (commit, task) as ``task_samples``,
+    ``sample_scores`` and ``trajectories`` materializations of that partition, with the checks'
+    evaluations. The asset graph thus shows
     them materialized by the run (re-executable from it), partitioned as their own jobs would.
     The comparison document and the report are the run's own assets: the last ones saved are
     kept for the run's ``comparison`` materialization; ``pr_report`` materializes itself."""
@@ -249,6 +264,12 @@ class RunRecorder:
         partition = dg.MultiPartitionKey({"commit": commit, "task": task})
         metadata, checks = samples_metadata(self.lake, outcomes)
         self._add(dg.AssetMaterialization(asset_key="task_samples", partition=partition, metadata=metadata))
+        # What the lake now holds of the partition, as the task_samples step shows it.
+        repo, sha = parse_commit_key(commit)
+        scores = sample_scores_metadata(nouns.sample_scores(self.lake, repo, sha, task))
+        self._add(dg.AssetMaterialization(asset_key="sample_scores", partition=partition, metadata=scores))
+        found = trajectories_metadata(nouns.trajectories(self.lake, repo, sha, task))
+        self._add(dg.AssetMaterialization(asset_key="trajectories", partition=partition, metadata=found))
         for check in checks:
             self._add(dg.AssetCheckEvaluation(asset_key=dg.AssetKey("task_samples"), partition=partition, **check))
 

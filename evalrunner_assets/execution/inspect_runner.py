@@ -67,7 +67,7 @@ from evalrunner_assets.execution.sandbox import (
     WarmSession,
 )
 from evalrunner_assets.sample_order import seeded_order
-from lake.batch import BatchKey, canonical_json
+from lake.batch import BatchKey, RunSettings, canonical_json
 from lake.layout import Window
 
 WORKER = "evalrunner_assets.execution._inspect_worker"
@@ -205,12 +205,9 @@ class TaskRunConfig:
     repo: str
     task: str  # manifest task id
     spec: str  # Inspect task spec, relative to workdir
-    model: str
+    settings: RunSettings  # model, its arguments, seed, epochs
     workdir: str = "."
-    model_args: dict[str, Any] = field(default_factory=dict)
     task_args: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    epochs: int = 1
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
     # The commit's repository environment (its digest joins the batch key's runtime digest;
@@ -231,11 +228,8 @@ def make_batch_key(
     *,
     task: str,
     spec: str,
-    model: str,
-    model_args: dict[str, Any],
+    settings: RunSettings,
     task_args: dict[str, Any],
-    seed: int,
-    epochs: int,
     window: Window,
     ids: list[str],
     config_digest: str,
@@ -251,11 +245,8 @@ def make_batch_key(
         commit=commit,
         task=task,
         spec=spec,
-        model=model,
+        settings=settings,
         window=window,
-        seed=seed,
-        epochs=epochs,
-        model_args=canonical_json(model_args),
         config_digest=config_digest,
         backend=backend_name,
         runtime_digest=runtime_digest,
@@ -271,11 +262,8 @@ def batch_key(
         export.commit,
         task=cfg.task,
         spec=cfg.spec,
-        model=cfg.model,
-        model_args=cfg.model_args,
+        settings=cfg.settings,
         task_args=cfg.task_args,
-        seed=cfg.seed,
-        epochs=cfg.epochs,
         window=window,
         ids=ids,
         config_digest=config_digest(export.path, cfg.workdir, cfg.spec),
@@ -535,7 +523,7 @@ def cold_argv(cfg: TaskRunConfig, task_name: str, ids: list[str]) -> tuple[str, 
         "eval",
         cfg.spec,
         "--model",
-        cfg.model,
+        cfg.settings.model,
         "--sample-id",
         selectors,
         "--log-dir",
@@ -543,9 +531,9 @@ def cold_argv(cfg: TaskRunConfig, task_name: str, ids: list[str]) -> tuple[str, 
         "--log-format",
         "eval",
         "--seed",
-        str(cfg.seed),
+        str(cfg.settings.seed),
         "--epochs",
-        str(cfg.epochs),
+        str(cfg.settings.epochs),
         "--display",
         "none",
         "--log-level",
@@ -553,7 +541,7 @@ def cold_argv(cfg: TaskRunConfig, task_name: str, ids: list[str]) -> tuple[str, 
         "--no-log-realtime",
         "--no-fail-on-error",
     ]
-    for k, v in sorted(cfg.model_args.items()):
+    for k, v in sorted(cfg.settings.model_args.items()):
         argv += ["-M", f"{k}={json.dumps(v)}"]
     for k, v in sorted(cfg.task_args.items()):
         argv += ["-T", f"{k}={json.dumps(v)}"]
@@ -573,14 +561,14 @@ def run_window_cold(
     """One ``inspect eval`` process in a fresh sandbox for ``window``."""
     if sample_ids is None or task_name is None:
         task_name, sample_ids, _ = list_sample_ids(backend, export, cfg, cancel)
-    ids = window_ids(sample_ids, cfg.seed, window)
+    ids = window_ids(sample_ids, cfg.settings.seed, window)
     if not ids:
         raise InspectRunError(f"window {window.name} is past the end of {len(sample_ids)} samples")
     key = batch_key(backend, export, cfg, window, ids)
     result = backend.run(
         _request(export, cfg, cold_argv(cfg, task_name, ids), labels={"window": window.name}), cancel=cancel
     )
-    return _window_run(key, "cold", result, ids, cfg.epochs, {})
+    return _window_run(key, "cold", result, ids, cfg.settings.epochs, {})
 
 
 # --- warm -----------------------------------------------------------------------------------
@@ -626,19 +614,19 @@ class WarmTaskRunner:
         self, window: Window, *, timeout: float | None = None, cancel: threading.Event | None = None
     ) -> WindowRun:
         sample_ids = self.list_ids(cancel=cancel).ids
-        ids = window_ids(sample_ids, self.cfg.seed, window)
+        ids = window_ids(sample_ids, self.cfg.settings.seed, window)
         if not ids:
             raise InspectRunError(f"window {window.name} is past the end of {len(sample_ids)} samples")
         key = batch_key(self.backend, self.export, self.cfg, window, ids)
         payload = {
             "op": "eval",
             "spec": self.cfg.spec,
-            "model": self.cfg.model,
-            "model_args": self.cfg.model_args,
+            "model": self.cfg.settings.model,
+            "model_args": self.cfg.settings.model_args,
             "task_args": self.cfg.task_args,
             "sample_ids": ids,
-            "seed": self.cfg.seed,
-            "epochs": self.cfg.epochs,
+            "seed": self.cfg.settings.seed,
+            "epochs": self.cfg.settings.epochs,
         }
         result = self._call(payload, timeout or self.cfg.limits.wall_seconds, cancel)
         reply_error = None
@@ -657,7 +645,7 @@ class WarmTaskRunner:
             # Time inside Inspect's eval() as the sandbox reports it (sub-second, unlike the
             # log's own timestamps): for measurements only, never for decisions.
             timings["eval_s"] = eval_s
-        run = _window_run(key, "warm", result, ids, self.cfg.epochs, timings)
+        run = _window_run(key, "warm", result, ids, self.cfg.settings.epochs, timings)
         if run.failure_kind == NO_LOG and reply_error:
             run.failure_cause = f"{reply_error}; {run.failure_cause}"
         return run

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import json
-import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +23,7 @@ import pyarrow as pa
 
 from evalrunner_assets import stats
 from evalrunner_assets.execution.inspect_runner import sample_order
+from evalrunner_assets.pipeline.comparison_document import COMPARISON_SCHEMA_VERSION, ComparisonDocument
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, load_facts
 from evalrunner_assets.pipeline.pricing import PriceTable, usage_accounting
 from evalrunner_assets.pipeline.spec import ComparisonRequest
@@ -34,7 +33,7 @@ from lake.batch import BatchKey
 from lake.integrity import LakeIntegrityError, quarantine
 
 FIRST_WINDOW = stats.WINDOW_MIN  # pairs in the first window (the schedule lives in the stats planner)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = COMPARISON_SCHEMA_VERSION
 
 
 def window_bounds(start: int, limit: int) -> Window:
@@ -76,7 +75,7 @@ class Assessment:
     request: ComparisonRequest
     needs_facts: list[str]  # commits whose manifest/sample ids are not learnt yet
     next_windows: list[PlannedWindow]
-    result: dict[str, Any]  # the comparison document (RUNNING with no tasks until facts are known)
+    result: ComparisonDocument  # RUNNING with no tasks until facts are known
     # Each compared task's pairs, as the pairing rule gave them (sql/paired_inputs_of.sql).
     pairings: dict[str, stats.Pairing] = field(default_factory=dict)
 
@@ -86,9 +85,7 @@ class Assessment:
 
 
 def run_settings(request: ComparisonRequest) -> RunSettings:
-    return RunSettings(
-        model=request.model, model_args=dict(request.model_args), seed=request.seed, epochs=request.epochs
-    )
+    return request.settings
 
 
 def stats_params(request: ComparisonRequest) -> stats.StatsParams:
@@ -465,7 +462,7 @@ def assess(
     failed = failed_window_accounting(lake, [k for t in compared for k in progress[t].failed_keys], prices)
     possible = sum(2 * progress[t].limit for t in compared)
     spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ("head", "base")]
-    result = {
+    result: dict[str, Any] = {
         **_identity(request),
         "status": "running" if next_windows else "complete",
         "verdict": "RUNNING" if next_windows else verdict.verdict,
@@ -493,7 +490,7 @@ def assess(
     }
     if next_windows:
         result["final_verdict"]["verdict"] = "RUNNING"
-    return Assessment(request, [], next_windows, result, pairings)
+    return Assessment(request, [], next_windows, ComparisonDocument.model_validate(result), pairings)
 
 
 def _batch_key(
@@ -518,7 +515,7 @@ def _batch_key(
 
 def _task_order(hf: TaskFacts, bf: TaskFacts, request: ComparisonRequest) -> list[str]:
     """The task's pre-committed sample order (the same for both arms): what pairs follow."""
-    return sample_order(sorted(set(hf.sample_ids) | set(bf.sample_ids)), request.seed)
+    return sample_order(sorted(set(hf.sample_ids) | set(bf.sample_ids)), request.settings.seed)
 
 
 def _assess_task(
@@ -599,51 +596,49 @@ def _identity(request: ComparisonRequest) -> dict[str, Any]:
         "base_sha": request.base_sha,
         "base_ref": request.base_ref,
         "head_ref": request.head_ref,
-        "model": request.model,
+        "model": request.settings.model,
     }
 
 
-def _waiting(request: ComparisonRequest, lake: Lake) -> dict[str, Any]:
+def _waiting(request: ComparisonRequest, lake: Lake) -> ComparisonDocument:
     """The document before any commit's evals are known: RUNNING, nothing sampled yet (so a
     check run can show progress from the first moment)."""
-    return {
-        **_identity(request),
-        "status": "running",
-        "verdict": "RUNNING",
-        "final_verdict": {"verdict": "RUNNING", "reasons": ["discovering evals"], "p_improvement": None},
-        "params": stats_params(request).to_dict(),
-        "tasks": {},
-        "task_order": [],
-        "skipped_tasks": [],
-        "new_tasks": [],
-        "removed_tasks": [],
-        "samples_run": 0,
-        "samples_possible": 0,
-        "spend_usd": None,
-        "spend_known": False,
-        "failed_windows": usage_accounting([], PriceTable()),
-        "next_windows": [],
-        "trajectories": {
-            arm: lake.url(LAYOUT.raw_prefix(request.repo, sha))
-            for arm, sha in (("head", request.head_sha), ("base", request.base_sha))
-        },
-        "computed_at": datetime.now(UTC).isoformat(),
-    }
+    return ComparisonDocument.model_validate(
+        {
+            **_identity(request),
+            "status": "running",
+            "verdict": "RUNNING",
+            "final_verdict": {"verdict": "RUNNING", "reasons": ["discovering evals"], "p_improvement": None},
+            "params": stats_params(request).to_dict(),
+            "tasks": {},
+            "task_order": [],
+            "skipped_tasks": [],
+            "new_tasks": [],
+            "removed_tasks": [],
+            "samples_run": 0,
+            "samples_possible": 0,
+            "spend_usd": None,
+            "spend_known": False,
+            "failed_windows": usage_accounting([], PriceTable()),
+            "next_windows": [],
+            "trajectories": {
+                arm: lake.url(LAYOUT.raw_prefix(request.repo, sha))
+                for arm, sha in (("head", request.head_sha), ("base", request.base_sha))
+            },
+            "computed_at": datetime.now(UTC).isoformat(),
+        }
+    )
 
 
-def save_result(lake: Lake, result: dict[str, Any]) -> str:
-    rel = LAYOUT.comparison(result["repo"], result["pr"], result["head_sha"])
-    return lake.write_bytes(rel, json.dumps(result, indent=2, sort_keys=True, default=_json_default).encode())
+def save_result(lake: Lake, result: ComparisonDocument) -> str:
+    rel = LAYOUT.comparison(result.repo, result.pr, result.head_sha)
+    return lake.write_bytes(rel, result.to_json())
 
 
-def load_result(lake: Lake, repo: str, pr: str, head: str) -> dict[str, Any] | None:
+def load_result(lake: Lake, repo: str, pr: str, head: str) -> ComparisonDocument | None:
+    """The comparison document saved in the lake (None when there is none yet); a document that
+    is not valid raises :class:`DocumentError` naming the file and the field."""
     rel = LAYOUT.comparison(repo, pr, head)
     if not lake.exists(rel):
         return None
-    return json.loads(lake.read_bytes(rel))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return str(value)
+    return ComparisonDocument.from_json(lake.read_bytes(rel), lake.url(rel))

@@ -30,6 +30,7 @@ from evalrunner_assets.discovery import DiscoveryError
 from evalrunner_assets.execution.inspect_runner import InspectRunError
 from evalrunner_assets.gateway import GatewayError, ModelGateway, start_gateway, with_gateway
 from evalrunner_assets.pipeline import assess as assess_mod
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, Status
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
 from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
 from evalrunner_assets.pipeline.loop import Step, next_steps
@@ -75,7 +76,7 @@ class ComparisonStopped(ComparisonFailed):
     """The outage breaker (or the lake) stopped the comparison; ``result`` is the saved document
     (``status: "stopped"``, ``breaker``: the failures that tripped it)."""
 
-    def __init__(self, message: str, result: dict[str, Any]) -> None:
+    def __init__(self, message: str, result: ComparisonDocument) -> None:
         super().__init__(message)
         self.result = result
 
@@ -164,7 +165,7 @@ def run_comparison(
     resources: dict[str, Any],
     recorder: Recorder | None = None,
     **options: Any,
-) -> dict[str, Any]:
+) -> ComparisonDocument:
     """Run ``request`` to its final verdict; returns the comparison document.
 
     ``resources``: ``lake``, ``sandbox``, ``repos`` and ``github`` (as the assets use them).
@@ -206,25 +207,28 @@ def lake_stopped(request: ComparisonRequest, resources: dict[str, Any], exc: Exc
     """The stopped outcome of a comparison whose lake failed. The document is saved when the
     lake takes it (e.g. a lake write failed but the lake is up), and returned either way."""
     reason = f"lake unavailable: {exc}" if isinstance(exc, LakeUnavailable) else f"lake write failed: {exc}"
-    result: dict[str, Any] = {
-        "schema_version": assess_mod.SCHEMA_VERSION,
-        "comparison": request.key,
-        "repo": request.repo,
-        "pr": request.pr,
-        "head_sha": request.head_sha,
-        "base_sha": request.base_sha,
-        "status": "stopped",
-        "verdict": "INCONCLUSIVE",
-        "stopped_reason": reason,
-        "final_verdict": {"verdict": "INCONCLUSIVE", "reasons": [reason], "p_improvement": None},
-        "tasks": {},
-    }
+    result = ComparisonDocument.model_validate(
+        {
+            "schema_version": assess_mod.SCHEMA_VERSION,
+            "comparison": request.key,
+            "repo": request.repo,
+            "pr": request.pr,
+            "head_sha": request.head_sha,
+            "base_sha": request.base_sha,
+            "status": "stopped",
+            "verdict": "INCONCLUSIVE",
+            "stopped_reason": reason,
+            "final_verdict": {"verdict": "INCONCLUSIVE", "reasons": [reason], "p_improvement": None},
+            "tasks": {},
+        }
+    )
     try:
         the_lake = resources["lake"].open()
         saved = assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)
         if saved is not None:
-            result = {**saved, **{k: result[k] for k in ("status", "verdict", "stopped_reason")}}
-            result.setdefault("final_verdict", {})["verdict"] = "INCONCLUSIVE"
+            result = saved
+            result.status, result.verdict, result.stopped_reason = "stopped", "INCONCLUSIVE", reason
+            result.final_verdict.verdict = "INCONCLUSIVE"
         assess_mod.save_result(the_lake, result)
     except (LakeUnavailable, LakeWriteError):
         pass  # the lake is down: the caller prints the outcome
@@ -296,7 +300,7 @@ class ComparisonEngine:
         backend = resources["sandbox"].backend(sandbox_context)
         backend.preflight()
         runtime = backend.runtime_digest()
-        gateway = start_gateway(request.model, request.budget_usd, model_gateway)
+        gateway = start_gateway(request.settings.model, request.budget_usd, model_gateway)
         if gateway is not None:
             if backend.name == "kubernetes":
                 gateway.close()
@@ -330,7 +334,7 @@ class ComparisonEngine:
         retired: list[str],
         gateway: ModelGateway | None,
         quarantined_before: int,
-        on_step: Callable[[Step, dict[str, Any] | None], None] | None = None,
+        on_step: Callable[[Step, ComparisonDocument | None], None] | None = None,
         workers: int | None = None,
         breaker_threshold: int = DEFAULT_BREAKER_THRESHOLD,
         packed: bool = True,
@@ -400,7 +404,7 @@ class ComparisonEngine:
                 self.planning["calls"] += 1
                 self.planning["seconds"] += time.monotonic() - started
 
-    def saved(self) -> dict[str, Any] | None:
+    def saved(self) -> ComparisonDocument | None:
         return assess_mod.load_result(self.lake, self.request.repo, self.request.pr, self.request.head_sha)
 
     def export(self, ck: str) -> Any:  # on the driving thread: exports are not made concurrently
@@ -415,7 +419,7 @@ class ComparisonEngine:
 
     # --- the run --------------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> ComparisonDocument:
         try:
             self.recorder.start(self.request)
             threading.Thread(target=warm_up, name="evalrunner-warm-up", daemon=True).start()
@@ -456,7 +460,7 @@ class ComparisonEngine:
                     self.lake,
                     self.backend,
                     self.exports[commit_key(request.repo, sha)],
-                    model=request.model,
+                    model=request.settings.model,
                     cancel=self.stop,
                     lister=functools.partial(lister, self.exports[commit_key(request.repo, sha)]) if lister else None,
                 )
@@ -656,7 +660,7 @@ class ComparisonEngine:
         self.recorder.report_written(written)
         return written
 
-    def run_windows(self) -> dict[str, Any]:
+    def run_windows(self) -> ComparisonDocument:
         try:
             self.scheduler.run()
             if not self.stop.is_set():
@@ -688,7 +692,7 @@ class ComparisonEngine:
         self.progress_thread.shutdown(wait=False, cancel_futures=True)
         self.recorder.close(wait=False)
 
-    def conclude(self) -> dict[str, Any]:
+    def conclude(self) -> ComparisonDocument:
         """The verdict once no window is left to run, or the reason the comparison stopped."""
         request, scheduler, gateway = self.request, self.scheduler, self.gateway
         trip = scheduler.breaker.trip
@@ -709,9 +713,9 @@ class ComparisonEngine:
                 f"{len(budget_stops)} window(s) stopped, nothing more was run",
                 sandbox_counts=False,
             )
-            result["execution"]["gateway"] = gateway_summary(gateway)
+            result.execution = {**(result.execution or {}), "gateway": gateway_summary(gateway)}
             assess_mod.save_result(self.lake, result)
-            self.write_execution(result["execution"])
+            self.write_execution(result.execution)
             self.report(Step("report", f"report:{request.key}:budget"))
             self.recorder.close(wait=True)
             return result
@@ -721,7 +725,7 @@ class ComparisonEngine:
         final = self.saved()
         assert final is not None
         result = final
-        result["execution"] = {
+        execution = {
             **scheduler.summary(),
             "retried_failures": len(self.retired),
             "planning": {**self.planning, "seconds": round(self.planning["seconds"], 3)},
@@ -734,30 +738,30 @@ class ComparisonEngine:
             **_sandbox_counts(self.backend),
         }
         if gateway is not None:
-            result["execution"]["gateway"] = gateway_summary(gateway)
+            execution["gateway"] = gateway_summary(gateway)
+        result.execution = execution
         assess_mod.save_result(self.lake, result)
-        self.write_execution(result["execution"])
+        self.write_execution(execution)
         self.recorder.close(wait=True)
         return result
 
     # 3. Saving an end that is not a verdict.
 
-    def finish(self, status: str, reason: str, *, sandbox_counts: bool = True) -> dict[str, Any]:
+    def finish(self, status: Status, reason: str, *, sandbox_counts: bool = True) -> ComparisonDocument:
         """Save the document of a comparison that did not run to its end, saying why."""
-        result = dict(self.assess().result or {})
-        result["status"] = status
-        result["stopped_reason"] = reason
-        if result.get("verdict") == "RUNNING":
+        result = self.assess().result
+        result.status = status
+        result.stopped_reason = reason
+        if result.verdict == "RUNNING":
             # Not a decision: the evidence stops here. INCONCLUSIVE, as for a failed task.
-            result["verdict"] = "INCONCLUSIVE"
-            result.setdefault("final_verdict", {})["verdict"] = "INCONCLUSIVE"
+            result.verdict = "INCONCLUSIVE"
+            result.final_verdict.verdict = "INCONCLUSIVE"
         if self.scheduler.breaker.trip is not None:
-            result["breaker"] = self.scheduler.breaker.trip.to_dict()
+            result.breaker = self.scheduler.breaker.trip.to_dict()
         counts = _sandbox_counts(self.backend) if sandbox_counts else {}
-        result["execution"] = {**self.scheduler.summary(), "status": status, "reason": reason, **counts}
-        if result.get("repo"):
-            assess_mod.save_result(self.lake, result)
-            self.write_execution(result["execution"])
+        result.execution = {**self.scheduler.summary(), "status": status, "reason": reason, **counts}
+        assess_mod.save_result(self.lake, result)
+        self.write_execution(result.execution)
         return result
 
     def write_execution(self, execution: dict[str, Any]) -> None:

@@ -11,11 +11,11 @@ written once; a second materialization of the same commit reads them back.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalrunner_assets.discovery import DiscoveryError, discover
 from evalrunner_assets.discovery._discover import LIST_PATH
@@ -36,26 +36,43 @@ from evalrunner_assets.execution.inspect_runner import (
     list_sample_ids_many,
 )
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
+from evalrunner_assets.pipeline.documents import dump_document, parse_document
 from lake import LAYOUT, Lake
+from lake.batch import RunSettings
 
 # Lists the given tasks' samples: per task, its SampleListing or the listing's error.
 IdLister = Callable[[list[TaskRunConfig], "threading.Event | None"], dict[str, "SampleListing | InspectRunError"]]
 
 
-@dataclass(frozen=True)
-class TaskFacts:
-    task: str
-    spec: str
-    workdir: str
-    cohort: str
-    paths: tuple[str, ...]
-    inspect_task: str | None  # None when listing failed
-    sample_ids: tuple[str, ...]
-    config_digest: str
-    failure: str | None = None  # why the sample ids could not be listed
-    env_digest: str = ""  # the commit's repository environment ('' when it declares no dependencies)
-    env_source: str = ""  # the file its dependencies come from (to rebuild it on another machine)
-    input_digests: tuple[str, ...] = ()  # one per sample id, same order (empty: not known)
+FACTS_SCHEMA_VERSION = 2  # 1: before the version field (same fields, read as is)
+
+
+class TaskFacts(BaseModel):
+    """One task of a commit as listed in the sandbox."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: str = Field(description="Manifest task id.")
+    spec: str = Field(description="Inspect task spec, relative to workdir.")
+    workdir: str = Field(description="Directory the task runs in, relative to the repository root.")
+    cohort: str = Field(description="The manifest's cohort of the task.")
+    paths: tuple[str, ...] = Field(description="Path globs whose change makes the task 'matched' (affinity).")
+    inspect_task: str | None = Field(description="Inspect's name of the task; null when listing failed.")
+    sample_ids: tuple[str, ...] = Field(description="The task's sample ids, in dataset order.")
+    config_digest: str = Field(description="Digest of the agent configuration the task sees.")
+    failure: str | None = Field(default=None, description="Why the sample ids could not be listed.")
+    env_digest: str = Field(
+        default="", description="The commit's repository environment ('' when it declares no dependencies)."
+    )
+    env_source: str = Field(default="", description="The file its dependencies come from.")
+    input_digests: tuple[str, ...] = Field(
+        default=(), description="One input digest per sample id, same order (empty: not known)."
+    )
+
+    @field_validator("input_digests", mode="before")
+    @classmethod
+    def _none_is_unknown(cls, value: Any) -> Any:
+        return () if value is None else value
 
     def changed_inputs(self, other: TaskFacts) -> list[str]:
         """Ids listed on both commits whose input digests differ (none when either listing has
@@ -67,41 +84,49 @@ class TaskFacts:
         return sorted(i for i in set(self.sample_ids) & set(other.sample_ids) if mine.get(i) != theirs.get(i))
 
 
-@dataclass(frozen=True)
-class CommitFacts:
-    repo: str
-    commit: str
-    tree_digest: str
-    discovery_source: str
-    tasks: dict[str, TaskFacts] = field(default_factory=dict)
-    environment: dict[str, Any] | None = None  # EnvironmentInfo of the commit, if it has one
+class CommitFacts(BaseModel):
+    """What one commit declares: ``raw/<repo>/<sha>/tasks.json``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(default=FACTS_SCHEMA_VERSION, description="Version of this document's format.")
+    repo: str = Field(description="Repository id, 'owner/name'.")
+    commit: str = Field(description="Commit SHA (40 hex).")
+    tree_digest: str = Field(description="Digest of the exported tree.")
+    discovery_source: str = Field(description="Where the manifest came from ('.evals/list' or the fallback).")
+    tasks: dict[str, TaskFacts] = Field(default_factory=dict, description="Per task id, its facts.")
+    environment: dict[str, Any] | None = Field(
+        default=None, description="The commit's repository environment (EnvironmentInfo), if it has one."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        # Version 1 (no schema_version field) had the same fields.
+        if isinstance(data, dict) and "schema_version" not in data:
+            data = {**data, "schema_version": FACTS_SCHEMA_VERSION}
+        return data
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value > FACTS_SCHEMA_VERSION:
+            raise ValueError(f"version {value} is newer than this evalrunner reads ({FACTS_SCHEMA_VERSION})")
+        return value
 
     def to_json(self) -> bytes:
-        rec = asdict(self)
-        return json.dumps(rec, indent=2, sort_keys=True).encode()
+        return dump_document(self)
 
     @classmethod
-    def from_json(cls, data: bytes) -> CommitFacts:
-        rec = json.loads(data)
-        tasks = {
-            k: TaskFacts(
-                **{
-                    **v,
-                    "paths": tuple(v["paths"]),
-                    "sample_ids": tuple(v["sample_ids"]),
-                    "input_digests": tuple(v.get("input_digests") or ()),
-                }
-            )
-            for k, v in rec.pop("tasks").items()
-        }
-        return cls(tasks=tasks, **rec)
+    def from_json(cls, data: bytes, where: str = "commit facts") -> CommitFacts:
+        return parse_document(cls, data, where)
 
 
 def load_facts(lake: Lake, repo: str, commit: str) -> CommitFacts | None:
     rel = LAYOUT.commit_tasks(repo, commit)
     if not lake.exists(rel):
         return None
-    return CommitFacts.from_json(lake.read_bytes(rel))
+    return CommitFacts.from_json(lake.read_bytes(rel), lake.url(rel))
 
 
 def learn_commit(
@@ -146,7 +171,7 @@ def learn_commit(
             repo=export.repo,
             task=e.id,
             spec=e.spec,
-            model=model,
+            settings=RunSettings(model=model),
             workdir=e.workdir,
             env_digest=env_fields["env_digest"],
             python_env=env.path if env else None,

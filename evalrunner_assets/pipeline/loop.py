@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 from evalrunner_assets.pipeline.assess import Assessment
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import commit_key
 
 
@@ -24,15 +24,19 @@ class Step:
     windows: tuple[str, ...] = ()  # samples only
 
 
-def result_changed(result: dict[str, Any], saved: dict[str, Any] | None) -> bool:
+def result_changed(result: ComparisonDocument, saved: ComparisonDocument | None) -> bool:
     """Whether the comparison document moved since it was last materialized."""
     if saved is None:
         return True
-    fields = ("status", "samples_run", "verdict")
-    return any(result.get(f) != saved.get(f) for f in fields) or result.get("params") != saved.get("params")
+    return (result.status, result.samples_run, result.verdict, result.params) != (
+        saved.status,
+        saved.samples_run,
+        saved.verdict,
+        saved.params,
+    )
 
 
-def next_steps(assessment: Assessment, saved: dict[str, Any] | None) -> list[Step]:
+def next_steps(assessment: Assessment, saved: ComparisonDocument | None) -> list[Step]:
     """Manifests first, then every planned window grouped by (commit, task), then a comparison
     re-materialization whenever the document changed (progress for the check run)."""
     request = assessment.request
@@ -64,7 +68,7 @@ def next_steps(assessment: Assessment, saved: dict[str, Any] | None) -> list[Ste
         steps.append(
             Step(
                 "compare",
-                f"compare:{key}:{result['status']}:{result['samples_run']}:{result['params'].get('cap')}",
+                f"compare:{key}:{result.status}:{result.samples_run}:{result.params.cap if result.params else None}",
             )
         )
     return steps

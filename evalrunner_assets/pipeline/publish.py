@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from evalrunner_assets.pipeline import assess as assess_mod
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
 from lake import LAYOUT
 
@@ -22,20 +23,20 @@ CHECK_RUN_NAME = "evalrunner / evals"
 class SavedComparison:
     """A comparison document as saved to the lake, with its chart when it has tasks."""
 
-    result: dict[str, Any]
+    result: ComparisonDocument
     url: str  # where the document lives in the lake
     chart_png: bytes | None
 
 
-def save_comparison(the_lake: Any, result: dict[str, Any]) -> SavedComparison:
+def save_comparison(the_lake: Any, result: ComparisonDocument) -> SavedComparison:
     """Save a comparison document (an assessment's ``result``, with detail) and its chart files."""
     url = assess_mod.save_result(the_lake, result)
     png = None
-    if result["tasks"]:
+    if result.tasks:
         chart = render_chart(result)
         for ext, data in chart.items():
             the_lake.write_bytes(
-                LAYOUT.comparison_artifact(result["repo"], result["pr"], result["head_sha"], f"chart.{ext}"), data
+                LAYOUT.comparison_artifact(result.repo, result.pr, result.head_sha, f"chart.{ext}"), data
             )
         png = chart["png"]
     return SavedComparison(result, url, png)
@@ -65,13 +66,13 @@ class WrittenReport:
         return self.posted.get("github_error")
 
 
-def write_report(the_lake: Any, result: dict[str, Any], poster: ReportPoster | None = None) -> WrittenReport:
+def write_report(the_lake: Any, result: ComparisonDocument, poster: ReportPoster | None = None) -> WrittenReport:
     """Render the PR comment and the check run of ``result``, write both to the lake, and post
     them when ``poster`` is given (a permanent GitHub error is returned, never raised: the
     report files in the lake are complete either way)."""
-    repo, pr, head = result["repo"], result["pr"], result["head_sha"]
+    repo, pr, head = result.repo, result.pr, result.head_sha
     body = render_comment(result)
-    status, conclusion, title = check_run_state(result["verdict"], result["samples_run"], result["samples_possible"])
+    status, conclusion, title = check_run_state(result.verdict, result.samples_run, result.samples_possible)
     check = {
         "name": CHECK_RUN_NAME,
         "head_sha": head,

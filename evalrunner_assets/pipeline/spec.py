@@ -6,104 +6,135 @@ sensor, a restarted daemon and the CLI all reach the same decision.
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from evalrunner_assets.pipeline.documents import DocumentError, describe_validation, dump_document, parse_document
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.pipeline.open_index import mark_open
 from lake import LAYOUT, Lake
+from lake.batch import RunSettings
 from lake.layout import check_commit, check_repo
 
 DEFAULT_MODEL = "simagent/support-agent"
 AFFINITY_MODES = ("off", "order", "prune")
 
 
-class ComparisonRequestError(ValueError):
+class ComparisonRequestError(DocumentError):
     """A comparison request is malformed (names the field and the problem)."""
 
 
-@dataclass(frozen=True)
-class ComparisonRequest:
-    """One PR head judged against its base."""
+REQUEST_SCHEMA_VERSION = 2  # 1: model, model_args, seed and epochs at the top level, no version field
+_SETTINGS_FIELDS = ("model", "model_args", "seed", "epochs")
 
-    repo: str  # owner/name
-    source: str  # where the repo is fetched from: local path or clone URL
-    pr: str  # PR number, or "local" for a CLI comparison
-    base_sha: str
-    head_sha: str
-    base_ref: str = ""  # for people: the base branch name
-    head_ref: str = ""
-    model: str = DEFAULT_MODEL
-    model_args: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    epochs: int = 1
-    affinity: str = "order"
-    changed_files: tuple[str, ...] = ()
-    alpha: float = 0.05
-    margin: float = 0.05
-    min_pairs: int = 8
-    cap: int = 256  # most pairs per task
-    budget_samples: int | None = None  # most samples (both arms) the whole comparison may run
-    extra_samples: int = 0  # raised by `/eval more N`
-    # Most US dollars of model calls, enforced by the model gateway (it stops forwarding once
-    # spent; the comparison ends with status "budget_spent"). Needs the model's price.
-    budget_usd: float | None = None
-    max_tasks: int | None = None
-    requested_at: str = ""  # ISO 8601, when the comparison was first asked for
 
-    def __post_init__(self) -> None:
+class ComparisonRequest(BaseModel):
+    """One PR head judged against its base: ``comparisons/<repo>/<pr>/<head>.request.json``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+    schema_version: int = Field(default=REQUEST_SCHEMA_VERSION, description="Version of this document's format.")
+    repo: str = Field(description="Repository id, 'owner/name'.")
+    source: str = Field(description="Where the repository is fetched from: a local path or a clone URL.")
+    pr: str = Field(description="PR number, or a path-safe name such as 'local' for a CLI comparison.")
+    base_sha: str = Field(description="The base commit (40 hex): what the PR is judged against.")
+    head_sha: str = Field(description="The PR's head commit (40 hex).")
+    base_ref: str = Field(default="", description="For people: the base branch name.")
+    head_ref: str = Field(default="", description="For people: the head branch name.")
+    settings: RunSettings = Field(
+        default_factory=lambda: RunSettings(model=DEFAULT_MODEL),
+        description="Model, model arguments, seed and epochs of both arms' runs.",
+    )
+    affinity: Literal["off", "order", "prune"] = Field(
+        default="order", description="Whether tasks matching the changed files run first ('order') or alone ('prune')."
+    )
+    changed_files: tuple[str, ...] = Field(default=(), description="Files the PR changes (for affinity).")
+    alpha: float = Field(default=0.05, gt=0, lt=1, description="Error rate of the whole comparison.")
+    margin: float = Field(default=0.05, gt=0, lt=1, description="Smallest score change that counts as a change.")
+    min_pairs: int = Field(default=8, description="Fewest pairs before a task may be decided.")
+    cap: int = Field(default=256, description="Most pairs per task.")
+    budget_samples: int | None = Field(
+        default=None, description="Most samples (both arms) the whole comparison may run; null: no limit."
+    )
+    extra_samples: int = Field(default=0, description="Samples added to the budget by `/eval more N`.")
+    budget_usd: float | None = Field(
+        default=None,
+        ge=0,
+        description="Most US dollars of model calls, enforced by the model gateway (the comparison ends with "
+        "status 'budget_spent'). Needs the model's price.",
+    )
+    max_tasks: int | None = Field(default=None, description="Compare at most this many tasks; null: all.")
+    requested_at: str = Field(default="", description="ISO 8601, when the comparison was first asked for.")
+
+    @classmethod
+    def build(cls, **fields: Any) -> ComparisonRequest:
+        """A request from a caller's fields (CLI flags, a webhook): a bad one raises
+        :class:`ComparisonRequestError` naming the field."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            message, field = describe_validation(exc, "comparison request")
+            raise ComparisonRequestError(message, field=field) from exc
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        """Version 1 kept the run settings at the top level; they are one nested record now."""
+        if isinstance(data, dict) and any(f in data for f in _SETTINGS_FIELDS):
+            if "settings" in data:
+                raise ValueError(f"give the run settings once, as 'settings', not also as {list(_SETTINGS_FIELDS)}")
+            flat = {f: data[f] for f in _SETTINGS_FIELDS if f in data}
+            flat.setdefault("model", DEFAULT_MODEL)
+            data = {k: v for k, v in data.items() if k not in _SETTINGS_FIELDS} | {"settings": flat}
+        if isinstance(data, dict) and "schema_version" not in data:
+            data = {**data, "schema_version": REQUEST_SCHEMA_VERSION}
+        return data
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value > REQUEST_SCHEMA_VERSION:
+            raise ValueError(f"version {value} is newer than this evalrunner reads ({REQUEST_SCHEMA_VERSION})")
+        return value
+
+    @field_validator("pr")
+    @classmethod
+    def _path_safe_pr(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise ValueError(f"pr {value!r} must be a number or a path-safe name")
+        return value
+
+    @field_validator("budget_usd", mode="before")
+    @classmethod
+    def _dollars(cls, value: Any) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"budget_usd {value!r} must be a non-negative number of dollars")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ComparisonRequest:
         check_repo(self.repo)
         check_commit(self.base_sha)
         check_commit(self.head_sha)
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(self.pr)):
-            raise ComparisonRequestError(f"pr {self.pr!r} must be a number or a path-safe name")
-        if self.affinity not in AFFINITY_MODES:
-            raise ComparisonRequestError(f"affinity {self.affinity!r} must be one of {', '.join(AFFINITY_MODES)}")
-        if not (0 < self.alpha < 1):
-            raise ComparisonRequestError(f"alpha {self.alpha!r} must be in (0, 1)")
-        if not (0 < self.margin < 1):
-            raise ComparisonRequestError(f"margin {self.margin!r} must be in (0, 1)")
-        if self.epochs < 1:
-            raise ComparisonRequestError(f"epochs {self.epochs!r} must be at least 1")
-        if self.budget_usd is not None and (
-            isinstance(self.budget_usd, bool)
-            or not isinstance(self.budget_usd, (int, float))
-            or not self.budget_usd >= 0
-        ):
-            raise ComparisonRequestError(f"budget_usd {self.budget_usd!r} must be a non-negative number of dollars")
         if self.cap < self.min_pairs:
-            raise ComparisonRequestError(f"cap {self.cap} is below min_pairs {self.min_pairs}")
+            raise ValueError(f"cap {self.cap} is below min_pairs {self.min_pairs}")
+        return self
 
     @property
     def key(self) -> str:
         return comparison_key(self.repo, self.pr, self.head_sha)
 
-    @property
-    def model_args_json(self) -> str:
-        return json.dumps(self.model_args, sort_keys=True, separators=(",", ":"))
-
     def to_json(self) -> bytes:
-        rec = asdict(self)
-        rec["changed_files"] = list(self.changed_files)
-        return json.dumps(rec, indent=2, sort_keys=True).encode()
+        return dump_document(self)
 
     @classmethod
-    def from_json(cls, data: bytes | str) -> ComparisonRequest:
-        try:
-            rec = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise ComparisonRequestError(f"comparison request is not valid JSON: {exc}") from exc
-        rec["changed_files"] = tuple(rec.get("changed_files") or ())
-        known = set(cls.__dataclass_fields__)
-        unknown = set(rec) - known
-        if unknown:
-            raise ComparisonRequestError(f"comparison request has unknown fields {sorted(unknown)}")
-        return cls(**rec)
+    def from_json(cls, data: bytes | str, where: str = "comparison request") -> ComparisonRequest:
+        return parse_document(cls, data, where, ComparisonRequestError)
 
     def with_extra_samples(self, n: int) -> ComparisonRequest:
-        return replace(self, extra_samples=self.extra_samples + n)
+        return self.model_copy(update={"extra_samples": self.extra_samples + n})
 
 
 def request_path(repo: str, pr: str, head: str) -> str:
@@ -119,7 +150,7 @@ def load_request(lake: Lake, repo: str, pr: str, head: str) -> ComparisonRequest
     rel = request_path(repo, pr, head)
     if not lake.exists(rel):
         raise ComparisonRequestError(f"no comparison request at {lake.url(rel)}")
-    return ComparisonRequest.from_json(lake.read_bytes(rel))
+    return ComparisonRequest.from_json(lake.read_bytes(rel), lake.url(rel))
 
 
 def open_comparison(lake: Lake, request: ComparisonRequest) -> ComparisonRequest:
@@ -128,7 +159,7 @@ def open_comparison(lake: Lake, request: ComparisonRequest) -> ComparisonRequest
     comparisons the sampling sensor drives. Returns the request in force."""
     rel = request_path(request.repo, request.pr, request.head_sha)
     if not lake.write_once(rel, request.to_json()):
-        request = ComparisonRequest.from_json(lake.read_bytes(rel))
+        request = ComparisonRequest.from_json(lake.read_bytes(rel), lake.url(rel))
     # After the request, so an open marker always has a request to read.
     mark_open(lake, request.repo, request.pr, request.head_sha)
     return request
@@ -137,7 +168,7 @@ def open_comparison(lake: Lake, request: ComparisonRequest) -> ComparisonRequest
 def latest_request(lake: Lake, repo: str, pr: str) -> ComparisonRequest | None:
     """The most recently requested comparison of a PR (its newest head)."""
     rels = lake.glob(LAYOUT.comparison_requests_glob(repo, pr))
-    requests = [ComparisonRequest.from_json(lake.read_bytes(rel)) for rel in rels]
+    requests = [ComparisonRequest.from_json(lake.read_bytes(rel), lake.url(rel)) for rel in rels]
     if not requests:
         return None
     return max(requests, key=lambda r: (r.requested_at, r.head_sha))

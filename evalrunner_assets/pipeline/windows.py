@@ -35,20 +35,10 @@ from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.warm_pool import WarmPool
 from evalrunner_assets.pipeline.facts import TaskFacts, task_environment
 from lake import LAYOUT, Lake, Window
-from lake.batch import BatchKey
+from lake.batch import BatchKey, RunSettings
 from lake.ingest import BatchConflictError, LogIngestError, LogStatusError, land_batch
 from lake.integrity import LakeIntegrityError, load_record, quarantine, verify_record
 from lake.storage import LakeUnavailable, LakeWriteError
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """What selects the runs of a comparison besides commit, task and window."""
-
-    model: str
-    model_args: dict
-    seed: int
-    epochs: int
 
 
 @dataclass
@@ -97,11 +87,8 @@ def batch_key_for(
         commit,
         task=facts.task,
         spec=facts.spec,
-        model=settings.model,
-        model_args=dict(settings.model_args),
+        settings=settings,
         task_args={},
-        seed=settings.seed,
-        epochs=settings.epochs,
         window=window,
         ids=ids,
         config_digest=facts.config_digest,
@@ -125,11 +112,8 @@ def session_config(
         repo=repo,
         task=task,
         spec=spec,
-        model=settings.model,
+        settings=settings,
         workdir=workdir,
-        model_args=dict(settings.model_args),
-        seed=settings.seed,
-        epochs=settings.epochs,
         env_digest=env_digest,
         python_env=python_env,
     )

@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import altair as alt
 
+if TYPE_CHECKING:
+    from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 
-def _path_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+
+def _path_rows(result: ComparisonDocument) -> list[dict[str, Any]]:
     rows = []
-    for task, doc in (result.get("tasks") or {}).items():
-        for pairs, delta, lo, hi in doc.get("path") or []:
+    for task, doc in result.tasks.items():
+        for pairs, delta, lo, hi in doc.path:
             rows.append({"task": task, "pairs": pairs, "delta": delta, "lo": lo, "hi": hi})
     return rows
 
 
-def comparison_chart(result: dict[str, Any]) -> alt.FacetChart:
+def comparison_chart(result: ComparisonDocument) -> alt.FacetChart:
     """One panel per task: the running Δ, its interval, the ±margin band and where sampling stopped."""
-    margin = (result.get("params") or {}).get("margin", 0.05)
+    margin = result.params.margin if result.params else 0.05
     rows = [{**r, "kind": "path"} for r in _path_rows(result)]
     rows += [
-        {"task": t, "pairs": doc["decision"].get("pairs", 0), "label": doc["decision"]["label"], "kind": "stop"}
-        for t, doc in (result.get("tasks") or {}).items()
+        {"task": t, "pairs": doc.decision.pairs, "label": doc.decision.label, "kind": "stop"}
+        for t, doc in result.tasks.items()
     ]
     # Facets need every layer to read the same data, so paths and stop markers share one table.
     base = alt.Chart().encode(x=alt.X("pairs:Q", title="pairs run"))
@@ -41,12 +44,11 @@ def comparison_chart(result: dict[str, Any]) -> alt.FacetChart:
     )
     layered = alt.layer(band, interval, line, zero, stop, data=alt.Data(values=rows)).properties(width=260, height=180)
     return layered.facet(facet=alt.Facet("task:N", title=None), columns=3).properties(
-        title=f"{result['head_sha'][:7]} vs {result.get('base_ref') or result['base_sha'][:7]}: "
-        "how many samples until we know?"
+        title=f"{result.head_sha[:7]} vs {result.base_ref or result.base_sha[:7]}: how many samples until we know?"
     )
 
 
-def render_chart(result: dict[str, Any]) -> dict[str, bytes]:
+def render_chart(result: ComparisonDocument) -> dict[str, bytes]:
     """The chart as PNG and SVG bytes (rendered offline by vl-convert)."""
     import vl_convert as vlc
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 
 MARKER = "<!-- evalrunner:pr-report -->"
 
@@ -78,23 +81,21 @@ def ci_bar(lo: float | None, hi: float | None, est: float | None) -> str:
     return "".join(chars)
 
 
-def headline(result: dict[str, Any]) -> str:
-    head7 = result["head_sha"][:7]
-    head = f"{_code(result['head_ref'])} @ `{head7}`" if result.get("head_ref") else f"`{head7}`"
-    base = result.get("base_ref") or result["base_sha"][:7]
-    final = result.get("final_verdict") or {}
-    p, note = final.get("p_improvement"), final.get("p_improvement_note")
+def headline(result: ComparisonDocument) -> str:
+    head7 = result.head_sha[:7]
+    head = f"{_code(result.head_ref)} @ `{head7}`" if result.head_ref else f"`{head7}`"
+    base = result.base_ref or result.base_sha[:7]
+    p, note = result.final_verdict.p_improvement, result.final_verdict.p_improvement_note
     prob = f"P(improvement) = {p:.2f}" if p is not None else "P(improvement) = –" + (f" ({note})" if note else "")
     return f"{head} vs {_code(base)} · {prob}"
 
 
-def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
+def render_comment(result: ComparisonDocument, *, marker: str = MARKER) -> str:
     """The whole comment body (Markdown), with the hidden marker that makes it updatable."""
-    verdict = result["verdict"]
-    params = result.get("params") or {}
-    tasks: dict[str, Any] = result.get("tasks") or {}
+    verdict = result.verdict
+    tasks = result.tasks
     lines = [marker, f"## {_ICON.get(verdict, '')} evalrunner: {verdict}", "", headline(result), ""]
-    reasons = [r for r in (result.get("final_verdict") or {}).get("reasons", []) if r]
+    reasons = [r for r in result.final_verdict.reasons if r]
     if verdict != "RUNNING" and reasons:
         lines += [f"> {r}" for r in reasons] + [""]
 
@@ -106,30 +107,29 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
             "| eval | base | this PR | Δ (CI†) | vs 0 | label | samples |",
             "|---|---:|---:|---|---|---|---:|",
         ]
-        for task in result.get("task_order") or sorted(tasks):
-            doc = tasks[task]
-            d = doc["decision"]
-            ci = d.get("anytime_interval") or {}
-            level = level or ci.get("level")
-            lo, hi = ci.get("lo"), ci.get("hi")
-            interval = "" if lo is None else f" ({lo:+.2f}, {hi:+.2f})"
-            samples = doc["head"]["samples"] + doc["base"]["samples"]
-            label = _LABEL.get(d["label"], d["label"])
-            if doc.get("failures"):
+        for task, doc in result.ordered_tasks():
+            d = doc.decision
+            ci = d.anytime_interval
+            level = level or ci.level
+            lo, hi = ci.lo, ci.hi
+            interval = "" if lo is None or hi is None else f" ({lo:+.2f}, {hi:+.2f})"
+            samples = doc.head.samples + doc.base.samples
+            label = _LABEL.get(d.label, d.label)
+            if doc.failures:
                 label += " ⚠"
             lines.append(
                 _row(
                     _code(task),
-                    _fmt_rate(d.get("base_mean")),
-                    _fmt_rate(d.get("head_mean")),
-                    f"{_fmt_delta(d.get('delta'))}{interval}",
-                    f"`{ci_bar(lo, hi, d.get('delta'))}`",
+                    _fmt_rate(d.base_mean),
+                    _fmt_rate(d.head_mean),
+                    f"{_fmt_delta(d.delta)}{interval}",
+                    f"`{ci_bar(lo, hi, d.delta)}`",
                     label,
                     samples,
                 )
             )
         lines.append("")
-        margin = params.get("margin")
+        margin = result.params.margin if result.params else None
         note = (
             f"† anytime-valid {100 * level:.1f}% interval on the paired difference (valid however often "
             f"we look; α split over {len(tasks)} task(s)), cut at 0 once a directional test (exact sign "
@@ -141,25 +141,25 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
         if note:
             lines += [f"<sub>{note}</sub>", ""]
 
-    for kind, title in (
-        ("skipped_tasks", "Skipped (no changed file matches their paths)"),
-        ("new_tasks", "New on this PR (no baseline yet)"),
-        ("removed_tasks", "Removed on this PR"),
+    for names, title in (
+        (result.skipped_tasks, "Skipped (no changed file matches their paths)"),
+        (result.new_tasks, "New on this PR (no baseline yet)"),
+        (result.removed_tasks, "Removed on this PR"),
     ):
-        if result.get(kind):
-            lines.append(f"**{title}:** " + ", ".join(_code(t) for t in result[kind]))
+        if names:
+            lines.append(f"**{title}:** " + ", ".join(_code(t) for t in names))
     raised = agent_errors(result)
     if raised:
         lines.append("")
         lines.append("**Errors raised by this repository's code** (scored as failures of that arm):")
         lines += [f"- {_code(t)} {arm}: {cause}" for t, arm, cause in raised]
-    changed = {t: doc["decision"].get("pairing", {}).get("changed_inputs") for t, doc in tasks.items()}
+    changed = {t: doc.decision.pairing.changed_inputs for t, doc in tasks.items() if doc.decision.pairing}
     changed = {t: n for t, n in changed.items() if n}
     if changed:
         lines.append("")
         lines.append("**Changed inputs** (the same sample id ran a different input on head and base; not paired):")
         lines += [f"- {_code(t)}: {n} sample id(s)" for t, n in changed.items()]
-    failures = {t: doc["failures"] for t, doc in tasks.items() if doc.get("failures")}
+    failures = {t: doc.failures for t, doc in tasks.items() if doc.failures}
     if failures:
         lines.append("")
         lines.append("**Infrastructure failures** (not agent failures):")
@@ -167,12 +167,12 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
             for arm, cause in f.items():
                 lines.append(f"- {_code(t)} on {arm}: {' '.join(str(cause)[:300].splitlines())}")
 
-    hints = [(t, doc["more_samples_hint"]) for t, doc in tasks.items() if doc.get("more_samples_hint")]
+    hints = [(t, doc.more_samples_hint) for t, doc in tasks.items() if doc.more_samples_hint]
     lines += ["", _footer(result)]
     if hints and verdict in ("INCONCLUSIVE", "RUNNING"):
         lines.append("")
         for t, hint in hints:
-            n = tasks[t]["decision"].get("more_pairs_needed")
+            n = tasks[t].decision.more_pairs_needed
             lines.append(f"- {_code(t)}: {hint} — comment `/eval more {n}` to run them")
 
     if tasks:
@@ -180,46 +180,50 @@ def render_comment(result: dict[str, Any], *, marker: str = MARKER) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def agent_errors(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+def agent_errors(result: ComparisonDocument) -> list[tuple[str, str, str]]:
     """(task, arm, cause) for every arm whose samples raised in the repository's code."""
-    tasks = result.get("tasks") or {}
     out = []
-    for task in result.get("task_order") or sorted(tasks):
-        pairing = (tasks[task].get("decision") or {}).get("pairing") or {}
-        for arm in ("head", "base"):
-            if pairing.get(f"error_{arm}"):
-                out.append((task, arm, pairing[f"error_{arm}"]))
+    for task, doc in result.ordered_tasks():
+        pairing = doc.decision.pairing
+        if pairing is None:
+            continue
+        for arm, cause in (("head", pairing.error_head), ("base", pairing.error_base)):
+            if cause:
+                out.append((task, arm, cause))
     return out
 
 
-def not_landed_note(result: dict[str, Any]) -> str:
+def not_landed_note(result: ComparisonDocument) -> str:
     """What windows that landed no samples still used: failed ones (from their logs) and, for a
     stopped or cancelled run, the windows cut short. Empty when there were none."""
     parts = []
-    failed = result.get("failed_windows") or {}
-    windows, unknown = failed.get("windows") or 0, failed.get("unknown_windows") or 0
-    if windows and unknown == windows:
+    failed = result.failed_windows
+    windows, unknown = (failed.windows, failed.unknown_windows) if failed else (0, 0)
+    if failed and windows and unknown == windows:
         parts.append(f"{windows} window(s) failed on infrastructure (no readable log: their use is unknown)")
-    elif windows:
-        used = f"{windows} window(s) failed on infrastructure after using {failed.get('samples', 0):,} samples"
-        if failed.get("cost_usd") is not None:
-            parts.append(f"{used}, {_fmt_money(failed['cost_usd'])}")
+    elif failed and windows:
+        used = f"{windows} window(s) failed on infrastructure after using {failed.samples:,} samples"
+        if failed.cost_usd is not None:
+            parts.append(f"{used}, {_fmt_money(failed.cost_usd)}")
         else:
             parts.append(f"{used} ({unknown} with no readable log or no price: cost unknown)")
-    cancelled = (result.get("execution") or {}).get("cancelled_windows") or []
+    cancelled = (result.execution or {}).get("cancelled_windows") or []
     if cancelled:
         parts.append(f"{len(cancelled)} window(s) cancelled mid-run (their use is unknown; they run again on resume)")
     return "; ".join(parts)
 
 
-def _footer(result: dict[str, Any]) -> str:
-    spend = _fmt_money(result.get("spend_usd")) if result.get("spend_known") else "unknown"
-    traj = (result.get("trajectories") or {}).get("head", "")
+def _spend(result: ComparisonDocument) -> str:
+    return _fmt_money(result.spend_usd) if result.spend_known else "unknown"
+
+
+def _footer(result: ComparisonDocument) -> str:
+    traj = result.trajectories.get("head", "")
     extra = not_landed_note(result)
     return (
-        f"Samples run: {result.get('samples_run', 0):,} of {result.get('samples_possible', 0):,} possible · "
-        f"spend {spend}{f' · not landed: {extra}' if extra else ''} · "
-        f"paired against base commit `{result['base_sha']}` · "
+        f"Samples run: {result.samples_run:,} of {result.samples_possible:,} possible · "
+        f"spend {_spend(result)}{f' · not landed: {extra}' if extra else ''} · "
+        f"paired against base commit `{result.base_sha}` · "
         f"trajectories: `{traj}` (open with `evalrunner view`)"
     )
 
@@ -228,7 +232,7 @@ def _row(*cells: object) -> str:
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
-def _details(result: dict[str, Any]) -> str:
+def _details(result: ComparisonDocument) -> str:
     rows = [
         _row(
             "eval",
@@ -242,23 +246,22 @@ def _details(result: dict[str, Any]) -> str:
         ),
         "|---|---:|---|---|---|---|---|---|",
     ]
-    for task in result.get("task_order") or sorted(result.get("tasks") or {}):
-        doc = result["tasks"][task]
-        d = doc["decision"]
-        cl = d.get("classical_interval") or {}
-        classical = "–" if not cl else f"({cl['lo']:+.2f}, {cl['hi']:+.2f})"
-        ev = d.get("e_values") or {}
-        e_best = max(ev.values()) if ev else None
-        cps = doc.get("cost_per_sample_delta_usd")
-        lat = doc.get("latency_p50_delta_s")
+    for task, doc in result.ordered_tasks():
+        d = doc.decision
+        cl = d.classical_interval
+        classical = "–" if cl is None or cl.lo is None or cl.hi is None else f"({cl.lo:+.2f}, {cl.hi:+.2f})"
+        ev = [v for v in d.e_values.values() if v is not None]
+        e_best = max(ev) if ev else None
+        cps = doc.cost_per_sample_delta_usd
+        lat = doc.latency_p50_delta_s
         rows.append(
             _row(
                 _code(task),
-                d.get("pairs", 0),
-                f"{d.get('head_better', 0)} / {d.get('base_better', 0)} / {d.get('ties', 0)}",
+                d.pairs,
+                f"{d.head_better} / {d.base_better} / {d.ties}",
                 classical,
                 "–" if e_best is None else f"{e_best:.3g}",
-                f"{d.get('p_above_margin', 0):.2f} · {d.get('p_within_margin', 0):.2f} · {d.get('p_below_margin', 0):.2f}",
+                f"{d.p_above_margin or 0:.2f} · {d.p_within_margin or 0:.2f} · {d.p_below_margin or 0:.2f}",
                 "unknown" if cps is None else f"{cps:+.5f}",
                 "–" if lat is None else f"{lat:+.3f}s",
             )
@@ -268,27 +271,22 @@ def _details(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def render_summary(result: dict[str, Any]) -> str:
+def render_summary(result: ComparisonDocument) -> str:
     """A short plain-text summary for terminals and check-run summaries."""
-    out = [f"{result['verdict']}: {headline(result)}"]
-    for task in result.get("task_order") or sorted(result.get("tasks") or {}):
-        doc = result["tasks"][task]
-        d = doc["decision"]
-        ci = d.get("anytime_interval") or {}
-        interval = "" if ci.get("lo") is None else f" ({ci['lo']:+.2f}, {ci['hi']:+.2f})"
+    out = [f"{result.verdict}: {headline(result)}"]
+    for task, doc in result.ordered_tasks():
+        d = doc.decision
+        ci = d.anytime_interval
+        interval = "" if ci.lo is None or ci.hi is None else f" ({ci.lo:+.2f}, {ci.hi:+.2f})"
         out.append(
-            f"  {task:<32} base {_fmt_rate(d.get('base_mean'))}  head {_fmt_rate(d.get('head_mean'))}  "
-            f"Δ {_fmt_delta(d.get('delta'))}{interval}  {d['label']:<12} pairs {d.get('pairs', 0)}"
+            f"  {task:<32} base {_fmt_rate(d.base_mean)}  head {_fmt_rate(d.head_mean)}  "
+            f"Δ {_fmt_delta(d.delta)}{interval}  {d.label:<12} pairs {d.pairs}"
         )
-    out.append(
-        f"  samples {result.get('samples_run', 0)} of {result.get('samples_possible', 0)} possible · spend "
-        + (_fmt_money(result.get("spend_usd")) if result.get("spend_known") else "unknown")
-    )
+    out.append(f"  samples {result.samples_run} of {result.samples_possible} possible · spend " + _spend(result))
     extra = not_landed_note(result)
     if extra:
         out.append(f"  not landed: {extra}")
-    if result["verdict"] != "RUNNING":
+    if result.verdict != "RUNNING":
         # Why, in the same words as the PR comment: limits, failures and errors the agent raised.
-        reasons = [r for r in (result.get("final_verdict") or {}).get("reasons", []) if r]
-        out += [f"  why: {r}" for r in reasons]
+        out += [f"  why: {r}" for r in result.final_verdict.reasons if r]
     return "\n".join(out)

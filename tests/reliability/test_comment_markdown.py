@@ -4,11 +4,14 @@ the GFM parser finds has as many cells in every row as in its header and delimit
 from __future__ import annotations
 
 import itertools
+from dataclasses import asdict
 from typing import Any
 
 import pytest
 
+from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.report.markdown import render_comment
+from evalrunner_assets.stats import StatsParams
 
 from ._gfm import _gfm, table_problems
 
@@ -16,13 +19,15 @@ pytestmark = pytest.mark.reliability
 
 HEAD, BASE = "a" * 40, "b" * 40
 TASK_IDS = ["triage/runbook_lookup", "odd|task`id", "pipes||and\\|escapes"]
+FAILED_TOKENS = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
 
 
 def decision(label: str, *, empty: bool) -> dict[str, Any]:
+    shared = {"label": label, "n_tasks": len(TASK_IDS), "task_alpha": 0.05 / len(TASK_IDS)}
     if empty:
-        return {"label": label, "pairs": 0}
+        return {**shared, "pairs": 0, "anytime_interval": {"lo": None, "hi": None, "level": 0.983, "kind": "cs"}}
     return {
-        "label": label,
+        **shared,
         "pairs": 24,
         "head_better": 9,
         "base_better": 3,
@@ -30,8 +35,8 @@ def decision(label: str, *, empty: bool) -> dict[str, Any]:
         "base_mean": 0.5,
         "head_mean": 0.75,
         "delta": 0.25,
-        "anytime_interval": {"lo": -0.1, "hi": 0.62, "level": 0.975},
-        "classical_interval": {"lo": 0.05, "hi": 0.45},
+        "anytime_interval": {"lo": -0.1, "hi": 0.62, "level": 0.975, "kind": "cs"},
+        "classical_interval": {"lo": 0.05, "hi": 0.45, "level": 0.95, "kind": "t"},
         "e_values": {"improved": 12.5, "regressed": 0.1},
         "p_above_margin": 0.8,
         "p_within_margin": 0.15,
@@ -40,12 +45,22 @@ def decision(label: str, *, empty: bool) -> dict[str, Any]:
     }
 
 
-def document(verdict: str, label: str, *, empty: bool, failures: bool, head_ref: str) -> dict[str, Any]:
+def arm() -> dict[str, Any]:
+    tokens = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    return {"samples": 24, "errors": 0, **tokens, "cost_usd": None, "cost_per_sample_usd": None, "latency_p50_s": None}
+
+
+def document(verdict: str, label: str, *, empty: bool, failures: bool, head_ref: str) -> ComparisonDocument:
     tasks = {
         t: {
             "decision": decision(label, empty=empty),
-            "head": {"samples": 24},
-            "base": {"samples": 24},
+            "affinity": "matched",
+            "pairs_possible": 24,
+            "pairs_limit": 256,
+            "positions_landed": 24,
+            "windows": 1,
+            "head": arm(),
+            "base": arm(),
             "failures": {"head": "sandbox_start: bwrap | exit 1\nsecond line | more"} if failures else {},
             "more_samples_hint": "16 more pairs (~$0.01) may decide it"
             if label in ("continue", "inconclusive")
@@ -55,14 +70,22 @@ def document(verdict: str, label: str, *, empty: bool, failures: bool, head_ref:
         }
         for t in TASK_IDS
     }
-    return {
+    doc = {
+        "comparison": f"acme/repo#1@{HEAD}",
+        "repo": "acme/repo",
+        "pr": "1",
+        "status": "running" if verdict == "RUNNING" else "complete",
         "verdict": verdict,
         "head_sha": HEAD,
         "base_sha": BASE,
         "base_ref": "main",
         "head_ref": head_ref,
-        "params": {"margin": 0.05},
-        "final_verdict": {"reasons": ["a reason | with a pipe"], "p_improvement": None if empty else 0.91},
+        "params": asdict(StatsParams()),
+        "final_verdict": {
+            "verdict": verdict,
+            "reasons": ["a reason | with a pipe"],
+            "p_improvement": None if empty else 0.91,
+        },
         "tasks": tasks,
         "task_order": TASK_IDS,
         "skipped_tasks": ["skipped|one"],
@@ -73,8 +96,11 @@ def document(verdict: str, label: str, *, empty: bool, failures: bool, head_ref:
         "spend_usd": 0.02,
         "spend_known": not empty,
         "trajectories": {"head": "/lake/raw/x"},
-        "failed_windows": {"windows": 1, "samples": 4, "cost_usd": None, "unknown_windows": 1} if failures else {},
+        "failed_windows": {"windows": 1, "samples": 4, "cost_usd": None, "unknown_windows": 1, **FAILED_TOKENS}
+        if failures
+        else None,
     }
+    return ComparisonDocument.model_validate(doc)
 
 
 MATRIX = list(

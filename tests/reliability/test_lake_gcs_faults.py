@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from lake import Lake, LakeUnavailable
+from lake.batch import RunSettings
 from lake.storage import gcs_filesystem
 
 pytestmark = pytest.mark.reliability
@@ -157,13 +158,11 @@ def test_batch_records_on_gcs_are_committed_create_only(
         commit="a" * 40,
         task="qa/probe",
         spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1",
         window=Window(0, 4),
-        seed=7,
-        epochs=2,
         config_digest="cfg",
         backend="local-unsafe",
         runtime_digest="rt",
+        settings=RunSettings(model="lakeprobe/probe-1", seed=7, epochs=2),
     )
     first = land_batch(lake, key, logs["head"].read_bytes())
     with pytest.raises(BatchConflictError) as info:

@@ -17,6 +17,7 @@ from _inspect_models import probe_logs
 from evalrunner_assets.execution.inspect_runner import WindowRun
 from evalrunner_assets.pipeline.windows import _land, batch_state
 from lake import BatchConflictError, BatchKey, Window, connect, land_batch, open_lake
+from lake.batch import RunSettings
 from lake.integrity import LakeIntegrityError, forget_verified, verify_lake, verify_record
 from lake.schema import SAMPLES_SCHEMA, BatchRecord
 
@@ -36,13 +37,11 @@ def key_for(commit: str = "a" * 40, window: Window = Window(0, 4)) -> BatchKey:
         commit=commit,
         task="qa/probe",
         spec="evals/probe.py@lake_probe",
-        model="lakeprobe/probe-1",
         window=window,
-        seed=7,
-        epochs=2,
         config_digest="cfg123",
         backend="local-unsafe",
         runtime_digest="rt1",
+        settings=RunSettings(model="lakeprobe/probe-1", seed=7, epochs=2),
     )
 
 
