@@ -317,7 +317,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     resources = default_resources()
     try:
         if args.action == "list":
-            for f in finetune_run.list_finetunes(resources):
+            for f in finetune_run.list_finetunes(resources, args.repo_id):
                 suite = f.measurement.get("suite") or {}
                 score = "not measured" if suite.get("mean") is None else f"suite {suite['mean']:.2f}"
                 print(
@@ -789,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--training-cost-usd", type=float, default=None, help="what training cost")
     q.set_defaults(func=cmd_finetune)
     q = actions.add_parser("list", help="list registered fine-tunes")
+    q.add_argument("--repo-id", default=None, help="only this repository's (owner/name; default: every repository)")
     q.set_defaults(func=cmd_finetune)
 
     p = add("sql", help="run SQL over the lake's tables (samples, events, batches, …)")

@@ -6,7 +6,7 @@ path as its last argument; the last line it prints is the model id to call (e.g.
 ``openai/ft:gpt-4o-mini:acme::abc123``). Registering measures the fine-tune as the candidate
 ``ft-<name>`` against the reference candidate on the same paired samples
 (``candidates_run.measure_candidates``: the same Dagster jobs), then writes
-``ft/<name>/notification.md`` and, when GitHub is configured, opens an issue with it.
+``ft/<repo>/<name>/notification.md`` and, when GitHub is configured, opens an issue with it.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def register(
 
     ts = ft.load_training_set(training_set)
     the_lake = resources["lake"].open()
-    LAYOUT.finetune(name)  # checks the name before anything trains
+    LAYOUT.finetune(repo, name)  # checks the repository and name before anything trains
     trained_with = None
     if model is None:
         trained_with = trainer or os.environ.get(TRAINER_ENV)
@@ -140,7 +140,7 @@ def register(
     suite_pair = _suite_pair(the_lake, repo, candidate.name, reference)
     verdict = result.frontier.get("promotion", {}).get("candidates", {}).get(candidate.name)
     markdown = ft.notification_markdown(record, current, measured, suite_pair, verdict)
-    rel = LAYOUT.finetune_notification(name)
+    rel = LAYOUT.finetune_notification(repo, name)
     the_lake.write_bytes(rel, markdown.encode("utf-8"))
     record.notification = the_lake.url(rel)
     record.measurement = {
@@ -171,5 +171,5 @@ def _suite_pair(the_lake: Any, repo: str, candidate: str, other: str) -> dict[st
     return None
 
 
-def list_finetunes(resources: dict[str, Any]) -> Sequence[ft.FineTune]:
-    return list(ft.load_finetunes(resources["lake"].open()).values())
+def list_finetunes(resources: dict[str, Any], repo: str | None = None) -> Sequence[ft.FineTune]:
+    return list(ft.load_finetunes(resources["lake"].open(), repo).values())

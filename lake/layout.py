@@ -361,17 +361,24 @@ class LakeLayout:
         """The promotion gate's decision and its reasons."""
         return f"candidates/{check_repo(repo)}/frontier/promotion.json"
 
-    def finetune(self, name: str) -> str:
-        """One registered fine-tune: base model, the model id to call, the training set's
-        provenance (SQL, lake snapshot, rows, digest) and cost."""
-        return f"ft/{_check_name('fine-tune', name)}/finetune.json"
+    def finetune(self, repo: str, name: str) -> str:
+        """One registered fine-tune of a repository: base model, the model id to call, the
+        training set's provenance (SQL, lake snapshot, rows, digest) and cost. Names are per
+        repository: two repositories may each have a ``runbook-v1``."""
+        return f"ft/{check_repo(repo)}/{_check_name('fine-tune', name)}/finetune.json"
 
-    def finetunes_glob(self) -> str:
+    def finetunes_glob(self, repo: str | None = None) -> str:
+        """Every fine-tune of ``repo`` (of every repository when None)."""
+        return f"ft/{check_repo(repo)}/*/finetune.json" if repo else "ft/*/*/*/finetune.json"
+
+    def legacy_finetunes_glob(self) -> str:
+        """Fine-tunes registered before names were per repository (``ft/<name>/finetune.json``;
+        each record names its repository): still read, never written."""
         return "ft/*/finetune.json"
 
-    def finetune_notification(self, name: str) -> str:
+    def finetune_notification(self, repo: str, name: str) -> str:
         """The fine-tune against the current configuration, as a Markdown table."""
-        return f"ft/{_check_name('fine-tune', name)}/notification.md"
+        return f"ft/{check_repo(repo)}/{_check_name('fine-tune', name)}/notification.md"
 
     def env_record(self, env_digest: str) -> str:
         """The record of one built repository environment (what it holds, how it was built).

@@ -96,14 +96,14 @@ def test_the_training_set_holds_the_reference_passing_main_conversations(registe
 def test_the_registry_records_the_model_its_provenance_and_cost(registered, capsys):
     from evalrunner_assets import cli
 
-    record = ft.load_finetunes(registered["lake"])["runbook-v1"]
+    record = ft.load_finetune(registered["lake"], REPO, "runbook-v1")
     assert record.registered_at
     assert record.model == FT_MODEL and record.base_model == "simagent/support-agent"
     assert record.trainer and "standin_trainer.py" in record.trainer
     assert record.training_set["digest"] == registered["exported"].digest
     assert record.training_set["rows"] == registered["exported"].rows
     assert record.training_cost_usd == 12.5 and record.candidate == "ft-runbook-v1"
-    assert record.notification and record.notification.endswith(LAYOUT.finetune_notification("runbook-v1"))
+    assert record.notification and record.notification.endswith(LAYOUT.finetune_notification(REPO, "runbook-v1"))
     assert cli.main(["finetune", "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed == [
@@ -126,7 +126,7 @@ def test_the_fine_tune_is_measured_on_the_reference_inputs(registered):
 
 def test_the_notification_table_lands_in_the_lake_and_as_a_github_issue(registered):
     lake = registered["lake"]
-    markdown = lake.read_bytes(LAYOUT.finetune_notification("runbook-v1")).decode()
+    markdown = lake.read_bytes(LAYOUT.finetune_notification(REPO, "runbook-v1")).decode()
     assert markdown == registered["done"].notification
     lines = markdown.splitlines()
     header = lines.index("| eval | current | ft | Δ (CI) | cost/sample |")
@@ -139,4 +139,4 @@ def test_the_notification_table_lands_in_the_lake_and_as_a_github_issue(register
     issues = registered["standin"].issues_on(REPO)
     assert len(issues) == 1 and issues[0]["body"] == markdown
     assert issues[0]["title"] == f"Fine-tune runbook-v1: {FT_MODEL} against main"
-    assert ft.load_finetunes(lake)["runbook-v1"].issue_url == issues[0]["html_url"]
+    assert ft.load_finetune(lake, REPO, "runbook-v1").issue_url == issues[0]["html_url"]

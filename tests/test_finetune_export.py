@@ -173,10 +173,39 @@ def test_fine_tune_names_are_checked_before_they_become_lake_paths():
     from lake import LAYOUT
     from lake.layout import LakePathError
 
-    assert LAYOUT.finetune("runbook-v1") == "ft/runbook-v1/finetune.json"
-    assert LAYOUT.finetune_notification("runbook-v1") == "ft/runbook-v1/notification.md"
+    assert LAYOUT.finetune(REPO, "runbook-v1") == "ft/acme/agent/runbook-v1/finetune.json"
+    assert LAYOUT.finetune_notification(REPO, "runbook-v1") == "ft/acme/agent/runbook-v1/notification.md"
     with pytest.raises(LakePathError):
-        LAYOUT.finetune("../escape")
+        LAYOUT.finetune(REPO, "../escape")
+    with pytest.raises(LakePathError):
+        LAYOUT.finetune("not-a-repo", "runbook-v1")
+
+
+def _record(repo: str, name: str, model: str) -> ft.FineTune:
+    return ft.FineTune(
+        name=name, repo=repo, base_model="simagent/support-agent", model=model, candidate=f"ft-{name}", training_set={}
+    )
+
+
+def test_fine_tune_names_are_per_repository_and_the_first_layout_stays_readable(tmp_path):
+    from lake import LAYOUT
+
+    lake = open_lake(str(tmp_path / "lake"))
+    ft.save_finetune(lake, _record(REPO, "runbook-v1", "simagent/a"))
+    ft.save_finetune(lake, _record("other/agent", "runbook-v1", "simagent/b"))  # same name, other repository
+    # A record written before names were per repository: ft/<name>/finetune.json.
+    legacy = _record(REPO, "older", "simagent/c").to_dict()
+    lake.write_bytes("ft/older/finetune.json", json.dumps(legacy).encode())
+    assert lake.exists(LAYOUT.finetune(REPO, "runbook-v1")) and lake.exists(LAYOUT.finetune("other/agent", "runbook-v1"))
+    mine = ft.load_finetunes(lake, REPO)
+    assert {k: f.model for k, f in mine.items()} == {(REPO, "older"): "simagent/c", (REPO, "runbook-v1"): "simagent/a"}
+    assert set(ft.load_finetunes(lake)) == {(REPO, "older"), (REPO, "runbook-v1"), ("other/agent", "runbook-v1")}
+    assert ft.load_finetune(lake, "other/agent", "runbook-v1").model == "simagent/b"
+    with pytest.raises(ft.FinetuneError, match=r"other/agent has no fine-tune named 'older' \(registered: runbook-v1\)"):
+        ft.load_finetune(lake, "other/agent", "older")
+    # Saving the legacy record again puts it at the per-repository path, which wins from then on.
+    ft.save_finetune(lake, _record(REPO, "older", "simagent/d"))
+    assert ft.load_finetune(lake, REPO, "older").model == "simagent/d"
 
 
 def test_finetune_export_and_list_on_the_command_line(tmp_path, monkeypatch, capsys):

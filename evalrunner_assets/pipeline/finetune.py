@@ -11,7 +11,7 @@ holds what is particular to fine-tunes:
   conversations); the conversations, redacted, become chat JSONL in the format OpenAI's
   fine-tuning API takes (``{"messages": [{"role": ..., "content": ...}, ...]}`` per line). The
   file is written atomically, with a provenance file beside it (``<out>.provenance.json``).
-- the registry ``ft/<name>/finetune.json`` (lake/layout.py): base model, the model id to call,
+- the registry ``ft/<repo>/<name>/finetune.json`` (lake/layout.py): base model, the model id to call,
   the training set's provenance and cost.
 - ``notification_markdown``: ``eval | current | ft | Δ (CI) | cost/sample``.
 
@@ -328,20 +328,43 @@ def candidate_name(name: str) -> str:
 
 
 def save_finetune(lake: Lake, ft: FineTune) -> str:
-    return lake.write_bytes(LAYOUT.finetune(ft.name), json.dumps(ft.to_dict(), indent=2, sort_keys=True).encode())
+    return lake.write_bytes(
+        LAYOUT.finetune(ft.repo, ft.name), json.dumps(ft.to_dict(), indent=2, sort_keys=True).encode()
+    )
 
 
-def load_finetunes(lake: Lake) -> dict[str, FineTune]:
-    out: dict[str, FineTune] = {}
-    for rel in lake.glob(LAYOUT.finetunes_glob()):
-        try:
-            doc = json.loads(lake.read_bytes(rel))
-            doc.pop("schema_version", None)
-            ft = FineTune(**doc)
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise FinetuneError(f"fine-tune record {lake.url(rel)} is not valid ({exc})") from exc
-        out[ft.name] = ft
+def _read_finetune(lake: Lake, rel: str) -> FineTune:
+    try:
+        doc = json.loads(lake.read_bytes(rel))
+        doc.pop("schema_version", None)
+        return FineTune(**doc)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise FinetuneError(f"fine-tune record {lake.url(rel)} is not valid ({exc})") from exc
+
+
+def load_finetunes(lake: Lake, repo: str | None = None) -> dict[tuple[str, str], FineTune]:
+    """Registered fine-tunes by (repository, name), of ``repo`` or of every repository.
+
+    Records of the first layout (``ft/<name>/``, before names were per repository) are still
+    read — each names its repository; a record at the per-repository path wins over one there."""
+    out: dict[tuple[str, str], FineTune] = {}
+    for rel in lake.glob(LAYOUT.legacy_finetunes_glob()):
+        ft = _read_finetune(lake, rel)
+        if repo is None or ft.repo == repo:
+            out[(ft.repo, ft.name)] = ft
+    for rel in lake.glob(LAYOUT.finetunes_glob(repo)):
+        ft = _read_finetune(lake, rel)
+        out[(ft.repo, ft.name)] = ft
     return dict(sorted(out.items()))
+
+
+def load_finetune(lake: Lake, repo: str, name: str) -> FineTune:
+    """One fine-tune of ``repo``; the error lists the ones it has."""
+    found = load_finetunes(lake, repo)
+    if (repo, name) not in found:
+        known = ", ".join(n for _, n in found) or "none"
+        raise FinetuneError(f"{repo} has no fine-tune named {name!r} (registered: {known})")
+    return found[(repo, name)]
 
 
 # --- the notification --------------------------------------------------------------------------
