@@ -165,12 +165,14 @@ def connect(
     database: str = ":memory:",
     records: list[BatchRecord] | None = None,
     on_problem: OnProblem = warn_problem,
-    views: Sequence[str] = (*VIEWS, "cohort_series"),
+    views: Sequence[str] = (*VIEWS, "cohort_series", "candidates"),
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the lake's views (``batches``, ``samples``, ``events``, …);
     with ``records``, the views cover only those batches (reading a few batches of a large lake
     without listing every record). ``views``: the ``sql/`` definitions to create, in order (a
-    caller that runs one query names just what it reads; creating each costs milliseconds)."""
+    caller that runs one query names just what it reads; creating each costs milliseconds).
+    ``candidates`` stands for ``candidate_rows`` and ``candidate_pairs`` of every repository
+    (``register_candidates``)."""
     con = duckdb.connect(database)
     if not lake.is_local:
         con.register_filesystem(lake.fs)
@@ -183,6 +185,8 @@ def connect(
         for name in views:
             if name == "cohort_series":
                 register_series(con, lake)
+            elif name == "candidates":
+                register_candidates(con, lake)
             else:
                 con.execute(sql.load(name))
     return con
@@ -208,15 +212,17 @@ def _small_table(lake: Lake, rels: list[str], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def register_candidates(con: duckdb.DuckDBPyConnection, lake: Lake, repo: str) -> None:
+def register_candidates(con: duckdb.DuckDBPyConnection, lake: Lake, repo: str | None = None) -> None:
     """``candidate_rows`` (one row per candidate measurement and task / suite) and
-    ``candidate_pairs`` (the suite comparisons of every two candidates) of ``repo``: small,
-    read into memory."""
-    con.register(
-        "candidate_rows", _small_table(lake, lake.glob(lake.layout.candidate_rows_glob(repo)), CANDIDATE_ROWS_SCHEMA)
-    )
-    pairs = lake.layout.candidate_pairs(repo)
-    con.register("candidate_pairs", _small_table(lake, [pairs] if lake.exists(pairs) else [], CANDIDATE_PAIRS_SCHEMA))
+    ``candidate_pairs`` (the suite comparisons of every two candidates) of ``repo``, or of every
+    repository when None (both carry a ``repo`` column): small, read into memory."""
+    layout = lake.layout
+    con.register("candidate_rows", _small_table(lake, lake.glob(layout.candidate_rows_glob(repo)), CANDIDATE_ROWS_SCHEMA))
+    if repo is None:
+        pairs = lake.glob(layout.candidate_pairs_glob())
+    else:
+        pairs = [layout.candidate_pairs(repo)] if lake.exists(layout.candidate_pairs(repo)) else []
+    con.register("candidate_pairs", _small_table(lake, pairs, CANDIDATE_PAIRS_SCHEMA))
 
 
 def connect_candidates(lake: Lake, repo: str) -> duckdb.DuckDBPyConnection:

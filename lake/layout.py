@@ -343,12 +343,17 @@ class LakeLayout:
         """The same measurement as rows (one per task and one for the suite) for SQL."""
         return f"candidates/{check_repo(repo)}/rows/{_check_name('candidate', name)}.parquet"
 
-    def candidate_rows_glob(self, repo: str) -> str:
-        return f"candidates/{check_repo(repo)}/rows/*.parquet"
+    def candidate_rows_glob(self, repo: str | None = None) -> str:
+        """The measurement rows of ``repo``'s candidates (of every repository's when None)."""
+        return f"candidates/{check_repo(repo)}/rows/*.parquet" if repo else "candidates/*/*/rows/*.parquet"
 
     def candidate_pairs(self, repo: str) -> str:
         """Every pair of measured candidates compared on the suite's shared inputs."""
         return f"candidates/{check_repo(repo)}/frontier/pairs.parquet"
+
+    def candidate_pairs_glob(self) -> str:
+        """The suite pairs of every repository's candidates."""
+        return "candidates/*/*/frontier/pairs.parquet"
 
     def continuum_frontier(self, repo: str, ext: str) -> str:
         """The frontier: ``json`` (rows, steps, promotion decision), ``png``/``svg`` (chart),

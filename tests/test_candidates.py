@@ -151,6 +151,24 @@ def test_the_frontier_query_drops_only_what_a_paired_test_shows_dominated(tmp_pa
     assert list(rows) == ["cheap", "better", "worse-dearer", "same-dearer", "best", "unclear", "no-cost"]
 
 
+def test_the_candidate_tables_are_in_the_default_sql_connection(tmp_path):
+    from lake.query import run_sql
+
+    lake = open_lake(str(tmp_path))
+    other = "other/agent"
+    _write(lake, LAYOUT.candidate_rows(REPO, "main"), [_suite("main", 0.7, 1.0, True)], CANDIDATE_ROWS_SCHEMA)
+    _write(lake, LAYOUT.candidate_rows(REPO, "big"), [_suite("big", 0.8, 3.0)], CANDIDATE_ROWS_SCHEMA)
+    _write(lake, LAYOUT.candidate_rows(other, "x"), [{**_suite("x", 0.5, 2.0), "repo": other}], CANDIDATE_ROWS_SCHEMA)
+    _write(lake, LAYOUT.candidate_pairs(REPO), _pairs({("big", "main"): "improved"}), CANDIDATE_PAIRS_SCHEMA)
+    rows = run_sql(lake, "select repo, candidate, mean from candidate_rows order by repo, candidate", "csv")
+    assert rows.splitlines() == ["repo,candidate,mean", "acme/agent,big,0.8", "acme/agent,main,0.7", "other/agent,x,0.5"]
+    pairs = run_sql(lake, "select candidate, other, label from candidate_pairs order by candidate", "csv")
+    assert pairs.splitlines() == ["candidate,other,label", "big,main,improved", "main,big,regressed"]
+    # An empty lake still has both tables (typed, no rows): a query never fails on their absence.
+    empty = open_lake(str(tmp_path / "empty"))
+    assert run_sql(empty, "select count(*) as n from candidate_rows, candidate_pairs", "csv").splitlines() == ["n", "0"]
+
+
 def _measured(name, flags, cost):
     return {
         "name": name,
