@@ -173,3 +173,22 @@ def test_a_second_measure_starts_no_sandbox_and_records_defined_jobs(measured):
     assert sorted(keys) == sorted(f"{REPO}:{n}" for n in KNOWN)
     mats = measured["instance"].fetch_materializations(dg.AssetKey("candidate_measurements"), limit=100).records
     assert {m.partition_key for m in mats} == set(keys)
+
+
+def test_a_candidate_whose_every_window_fails_is_not_saved_and_the_error_names_it_and_the_cause(measured):
+    # The simulated provider refuses model args: every window's log ends in error (a real
+    # failure in the sandbox, not a stand-in).
+    lake = measured["home"].lake()
+    broken = cands.Candidate(name="broken", ref="main", model="simagent/support-agent", model_args={"temperature": 0.5})
+    cands.save_candidate(lake, REPO, broken, {"declared_in": "test"})
+    with pytest.raises(Exception) as err:
+        measure_candidates(
+            REPO, str(measured["example"].path), names=["broken"], instance=measured["instance"],
+            resources=measured["home"].resources(),
+        )  # fmt: skip
+    message = str(err.value) + str(getattr(err.value, "__cause__", "") or "")
+    assert "candidate 'broken' (simagent/support-agent at" in message
+    assert "was not measured: every window failed (triage/escalation_policy: " in message
+    assert "takes no model args" in message
+    assert cands.load_measurement(lake, REPO, "broken") is None
+    assert not lake.exists(LAYOUT.candidate_rows(REPO, "broken"))

@@ -504,6 +504,11 @@ def run_candidates(
             )
             if cancel is not None and cancel.is_set():
                 break  # a cancelled measurement is not saved: the next run measures it again
+            if not any(task["windows"] for task in doc["tasks"].values()):
+                raise CandidateError(
+                    f"{repo}: candidate {name!r} ({candidate.model} at {commit[:12]}) was not measured: "
+                    f"every window failed ({_failure_causes(doc)}); no measurement was saved"
+                )
             doc["provenance"] = candidate_provenance(lake, repo, name)
             run.measured.append(name)
             run.windows_run += doc["execution"]["windows_run"]
@@ -517,6 +522,12 @@ def run_candidates(
         if on_measurement is not None:
             on_measurement(doc, fresh)
     return run
+
+
+def _failure_causes(doc: Mapping[str, Any]) -> str:
+    """Each task's first cause, e.g. ``triage/a: log_status: ValueError …``."""
+    causes = [f"{name}: {task['failure']}" for name, task in sorted(doc["tasks"].items()) if task.get("failure")]
+    return "; ".join(causes) if causes else "no task has samples to run"
 
 
 def reading(doc: Mapping[str, Any]) -> str:
