@@ -217,7 +217,9 @@ def register_candidates(con: duckdb.DuckDBPyConnection, lake: Lake, repo: str | 
     ``candidate_pairs`` (the suite comparisons of every two candidates) of ``repo``, or of every
     repository when None (both carry a ``repo`` column): small, read into memory."""
     layout = lake.layout
-    con.register("candidate_rows", _small_table(lake, lake.glob(layout.candidate_rows_glob(repo)), CANDIDATE_ROWS_SCHEMA))
+    con.register(
+        "candidate_rows", _small_table(lake, lake.glob(layout.candidate_rows_glob(repo)), CANDIDATE_ROWS_SCHEMA)
+    )
     if repo is None:
         pairs = lake.glob(layout.candidate_pairs_glob())
     else:
