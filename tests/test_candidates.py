@@ -161,7 +161,12 @@ def test_the_candidate_tables_are_in_the_default_sql_connection(tmp_path):
     _write(lake, LAYOUT.candidate_rows(other, "x"), [{**_suite("x", 0.5, 2.0), "repo": other}], CANDIDATE_ROWS_SCHEMA)
     _write(lake, LAYOUT.candidate_pairs(REPO), _pairs({("big", "main"): "improved"}), CANDIDATE_PAIRS_SCHEMA)
     rows = run_sql(lake, "select repo, candidate, mean from candidate_rows order by repo, candidate", "csv")
-    assert rows.splitlines() == ["repo,candidate,mean", "acme/agent,big,0.8", "acme/agent,main,0.7", "other/agent,x,0.5"]
+    assert rows.splitlines() == [
+        "repo,candidate,mean",
+        "acme/agent,big,0.8",
+        "acme/agent,main,0.7",
+        "other/agent,x,0.5",
+    ]
     pairs = run_sql(lake, "select candidate, other, label from candidate_pairs order by candidate", "csv")
     assert pairs.splitlines() == ["candidate,other,label", "big,main,improved", "main,big,regressed"]
     # An empty lake still has both tables (typed, no rows): a query never fails on their absence.

@@ -196,12 +196,16 @@ def test_fine_tune_names_are_per_repository_and_the_first_layout_stays_readable(
     # A record written before names were per repository: ft/<name>/finetune.json.
     legacy = _record(REPO, "older", "simagent/c").to_dict()
     lake.write_bytes("ft/older/finetune.json", json.dumps(legacy).encode())
-    assert lake.exists(LAYOUT.finetune(REPO, "runbook-v1")) and lake.exists(LAYOUT.finetune("other/agent", "runbook-v1"))
+    assert lake.exists(LAYOUT.finetune(REPO, "runbook-v1")) and lake.exists(
+        LAYOUT.finetune("other/agent", "runbook-v1")
+    )
     mine = ft.load_finetunes(lake, REPO)
     assert {k: f.model for k, f in mine.items()} == {(REPO, "older"): "simagent/c", (REPO, "runbook-v1"): "simagent/a"}
     assert set(ft.load_finetunes(lake)) == {(REPO, "older"), (REPO, "runbook-v1"), ("other/agent", "runbook-v1")}
     assert ft.load_finetune(lake, "other/agent", "runbook-v1").model == "simagent/b"
-    with pytest.raises(ft.FinetuneError, match=r"other/agent has no fine-tune named 'older' \(registered: runbook-v1\)"):
+    with pytest.raises(
+        ft.FinetuneError, match=r"other/agent has no fine-tune named 'older' \(registered: runbook-v1\)"
+    ):
         ft.load_finetune(lake, "other/agent", "older")
     # Saving the legacy record again puts it at the per-repository path, which wins from then on.
     ft.save_finetune(lake, _record(REPO, "older", "simagent/d"))
