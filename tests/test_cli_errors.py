@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from _signals import default_sigint
 from conftest import commit_files, git
 from github_standin import free_port
 
@@ -171,6 +172,7 @@ def test_ctrl_c_during_a_long_sql_query_exits_130_without_a_traceback(tmp_path: 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     try:
         started = proc.stderr.readline()  # type: ignore[union-attr]  # printed once the query runs

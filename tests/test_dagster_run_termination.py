@@ -17,6 +17,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from _signals import default_sigint
 from test_cancel import bwraps_of
 
 from evalrunner_assets.example_repo import build_example_repo
@@ -86,6 +87,7 @@ def test_terminating_a_task_samples_run_kills_its_sandbox_within_15s(tmp_path: P
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     batches = home / "lake" / "batches"
     deadline = time.monotonic() + 120

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _signals import default_sigint
 
 from evalrunner_assets.example_repo import build_example_repo
 
@@ -51,6 +52,7 @@ def start_compare(home: Path, repo: Path, *extra: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=default_sigint,  # test_cancel interrupts it
     )
 
 
