@@ -309,6 +309,7 @@ def test_a_commit_with_dependencies_is_learnt_and_its_window_runs_with_them_on_k
     from evalrunner_assets.execution.inspect_runner import TaskRunConfig, run_window_cold
     from evalrunner_assets.pipeline.facts import learn_commit
     from lake import Window, open_lake
+    from lake.batch import RunSettings
 
     monkeypatch.setenv("EVALRUNNER_ENVS", str(tmp_path / "local-envs"))
     monkeypatch.setenv("EVALRUNNER_PACKAGE_INDEX", index.url)
@@ -342,7 +343,7 @@ def test_a_commit_with_dependencies_is_learnt_and_its_window_runs_with_them_on_k
         repo="acme/agent",
         task="t/answer",
         spec="evals/t.py@answer",
-        model="simagent/support",
+        settings=RunSettings(model="simagent/support"),
         env_digest=task.env_digest,
         python_env=task_environment(backend, export, task),
     )
