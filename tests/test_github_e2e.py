@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pytest
 from github_standin import GitHubStandin, LoopbackServer
+from served_evalrunner import changed_files
 from shared_files import shared_path
 
 from evalrunner_assets.assets.evals import ASSETS
@@ -230,13 +229,6 @@ class Harness:
         raise AssertionError(f"sampling sensor still requesting runs after {MAX_SAMPLING_TICKS} ticks")
 
 
-def _changed_files(repo: Path, base: str, head: str) -> list[str]:
-    out = subprocess.run(
-        ["git", "diff", "--name-only", base, head], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout
-    return out.split()
-
-
 # -- the stages --------------------------------------------------------------------------------
 @dataclass
 class World:
@@ -314,7 +306,7 @@ def _evaluate(world: World, event: str, payload: dict[str, Any], delivery: str) 
 def opened(world: World) -> Stage:
     head, base = world.example.sha(IMPROVING), world.example.base_sha
     world.standin.add_pull(
-        REPO, PR, head, base, files=_changed_files(world.example.path, base, head), head_ref=IMPROVING
+        REPO, PR, head, base, files=changed_files(world.example.path, base, head), head_ref=IMPROVING
     )
     payload = pull_request_delivery("opened", head=head, base=base, head_ref=IMPROVING)
     return _evaluate(world, "pull_request", payload, str(uuid.uuid4()))
@@ -324,7 +316,7 @@ def opened(world: World) -> Stage:
 def synchronized(world: World, opened: Stage) -> Stage:
     head, base = world.example.sha(REGRESSING), world.example.base_sha
     world.standin.add_pull(
-        REPO, PR, head, base, files=_changed_files(world.example.path, base, head), head_ref=REGRESSING
+        REPO, PR, head, base, files=changed_files(world.example.path, base, head), head_ref=REGRESSING
     )  # the PR's head moved: new SHA, new changed files
     payload = pull_request_delivery("synchronize", head=head, base=base, head_ref=REGRESSING)
     return _evaluate(world, "pull_request", payload, str(uuid.uuid4()))
@@ -382,7 +374,7 @@ def test_signed_pull_request_delivery_is_queued_and_starts_the_comparison_for_it
     request = load_request(world.harness.lake, REPO, str(PR), world.example.sha(IMPROVING))
     assert (request.base_sha, request.base_ref, request.extra_samples) == (world.example.base_sha, "main", 0)
     # changed-file affinity reads the PR's files from the GitHub stand-in
-    assert list(request.changed_files) == _changed_files(
+    assert list(request.changed_files) == changed_files(
         world.example.path, world.example.base_sha, world.example.sha(IMPROVING)
     )
     assert request.changed_files

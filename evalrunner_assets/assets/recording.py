@@ -248,6 +248,7 @@ class RunRecorder:
         self.saved: SavedComparison | None = None
         self.report: WrittenReport | None = None
         self._events: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = []
+        self._touched: dict[tuple[str, str], dg.MultiPartitionKey] = {}
         self._lock = threading.Lock()
 
     def start(self, request: ComparisonRequest) -> None:
@@ -264,12 +265,8 @@ class RunRecorder:
         partition = dg.MultiPartitionKey({"commit": commit, "task": task})
         metadata, checks = samples_metadata(self.lake, outcomes)
         self._add(dg.AssetMaterialization(asset_key="task_samples", partition=partition, metadata=metadata))
-        # What the lake now holds of the partition, as the task_samples step shows it.
-        repo, sha = parse_commit_key(commit)
-        scores = sample_scores_metadata(nouns.sample_scores(self.lake, repo, sha, task))
-        self._add(dg.AssetMaterialization(asset_key="sample_scores", partition=partition, metadata=scores))
-        found = trajectories_metadata(nouns.trajectories(self.lake, repo, sha, task))
-        self._add(dg.AssetMaterialization(asset_key="trajectories", partition=partition, metadata=found))
+        with self._lock:
+            self._touched[(commit, task)] = partition
         for check in checks:
             self._add(dg.AssetCheckEvaluation(asset_key=dg.AssetKey("task_samples"), partition=partition, **check))
 
@@ -283,9 +280,18 @@ class RunRecorder:
         pass
 
     def take_events(self) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
-        """The events recorded since the last call, in the order the work happened."""
+        """The events recorded since the last call, in the order the work happened, then what
+        the lake holds of each (commit, task) touched (``sample_scores``, ``trajectories``): read
+        once per partition here, not after every window step on the engine's path."""
         with self._lock:
             events, self._events = self._events, []
+            touched, self._touched = self._touched, {}
+        for (commit, task), partition in touched.items():
+            repo, sha = parse_commit_key(commit)
+            scores = sample_scores_metadata(nouns.sample_scores(self.lake, repo, sha, task))
+            events.append(dg.AssetMaterialization(asset_key="sample_scores", partition=partition, metadata=scores))
+            found = trajectories_metadata(nouns.trajectories(self.lake, repo, sha, task))
+            events.append(dg.AssetMaterialization(asset_key="trajectories", partition=partition, metadata=found))
         return events
 
     def _add(self, event: dg.AssetMaterialization | dg.AssetCheckEvaluation) -> None:
