@@ -7,6 +7,13 @@ second submission of the same request finds the record and the tagged Dagster ru
 nothing (a run that failed or was cancelled is launched again; attempts already landed are
 kept, never duplicated). Runs execute in this process (``execute_in_process`` on a worker
 thread) and are recorded on the instance, so the UI of ``evalrunner serve`` shows them.
+
+One run executes at a time per process; later submissions wait their turn ("queued"). Dagster
+re-applies the instance's Python logging configuration (``logging.config.dictConfig``) whenever
+a run starts, which takes the logging module's lock and then every handler's lock while another
+run's event handler holds its own and waits for the module lock: two runs started together on
+an instance with a ``dagster.yaml`` deadlock the process. Each run still spreads its attempts
+over its own workers.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ GOLD_TAG = "evalrunner/swe-gold"
 # Dagster's own log lines at WARNING: the run's outcome is in the lake and the run record.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 _DONE_BADLY = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+# Serialises in-process Dagster runs (see the module docstring).
+_IN_PROCESS_RUN = threading.Lock()
 
 
 class SweLauncher:
@@ -70,14 +79,15 @@ class SweLauncher:
             return record, True
 
     def _execute(self, run_id: str) -> None:
-        self._job("swe_run_job").execute_in_process(
-            instance=self.instance,
-            partition_key=run_id,
-            tags={RUN_TAG: run_id},
-            resources=self.resources,
-            raise_on_error=False,
-            run_config=QUIET,
-        )
+        with _IN_PROCESS_RUN:
+            self._job("swe_run_job").execute_in_process(
+                instance=self.instance,
+                partition_key=run_id,
+                tags={RUN_TAG: run_id},
+                resources=self.resources,
+                raise_on_error=False,
+                run_config=QUIET,
+            )
 
     def status(self, run_id: str) -> dict[str, Any]:
         """The run record with its Dagster runs' ids and statuses (newest first)."""
@@ -101,14 +111,15 @@ class SweLauncher:
         """Register a task set and run its gold check at once (a ``swe_gold_job`` run)."""
         ts, created = register_task_set(ctx, spec_file, repo_source)
         add_partitions(self.instance, swe_task_sets_partitions.name or "swe_task_sets", [ts.name])
-        result = self._job("swe_gold_job").execute_in_process(
-            instance=self.instance,
-            partition_key=ts.name,
-            tags={GOLD_TAG: ts.name},
-            resources=self.resources,
-            run_config={**QUIET, "ops": {"swe_gold_check": {"config": {"runs": gold_runs}}}},
-            raise_on_error=True,
-        )
+        with _IN_PROCESS_RUN:
+            result = self._job("swe_gold_job").execute_in_process(
+                instance=self.instance,
+                partition_key=ts.name,
+                tags={GOLD_TAG: ts.name},
+                resources=self.resources,
+                run_config={**QUIET, "ops": {"swe_gold_check": {"config": {"runs": gold_runs}}}},
+                raise_on_error=True,
+            )
         return {
             "task_set": ts.name,
             "created": created,

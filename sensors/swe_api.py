@@ -240,6 +240,10 @@ def create_api(launcher: Launcher, token: str | None) -> Starlette:
     async def schema(request: Request) -> JSONResponse:
         return JSONResponse(openapi_schema())
 
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # A client parses every answer as JSON; the traceback goes to the server's log.
+        return _error(500, f"internal error while serving {request.url.path}: {type(exc).__name__}: {exc}")
+
     return Starlette(
         routes=[
             Route("/v1/openapi.json", schema, methods=["GET"]),
@@ -247,5 +251,6 @@ def create_api(launcher: Launcher, token: str | None) -> Starlette:
             Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
             Route("/v1/leaderboard", get_leaderboard, methods=["GET"]),
             Route("/v1/trajectories/{agent_version}/{task_id}/{sample_idx:int}", get_trajectory, methods=["GET"]),
-        ]
+        ],
+        exception_handlers={Exception: internal_error},
     )

@@ -43,7 +43,10 @@ def test_runs_through_the_api_grade_police_and_rank(tmp_path, monkeypatch, bwrap
     build_tinystats_repo(repo)
     lake = open_lake(str(tmp_path / "lake"))
     store = SweStore(lake)
-    with dg.DagsterInstance.ephemeral() as instance:
+    # An instance on disk, as `evalrunner serve` has: the API reads runs while worker threads
+    # write them (an in-memory instance's shared SQLite refuses that with "table is locked").
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
         launcher = SweLauncher(lake, instance, {"lake": LakeResource(root=lake.root), "sandbox": SandboxResource()})
         reg = launcher.register(local_context(store, bwrap_backend, tmp_path / "home"), EXAMPLE_TASK_SET, str(repo), 4)
         assert reg["tasks"] == 6 and reg["gold"]["runs"] == 4
@@ -127,3 +130,23 @@ def test_a_run_stops_at_its_budget(tmp_path, bwrap_backend):
     assert out.spent_usd <= 0.02
     assert out.attempted + len(out.budget_stopped) == 6 and out.budget_stopped
     assert len(store.attempts()) == out.attempted  # stopped attempts land no row
+
+
+def test_an_unexpected_server_error_is_answered_in_json_with_its_cause(tmp_path):
+    """A launcher whose instance fails (here: a launcher double whose submit raises, standing in
+    for a storage error) gives the client a JSON 500 naming the cause, never a bare text page."""
+
+    class BrokenLauncher:
+        store = SweStore(open_lake(str(tmp_path / "lake")))
+
+        def submit(self, spec):
+            raise RuntimeError("database table is locked: runs")
+
+        def status(self, run_id):
+            raise RuntimeError("unused")
+
+    with LoopbackServer(create_api(BrokenLauncher(), TOKEN)) as server:
+        body = {"task_set": "tinystats-bugs", "samples": 1, "budget_usd": 1.0, "agent_version": "better"}
+        status, err = _call(server, "POST", "/v1/runs", body)
+    assert status == 500
+    assert "/v1/runs" in err["error"] and "RuntimeError: database table is locked: runs" in err["error"]
