@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from evalrunner_assets.discovery import DiscoveryError, read_agent_model
 from evalrunner_assets.execution.inspect_runner import InspectRunError
-from evalrunner_assets.gateway import GatewayError, ModelGateway, start_gateway, with_gateway
+from evalrunner_assets.gateway import GatewayError, ModelGateway, provider_of, start_gateway, with_gateway
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, Status
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
@@ -236,6 +236,23 @@ def lake_stopped(request: ComparisonRequest, resources: dict[str, Any], exc: Exc
     return ComparisonStopped(reason, result)
 
 
+def _gateway_model(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any) -> str:
+    """The model the comparison's gateway serves: the request's when it sets one, else a gateway
+    provider's model the agent config of the head or base names (else the request's default)."""
+    from evalrunner_assets.execution.repo import RepoError
+
+    if request.model_override:
+        return request.settings.model
+    for sha in (request.head_sha, request.base_sha):
+        try:
+            agent = read_agent_model(resources["repos"].export(the_lake, request.repo, sha).path)
+        except (RepoError, DiscoveryError):
+            continue  # reported where the commit is learnt, as itself
+        if agent is not None and provider_of(agent.model) is not None:
+            return agent.model
+    return request.settings.model
+
+
 def gateway_summary(gateway: ModelGateway) -> dict[str, Any]:
     """What the comparison sent through the model gateway (closed scopes; all of them by the
     time the warm pool has closed)."""
@@ -301,7 +318,7 @@ class ComparisonEngine:
         backend = resources["sandbox"].backend(sandbox_context)
         backend.preflight()
         runtime = backend.runtime_digest()
-        gateway = start_gateway(request.settings.model, request.budget_usd, model_gateway)
+        gateway = start_gateway(_gateway_model(request, resources, the_lake), request.budget_usd, model_gateway)
         if gateway is not None:
             if backend.name == "kubernetes":
                 gateway.close()
