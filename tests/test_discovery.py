@@ -438,3 +438,8 @@ def test_a_run_setting_wins_over_the_agent_config_and_the_document_says_which_wa
     )  # fmt: skip
     assert model_choice(explicit, agent) == {"model": "openai/gpt-4o", "model_args": {}, "source": "run setting"}
     assert run_settings(explicit, agent).model == "openai/gpt-4o"
+    # A request that names model args (or another model) is an explicit run setting by itself.
+    with_args = ComparisonRequest(
+        repo="acme/agent", source=".", pr="1", base_sha="b" * 40, head_sha="a" * 40, model_args={"t": 1}
+    )
+    assert with_args.model_override and model_choice(with_args, agent)["source"] == "run setting"
