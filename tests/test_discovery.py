@@ -443,3 +443,34 @@ def test_a_run_setting_wins_over_the_agent_config_and_the_document_says_which_wa
         repo="acme/agent", source=".", pr="1", base_sha="b" * 40, head_sha="a" * 40, model_args={"t": 1}
     )
     assert with_args.model_override and model_choice(with_args, agent)["source"] == "run setting"
+    # The same with the run settings as one record (the request's current shape), and written
+    # to the lake and read back: the choice survives.
+    from lake.batch import RunSettings
+
+    named = ComparisonRequest(
+        repo="acme/agent", source=".", pr="1", base_sha="b" * 40, head_sha="a" * 40,
+        settings=RunSettings(model="openai/gpt-4o", seed=3),
+    )  # fmt: skip
+    assert named.model_override and run_settings(named, agent) == RunSettings(model="openai/gpt-4o", seed=3)
+    assert ComparisonRequest.from_json(named.to_json()) == named
+    assert not ComparisonRequest.from_json(request.to_json()).model_override
+    assert run_settings(request, agent) == RunSettings(model="simagent/support-agent-ft")
+
+
+def test_a_commit_no_comparison_judges_runs_the_model_its_agent_config_names(tmp_path):
+    """What a task_samples run launched from the UI runs for a commit no comparison judges."""
+    from evalrunner_assets.discovery import AgentModel
+    from evalrunner_assets.pipeline.defaults import samples_defaults
+    from lake import open_lake
+    from lake.batch import RunSettings
+
+    lake = open_lake(str(tmp_path / "lake"))
+    sha = "c" * 40
+    named = samples_defaults(
+        lake, "acme/agent", sha, "t/a", 12, backend_name="bubblewrap", runtime_digest="r",
+        agent=AgentModel("simagent/support-agent-ft", {"temperature": 0}, "agent.yaml"),
+    )  # fmt: skip
+    assert named.settings == RunSettings(model="simagent/support-agent-ft", model_args={"temperature": 0})
+    assert named.comparison == ""
+    plain = samples_defaults(lake, "acme/agent", sha, "t/a", 12, backend_name="bubblewrap", runtime_digest="r")
+    assert plain.settings == RunSettings(model="simagent/support-agent")
