@@ -139,7 +139,7 @@ def _repo_source(repo_id: str, repo: str) -> Any:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from evalrunner_assets.driver import run_comparison
-    from evalrunner_assets.pipeline.spec import ComparisonRequest
+    from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
     from lake.batch import RunSettings
     from resources import SandboxResource
 
@@ -155,7 +155,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         head_sha=head,
         base_ref=args.base,
         head_ref=args.head,
-        settings=RunSettings(model=args.model, seed=args.seed, epochs=args.epochs),
+        settings=RunSettings(model=args.model or DEFAULT_MODEL, seed=args.seed, epochs=args.epochs),
+        model_override=args.model is not None,
         affinity=args.affinity,
         changed_files=changed,
         cap=args.cap,
@@ -165,7 +166,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     print(
         f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
-        f"with {args.model} in a {args.backend} sandbox; {len(changed)} changed file(s)",
+        f"with {args.model or 'the model each agent config names'} in a {args.backend} sandbox; "
+        f"{len(changed)} changed file(s)",
         flush=True,
     )
     resources = None
@@ -313,6 +315,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     from evalrunner_assets.driver import default_resources
     from evalrunner_assets.pipeline import candidates as cands
     from evalrunner_assets.pipeline.finetune import FinetuneError
+    from resources.github import GitHubError
 
     resources = default_resources()
     try:
@@ -323,6 +326,10 @@ def cmd_finetune(args: argparse.Namespace) -> int:
                 print(
                     f"{f.name}: {f.model} (base {f.base_model}) · {f.repo} · {f.training_set.get('rows')} rows · {score}"
                 )
+            return 0
+        if args.action == "activate":
+            opened = finetune_run.activate_finetune(resources, args.repo_id, args.name, base=args.base)
+            print(f"activation PR #{opened.number}: {opened.url} ({opened.branch} → {opened.base_ref})")
             return 0
         repo_id = _repo_id(args.repo, args.repo_id)
         if args.action == "export":
@@ -339,14 +346,17 @@ def cmd_finetune(args: argparse.Namespace) -> int:
             training_set=args.training_set,
             model=args.model,
             training_cost_usd=args.training_cost_usd,
+            activate=args.activate,
         )
-    except (FinetuneError, cands.CandidateError) as exc:
+    except (FinetuneError, cands.CandidateError, GitHubError) as exc:
         print(f"evalrunner finetune: {exc}", file=sys.stderr)
         return 2
     print(done.notification)
     print(f"notification: {done.finetune.notification}")
     if done.finetune.issue_url:
         print(f"issue       : {done.finetune.issue_url}")
+    if done.activation is not None:
+        print(f"activation  : PR #{done.activation.number} {done.activation.url}")
     return 0
 
 
@@ -638,7 +648,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
 
     min_pairs = ComparisonRequest.model_fields["min_pairs"].default
-    p.add_argument("--model", default=DEFAULT_MODEL, help="Inspect model, e.g. openai/gpt-4o (default: %(default)s)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="Inspect model for both commits, e.g. openai/gpt-4o (default: the model each commit's agent config "
+        f"names in `model:`, else {DEFAULT_MODEL})",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the sample order and the model")
     p.add_argument("--epochs", type=_count(1), default=1)
     p.add_argument(
@@ -787,6 +802,16 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--training-set", required=True, help="a file written by `evalrunner finetune export`")
     q.add_argument("--model", default=None, help="the trained model id (default: run $EVALRUNNER_FINETUNE_TRAINER)")
     q.add_argument("--training-cost-usd", type=float, default=None, help="what training cost")
+    q.add_argument(
+        "--activate",
+        action="store_true",
+        help="then open the activation PR (branch eval-runner/activate-<name>: the agent config's model: line)",
+    )
+    q.set_defaults(func=cmd_finetune)
+    q = actions.add_parser("activate", help="open a registered fine-tune's one-line activation PR on GitHub")
+    q.add_argument("--repo-id", required=True, help="owner/name of the repository the fine-tune is registered for")
+    q.add_argument("--name", required=True, help="the fine-tune's name")
+    q.add_argument("--base", default=None, help="the PR's base branch (default: the repository's default branch)")
     q.set_defaults(func=cmd_finetune)
     q = actions.add_parser("list", help="list registered fine-tunes")
     q.add_argument("--repo-id", default=None, help="only this repository's (owner/name; default: every repository)")

@@ -7,6 +7,11 @@ path as its last argument; the last line it prints is the model id to call (e.g.
 ``ft-<name>`` against the reference candidate on the same paired samples
 (``candidates_run.measure_candidates``: the same Dagster jobs), then writes
 ``ft/<repo>/<name>/notification.md`` and, when GitHub is configured, opens an issue with it.
+
+Activating (``register(..., activate=True)`` or ``activate``) opens the one-line PR through
+PyGithub: branch ``eval-runner/activate-<name>`` off the default branch, one commit changing
+only the agent config's ``model:`` line to the fine-tune's model id. The agent config's model is
+what the pipeline runs for a commit, so the normal PR pipeline judges that PR like any other.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ import os
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from evalrunner_assets.execution.inspect_runner import CONFIG_FILES
 from evalrunner_assets.pipeline import candidates as cands
 from evalrunner_assets.pipeline import finetune as ft
 from lake import LAYOUT
@@ -74,6 +80,7 @@ class Registered:
     finetune: ft.FineTune
     notification: str  # the Markdown
     measurements: dict[str, dict[str, Any]]
+    activation: Any = None  # resources.OpenedPullRequest, when the activation PR was opened
 
 
 def register(
@@ -88,6 +95,7 @@ def register(
     training_cost_usd: float | None = None,
     trainer: str | None = None,
     instance: Any = None,
+    activate: bool = False,
 ) -> Registered:
     from evalrunner_assets import candidates_run
 
@@ -156,7 +164,41 @@ def register(
             repo, f"Fine-tune {name}: {model} against {reference}", markdown
         )
         ft.save_finetune(the_lake, record)
-    return Registered(finetune=record, notification=markdown, measurements=result.measurements)
+    opened = activate_finetune(resources, repo, name) if activate else None
+    if opened is not None:
+        record = ft.load_finetune(the_lake, repo, name)
+    return Registered(finetune=record, notification=markdown, measurements=result.measurements, activation=opened)
+
+
+def activate_finetune(resources: dict[str, Any], repo: str, name: str, *, base: str | None = None) -> Any:
+    """Open fine-tune ``name``'s activation PR on GitHub (branch ``eval-runner/activate-<name>``
+    off ``base``, default the repository's default branch): one commit changing only the agent
+    config's ``model:`` line to its model id. Recorded on the fine-tune; returns the
+    ``resources.OpenedPullRequest``."""
+    the_lake = resources["lake"].open()
+    record = ft.load_finetune(the_lake, repo, name)
+    github = resources.get("github")
+    if github is None or not (hasattr(github, "is_configured") and github.is_configured()):
+        raise ft.FinetuneError(
+            f"opening the activation PR of {name} needs GitHub: set EVALRUNNER_GITHUB_TOKEN(_FILE) or a GitHub App "
+            "(EVALRUNNER_GITHUB_APP_ID + EVALRUNNER_GITHUB_PRIVATE_KEY)"
+        )
+    notification = the_lake.read_bytes(LAYOUT.finetune_notification(repo, name)).decode("utf-8") if (
+        the_lake.exists(LAYOUT.finetune_notification(repo, name))
+    ) else None  # fmt: skip
+    opened = github.get_client().open_file_change_pr(
+        repo,
+        branch=ft.activation_branch(name),
+        paths=CONFIG_FILES,
+        edit=lambda path, text: ft.activate_model_line(path, text, record.model),
+        message=f"Activate fine-tune {name}: model {record.model}\n\nFine-tuned from {record.base_model}.\n",
+        title=f"Activate fine-tune {name} ({record.model})",
+        body=ft.activation_body(record, notification),
+        base=base,
+    )
+    record.activation = asdict(opened)
+    ft.save_finetune(the_lake, record)
+    return opened
 
 
 def _suite_pair(the_lake: Any, repo: str, candidate: str, other: str) -> dict[str, Any] | None:

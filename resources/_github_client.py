@@ -157,6 +157,21 @@ class PullRequestInfo:
     state: str
 
 
+@dataclass(frozen=True)
+class OpenedPullRequest:
+    """A pull request opened (or found open) by ``GitHubClient.open_file_change_pr``."""
+
+    repo: str
+    number: int
+    url: str  # the HTML page when GitHub gives one
+    branch: str  # the head branch
+    base_ref: str
+    base_sha: str  # the commit the branch was made from
+    head_sha: str  # the one commit on the branch
+    path: str  # the file the commit changes
+    created: bool  # False: an open PR from ``branch`` already existed and is returned as is
+
+
 # -- the client --------------------------------------------------------------------------------
 class GitHubClient:
     """PyGithub behind typed, retried operations. Construct once and reuse (tokens are cached)."""
@@ -324,6 +339,92 @@ class GitHubClient:
             return str(issue.html_url or issue.url)
 
         return self._call("create issue", repo, op)
+
+    def open_file_change_pr(
+        self,
+        repo: str,
+        *,
+        branch: str,
+        paths: tuple[str, ...],
+        edit: Callable[[str, str], str],
+        message: str,
+        title: str,
+        body: str,
+        base: str | None = None,
+    ) -> OpenedPullRequest:
+        """Open a PR from a new branch ``branch`` off ``base`` (default: the repository's default
+        branch) whose one commit changes one file: the first of ``paths`` that exists at the
+        base, replaced by ``edit(path, text)`` (which raises to refuse).
+
+        Find-or-write, so a retry after a lost response neither fails nor duplicates: an open
+        PR from ``branch`` is returned as is; a branch an earlier attempt created is reused
+        while it still points at the base, or when it already holds the edit."""
+        from github import GithubException, UnknownObjectException
+
+        _check_repo(repo)
+        if len(body) > MAX_COMMENT_CHARS:
+            raise GitHubError(
+                f"pull request body for {repo} is {len(body)} characters; GitHub accepts at most {MAX_COMMENT_CHARS}",
+                operation="open pull request",
+                repo=repo,
+            )
+        owner = repo.split("/")[0]
+
+        def op() -> OpenedPullRequest:
+            r = self._repo(repo)
+            base_ref = base or r.default_branch
+            base_sha = r.get_branch(base_ref).commit.sha
+            for pull in r.get_pulls(state="open", head=f"{owner}:{branch}"):
+                return OpenedPullRequest(
+                    repo, int(pull.number), str(pull.html_url or pull.url), branch, pull.base.ref,
+                    pull.base.sha, pull.head.sha, "", created=False,
+                )  # fmt: skip
+            for path in paths:
+                try:
+                    found = r.get_contents(path, ref=base_sha)
+                except UnknownObjectException:
+                    continue
+                if isinstance(found, list):
+                    raise GitHubError(
+                        f"{path} is a directory in {repo} at {base_ref}", operation="open pull request", repo=repo
+                    )
+                break
+            else:
+                raise GitHubError(
+                    f"none of {', '.join(paths)} exists in {repo} at {base_ref} ({base_sha[:12]})",
+                    operation="open pull request",
+                    repo=repo,
+                )
+            old_text = found.decoded_content.decode("utf-8")
+            new_text = edit(path, old_text)
+            try:
+                head_sha = r.get_branch(branch).commit.sha
+            except UnknownObjectException:
+                head_sha = r.create_git_ref(f"refs/heads/{branch}", base_sha).object.sha
+            if head_sha == base_sha:
+                head_sha = r.update_file(path, message, new_text, found.sha, branch=branch)["commit"].sha
+            else:
+                there = r.get_contents(path, ref=head_sha)
+                if isinstance(there, list) or there.decoded_content.decode("utf-8") != new_text:
+                    raise GitHubError(
+                        f"branch {branch} of {repo} already exists with other changes; delete it and try again",
+                        operation="open pull request",
+                        repo=repo,
+                    )
+            try:
+                pull = r.create_pull(base=base_ref, head=branch, title=title, body=body)
+            except GithubException as exc:
+                if exc.status != 422:
+                    raise
+                pull = next(iter(r.get_pulls(state="open", head=f"{owner}:{branch}")), None)
+                if pull is None:
+                    raise
+            return OpenedPullRequest(
+                repo, int(pull.number), str(pull.html_url or pull.url), branch, base_ref, base_sha, head_sha, path,
+                created=True,
+            )  # fmt: skip
+
+        return self._call(f"open pull request from {branch}", repo, op)
 
     def changed_files(self, repo: str, pr: int, cap: int = 300) -> list[str]:
         """Paths changed by ``pr``, in GitHub's order, at most ``cap``."""

@@ -22,6 +22,7 @@ from resources._github_client import (
     GitHubClient,
     GitHubCredentials,
     GitHubError,
+    OpenedPullRequest,
     PullRequestInfo,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "GitHubCredentials",
     "GitHubError",
     "GitHubResource",
+    "OpenedPullRequest",
     "PullRequestInfo",
 ]
 

@@ -2,25 +2,36 @@
 
 It serves, under a GitHub-Enterprise-style ``/api/v3`` prefix, the endpoints evalrunner's
 GitHub client calls, with GitHub's response shapes (the fields PyGithub reads, and the ``url``
-fields it follows): repos/{o}/{r}, pulls/{n}, pulls/{n}/files (paginated with ``Link``),
-issues (create), issues/{n}/comments (list/create) and issues/comments/{id} (edit), check-runs (create, edit,
-get, list for a ref), GitHub App JWT endpoints (app, repo installation, installation access
-token), and /user. State lives in memory; faults (5xx, primary/secondary rate limits, 429) can
-be injected for the next N matching requests.
+fields it follows): repos/{o}/{r}, pulls (list, create), pulls/{n}, pulls/{n}/files (paginated
+with ``Link``), issues (create), issues/{n}/comments (list/create) and issues/comments/{id}
+(edit), check-runs (create, edit, get, list for a ref), GitHub App JWT endpoints (app, repo
+installation, installation access token), and /user. State lives in memory; faults (5xx,
+primary/secondary rate limits, 429) can be injected for the next N matching requests.
+
+A repository added with ``git_dir`` (a bare repository) also serves its git data as GitHub does:
+branches/{b}, contents/{path} (read, and write = one real commit on a branch), git/refs
+(create). Commits made through the API are real git commits in that repository, so a pipeline
+that fetches from it sees them like any pushed commit; a PR opened through the API gets
+``refs/pull/<n>/head`` there, as on GitHub.
 
 ``LoopbackServer`` runs any ASGI app with uvicorn on a free loopback port in a thread.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import os
 import re
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -94,6 +105,7 @@ class StandinState:
     comments: dict[int, dict[str, Any]] = field(default_factory=dict)
     check_runs: dict[int, dict[str, Any]] = field(default_factory=dict)
     issues: dict[int, dict[str, Any]] = field(default_factory=dict)  # opened through the API
+    git_dirs: dict[str, Path] = field(default_factory=dict)  # repo -> its bare git repository
     requests: list[tuple[str, str, int]] = field(default_factory=list)
 
 
@@ -125,8 +137,11 @@ class GitHubStandin:
         self.server: LoopbackServer | None = None
 
     # -- test API ------------------------------------------------------------------------------
-    def add_repo(self, full_name: str, default_branch: str = "main") -> None:
+    def add_repo(self, full_name: str, default_branch: str = "main", git_dir: str | Path | None = None) -> None:
+        """Serve ``full_name``; with ``git_dir`` (a bare repository), its branches, contents and refs too."""
         owner, name = full_name.split("/")
+        if git_dir is not None:
+            self.state.git_dirs[full_name] = Path(git_dir)
         self.state.repos[full_name] = {
             "id": next(self._ids),
             "name": name,
@@ -181,6 +196,32 @@ class GitHubStandin:
     def comments_on(self, repo: str, number: int) -> list[dict[str, Any]]:
         return [c for c in self.state.comments.values() if c["_repo"] == repo and c["_issue"] == number]
 
+    def pulls_on(self, repo: str) -> list[dict[str, Any]]:
+        """Every PR of ``repo`` (added by the test or opened through the API), by number."""
+        return [self._pull_json(r, n) for (r, n) in sorted(self.state.pulls) if r == repo]
+
+    def git(self, repo: str, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> str:
+        """Run git in ``repo``'s bare repository (isolated from every user/system config)."""
+        git_dir = self.state.git_dirs[repo]
+        base_env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(git_dir),
+            "LC_ALL": "C",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+        }
+        proc = subprocess.run(
+            ["git", "--git-dir", str(git_dir), *args],
+            input=data,
+            capture_output=True,
+            env={**base_env, **(env or {})},
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise _GitFailure(f"git {' '.join(args)}: {proc.stderr.decode(errors='replace').strip()}")
+        return proc.stdout.decode().strip()
+
     def issues_on(self, repo: str) -> list[dict[str, Any]]:
         return [i for i in self.state.issues.values() if i["_repo"] == repo]
 
@@ -222,7 +263,9 @@ class GitHubStandin:
             "id": number * 7,
             "number": number,
             "state": "open",
-            "title": f"PR {number}",
+            "title": p.get("title") or f"PR {number}",
+            "body": p.get("body"),
+            "html_url": f"https://github.example/{repo}/pull/{number}",
             "url": self._api(f"/repos/{repo}/pulls/{number}"),
             "issue_url": self._api(f"/repos/{repo}/issues/{number}"),
             "head": {"sha": p["head_sha"], "ref": p["head_ref"], "repo": self._repo_json(repo)},
@@ -247,6 +290,76 @@ class GitHubStandin:
         }
         self.state.comments[cid] = c
         return c
+
+    def _commit_json(self, repo: str, sha: str) -> dict[str, Any]:
+        fields = self.git(repo, "show", "-s", "--format=%T%n%P%n%an%n%ae%n%aI%n%cn%n%ce%n%cI%n%B", sha).split("\n", 8)
+        tree, parents, an, ae, ad, cn, ce, cd = fields[:8]
+        message = fields[8] if len(fields) > 8 else ""
+        return {
+            "sha": sha,
+            "url": self._api(f"/repos/{repo}/commits/{sha}"),
+            "html_url": f"https://github.example/{repo}/commit/{sha}",
+            "commit": {
+                "message": message.strip(),
+                "tree": {"sha": tree, "url": self._api(f"/repos/{repo}/git/trees/{tree}")},
+                "author": {"name": an, "email": ae, "date": ad},
+                "committer": {"name": cn, "email": ce, "date": cd},
+            },
+            "parents": [{"sha": p, "url": self._api(f"/repos/{repo}/commits/{p}")} for p in parents.split()],
+        }
+
+    def _branch_sha(self, repo: str, branch: str) -> str | None:
+        try:
+            return self.git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}")
+        except _GitFailure:
+            return None
+
+    def _blob(self, repo: str, ref: str, path: str) -> tuple[str, str] | None:
+        """(blob sha, git mode) of ``path`` at ``ref``, or None when it is absent or not a file."""
+        line = self.git(repo, "ls-tree", ref, "--", path)
+        if not line:
+            return None
+        mode, kind, sha = line.split("\t", 1)[0].split()
+        return (sha, mode) if kind == "blob" else None
+
+    def _content_json(self, repo: str, path: str, blob: str, data: bytes | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": "file",
+            "name": path.rsplit("/", 1)[-1],
+            "path": path,
+            "sha": blob,
+            "size": int(self.git(repo, "cat-file", "-s", blob)),
+            "url": self._api(f"/repos/{repo}/contents/{path}"),
+            "html_url": f"https://github.example/{repo}/blob/{blob}/{path}",
+            "git_url": self._api(f"/repos/{repo}/git/blobs/{blob}"),
+            "download_url": None,
+        }
+        if data is not None:
+            out["encoding"] = "base64"
+            out["content"] = base64.encodebytes(data).decode()  # wrapped at 76 columns, as GitHub wraps it
+        return out
+
+    def _commit_file(self, repo: str, branch: str, path: str, data: bytes, message: str, login: str) -> str:
+        """One real commit on ``branch`` replacing ``path`` with ``data``; its SHA."""
+        parent = self._branch_sha(repo, branch)
+        assert parent is not None
+        blob = self.git(repo, "hash-object", "-w", "--stdin", data=data)
+        old = self._blob(repo, parent, path)
+        mode = old[1] if old else "100644"
+        with tempfile.TemporaryDirectory(prefix="standin-index-") as tmp:
+            index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            self.git(repo, "read-tree", parent, env=index)
+            self.git(repo, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=index)
+            tree = self.git(repo, "write-tree", env=index)
+        who = {
+            "GIT_AUTHOR_NAME": login,
+            "GIT_AUTHOR_EMAIL": f"{login}@users.noreply.github.example",
+            "GIT_COMMITTER_NAME": "GitHub",
+            "GIT_COMMITTER_EMAIL": "noreply@github.example",
+        }
+        sha = self.git(repo, "commit-tree", tree, "-p", parent, data=message.encode(), env=who)
+        self.git(repo, "update-ref", f"refs/heads/{branch}", sha, parent)
+        return sha
 
     @staticmethod
     def _public(obj: dict[str, Any]) -> dict[str, Any]:
@@ -363,6 +476,99 @@ class GitHubStandin:
                 for f in files
             ]
             return _paginate(request, items)
+
+        def list_or_create_pulls(request, data, login, owner, name):
+            full = f"{owner}/{name}"
+            if full not in s.state.repos:
+                return _not_found()
+            if request.method == "GET":
+                q = request.query_params
+                items = []
+                for p in s.pulls_on(full):
+                    if q.get("head") not in (None, f"{owner}:{p['head']['ref']}", p["head"]["ref"]):
+                        continue
+                    if q.get("base") not in (None, p["base"]["ref"]) or q.get("state", "open") not in ("all", "open"):
+                        continue
+                    items.append(p)
+                return _paginate(request, items)
+            head_ref = str(data["head"]).split(":", 1)[-1]
+            head, base = s._branch_sha(full, head_ref), s._branch_sha(full, data["base"])
+            if head is None or base is None:
+                return _unprocessable("head or base branch does not exist", field="head" if head is None else "base")
+            if any(p["head_ref"] == head_ref for (r, _), p in s.state.pulls.items() if r == full):
+                return _unprocessable(f"A pull request already exists for {owner}:{head_ref}.")
+            if head == base:
+                return _unprocessable(f"No commits between {data['base']} and {head_ref}")
+            number = 1 + max(
+                [n for (r, n) in s.state.pulls if r == full] + [i["number"] for i in s.issues_on(full)], default=0
+            )
+            s.git(full, "update-ref", f"refs/pull/{number}/head", head)
+            files = s.git(full, "diff", "--name-only", f"{base}...{head}").split()
+            s.add_pull(full, number, head, base, files=files, base_ref=data["base"], head_ref=head_ref)
+            s.state.pulls[(full, number)].update({"title": data.get("title"), "body": data.get("body")})
+            return JSONResponse(s._pull_json(full, number), status_code=201)
+
+        def branch(request, data, login, owner, name, branch):
+            full = f"{owner}/{name}"
+            sha = s._branch_sha(full, branch)
+            if sha is None:
+                return JSONResponse({"message": "Branch not found"}, status_code=404)
+            return JSONResponse(
+                {"name": branch, "commit": s._commit_json(full, sha), "protected": False},
+            )
+
+        def contents(request, data, login, owner, name, path):
+            full = f"{owner}/{name}"
+            default = s.state.repos[full]["default_branch"]
+            if request.method == "GET":
+                ref = request.query_params.get("ref") or default
+                try:
+                    found = s._blob(full, ref, path)
+                except _GitFailure:
+                    found = None
+                if found is None:
+                    return _not_found()
+                raw = _blob_bytes(s, full, found[0])
+                return JSONResponse(s._content_json(full, path, found[0], raw))
+            branch_name = data.get("branch") or default
+            tip = s._branch_sha(full, branch_name)
+            if tip is None:
+                return _unprocessable(f"Branch {branch_name} not found", field="branch")
+            current = s._blob(full, tip, path)
+            if current is not None and data.get("sha") != current[0]:
+                return JSONResponse({"message": f"{path} does not match {data.get('sha')}"}, status_code=409)
+            if current is None and data.get("sha"):
+                return _unprocessable(f"{path} does not exist on {branch_name}", field="sha")
+            raw = base64.b64decode(data["content"])
+            sha = s._commit_file(full, branch_name, path, raw, data["message"], login or "someone")
+            blob = s._blob(full, sha, path)
+            assert blob is not None
+            return JSONResponse(
+                {"content": s._content_json(full, path, blob[0]), "commit": s._commit_json(full, sha)},
+                status_code=200 if current is not None else 201,
+            )
+
+        def create_ref(request, data, login, owner, name):
+            full = f"{owner}/{name}"
+            ref, sha = str(data["ref"]), str(data["sha"])
+            if not ref.startswith("refs/") or ref.count("/") < 2:
+                return _unprocessable("Reference name is not valid", field="ref")
+            try:
+                if s.git(full, "cat-file", "-t", sha) != "commit":
+                    return _unprocessable("Object is not a commit", field="sha")
+                s.git(full, "update-ref", ref, sha, "")  # "": the ref must not exist yet
+            except _GitFailure as exc:
+                exists = "Reference already exists" if "exists" in str(exc) else f"Reference update failed: {exc}"
+                return _unprocessable(exists)
+            return JSONResponse(
+                {
+                    "ref": ref,
+                    "node_id": f"REF_{next(s._ids)}",
+                    "url": s._api(f"/repos/{full}/git/{ref}"),
+                    "object": {"type": "commit", "sha": sha, "url": s._api(f"/repos/{full}/git/commits/{sha}")},
+                },
+                status_code=201,
+            )
 
         def create_issue(request, data, login, owner, name):
             full = f"{owner}/{name}"
@@ -481,6 +687,10 @@ class GitHubStandin:
         R = f"{PREFIX}/repos/{{owner}}/{{name}}"
         routes = [
             Route(R, endpoint(repo), methods=["GET"]),
+            Route(f"{R}/pulls", endpoint(list_or_create_pulls), methods=["GET", "POST"]),
+            Route(f"{R}/branches/{{branch:path}}", endpoint(branch), methods=["GET"]),
+            Route(f"{R}/contents/{{path:path}}", endpoint(contents), methods=["GET", "PUT"]),
+            Route(f"{R}/git/refs", endpoint(create_ref), methods=["POST"]),
             Route(f"{R}/pulls/{{number:int}}", endpoint(pull), methods=["GET"]),
             Route(f"{R}/pulls/{{number:int}}/files", endpoint(pull_files), methods=["GET"]),
             Route(f"{R}/issues", endpoint(create_issue), methods=["POST"]),
@@ -502,6 +712,26 @@ class GitHubStandin:
 
 
 _AFTER: Any = object()  # sentinel: perform the request, then answer 502
+
+
+class _GitFailure(RuntimeError):
+    """A git command in a served repository failed (its stderr is the message)."""
+
+
+def _blob_bytes(standin: GitHubStandin, repo: str, blob: str) -> bytes:
+    """A blob's bytes, unchanged (``GitHubStandin.git`` decodes and strips its output)."""
+    git_dir = standin.state.git_dirs[repo]
+    return subprocess.run(
+        ["git", "--git-dir", str(git_dir), "cat-file", "blob", blob],
+        capture_output=True,
+        check=True,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(git_dir)},
+    ).stdout
+
+
+def _unprocessable(message: str, field: str | None = None) -> JSONResponse:
+    errors = [{"resource": "Request", "code": "invalid", **({"field": field} if field else {})}]
+    return JSONResponse({"message": message, "errors": errors}, status_code=422)
 
 
 def _apply_check(run: dict[str, Any], data: dict[str, Any]) -> None:

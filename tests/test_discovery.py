@@ -369,3 +369,108 @@ def test_a_repo_with_neither_a_list_nor_tasks_gets_an_explicit_error(bwrap_backe
     export = export_of(make_repo, tmp_path, {"README.md": "nothing here", "lib.py": "x = 1\n"})
     with pytest.raises(NoEvalsFound, match=r"has no \.evals/list and no Inspect @task in any Python file"):
         discover(bwrap_backend, export)
+
+
+# -- the model an agent config names -------------------------------------------------------------
+
+
+def test_the_agent_config_names_the_model_and_its_args(tmp_path):
+    from evalrunner_assets.discovery import AgentModel, read_agent_model
+
+    assert read_agent_model(tmp_path) is None  # no agent config
+    (tmp_path / "agent.yaml").write_text("name: a\ninstructions: hi\n")
+    assert read_agent_model(tmp_path) is None  # an agent config without a model line
+    (tmp_path / "agent.yaml").write_text("name: a\nmodel: openai/ft:gpt-4o-mini:acme::abc123\nmodel_args: {seed: 3}\n")
+    assert read_agent_model(tmp_path) == AgentModel("openai/ft:gpt-4o-mini:acme::abc123", {"seed": 3}, "agent.yaml")
+    (tmp_path / "agent.yaml").unlink()
+    (tmp_path / "agent.json").write_text('{"model": "simagent/support-agent"}')
+    assert read_agent_model(tmp_path) == AgentModel("simagent/support-agent", {}, "agent.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("model: gpt 4\n", "agent.yaml: model 'gpt 4' is not an Inspect model id of the form provider/name"),
+        ("model: [a, b]\n", "agent.yaml: model ['a', 'b'] is not an Inspect model id"),
+        ("model_args: {t: 1}\n", "agent.yaml: model_args is set but model is not"),
+        ("model: a/b\nmodel_args: [1]\n", "agent.yaml: model_args must be a mapping, not list"),
+        ("model: a/b\nmodel_args: {t: {x: 1}}\n", "agent.yaml: model_args.t: values must be strings, numbers"),
+        ("- model\n", "agent.yaml: the top level must be a mapping, not list"),
+        ("model: [\n", "agent.yaml is not valid YAML"),
+    ],
+)
+def test_an_invalid_model_in_the_agent_config_fails_discovery_naming_the_file_and_field(tmp_path, text, expected):
+    from evalrunner_assets.discovery import AgentConfigError, DiscoveryError, read_agent_model
+
+    (tmp_path / "agent.yaml").write_text(text)
+    with pytest.raises(AgentConfigError) as err:
+        read_agent_model(tmp_path)
+    assert str(err.value).startswith(expected)
+    assert isinstance(err.value, DiscoveryError)
+
+
+def test_an_agent_config_that_is_a_symlink_is_refused(tmp_path):
+    from evalrunner_assets.discovery import AgentConfigError, read_agent_model
+
+    (tmp_path / "outside.yaml").write_text("model: a/b\n")
+    (tmp_path / "agent.yaml").symlink_to(tmp_path / "outside.yaml")
+    with pytest.raises(AgentConfigError, match="agent.yaml is not a regular file"):
+        read_agent_model(tmp_path)
+
+
+def test_a_run_setting_wins_over_the_agent_config_and_the_document_says_which_was_used():
+    from evalrunner_assets.discovery import AgentModel
+    from evalrunner_assets.pipeline.assess import model_choice, run_settings
+    from evalrunner_assets.pipeline.spec import ComparisonRequest
+
+    request = ComparisonRequest(repo="acme/agent", source=".", pr="1", base_sha="b" * 40, head_sha="a" * 40)
+    agent = AgentModel("simagent/support-agent-ft", {}, "agent.yaml")
+    assert model_choice(request, agent) == {
+        "model": "simagent/support-agent-ft",
+        "model_args": {},
+        "source": "agent config (agent.yaml)",
+    }
+    assert model_choice(request, None)["source"] == "default"
+    assert run_settings(request, agent).model == "simagent/support-agent-ft"
+    explicit = ComparisonRequest(
+        repo="acme/agent", source=".", pr="1", base_sha="b" * 40, head_sha="a" * 40,
+        model="openai/gpt-4o", model_override=True,
+    )  # fmt: skip
+    assert model_choice(explicit, agent) == {"model": "openai/gpt-4o", "model_args": {}, "source": "run setting"}
+    assert run_settings(explicit, agent).model == "openai/gpt-4o"
+    # A request that names model args (or another model) is an explicit run setting by itself.
+    with_args = ComparisonRequest(
+        repo="acme/agent", source=".", pr="1", base_sha="b" * 40, head_sha="a" * 40, model_args={"t": 1}
+    )
+    assert with_args.model_override and model_choice(with_args, agent)["source"] == "run setting"
+    # The same with the run settings as one record (the request's current shape), and written
+    # to the lake and read back: the choice survives.
+    from lake.batch import RunSettings
+
+    named = ComparisonRequest(
+        repo="acme/agent", source=".", pr="1", base_sha="b" * 40, head_sha="a" * 40,
+        settings=RunSettings(model="openai/gpt-4o", seed=3),
+    )  # fmt: skip
+    assert named.model_override and run_settings(named, agent) == RunSettings(model="openai/gpt-4o", seed=3)
+    assert ComparisonRequest.from_json(named.to_json()) == named
+    assert not ComparisonRequest.from_json(request.to_json()).model_override
+    assert run_settings(request, agent) == RunSettings(model="simagent/support-agent-ft")
+
+
+def test_a_commit_no_comparison_judges_runs_the_model_its_agent_config_names(tmp_path):
+    """What a task_samples run launched from the UI runs for a commit no comparison judges."""
+    from evalrunner_assets.discovery import AgentModel
+    from evalrunner_assets.pipeline.defaults import samples_defaults
+    from lake import open_lake
+    from lake.batch import RunSettings
+
+    lake = open_lake(str(tmp_path / "lake"))
+    sha = "c" * 40
+    named = samples_defaults(
+        lake, "acme/agent", sha, "t/a", 12, backend_name="bubblewrap", runtime_digest="r",
+        agent=AgentModel("simagent/support-agent-ft", {"temperature": 0}, "agent.yaml"),
+    )  # fmt: skip
+    assert named.settings == RunSettings(model="simagent/support-agent-ft", model_args={"temperature": 0})
+    assert named.comparison == ""
+    plain = samples_defaults(lake, "acme/agent", sha, "t/a", 12, backend_name="bubblewrap", runtime_digest="r")
+    assert plain.settings == RunSettings(model="simagent/support-agent")

@@ -43,7 +43,10 @@ def test_version_1_commit_facts_load_unchanged() -> None:
     for task, rec in old["tasks"].items():
         assert list(facts.tasks[task].sample_ids) == rec["sample_ids"]
         assert list(facts.tasks[task].input_digests) == rec["input_digests"]
+    assert facts.agent_model is None  # learnt before agent configs could name a model
     again = json.loads(facts.to_json())
+    # Written back with the same fields, plus the version and the (optional, null) agent model.
+    assert again.pop("agent_model") is None
     assert {k: v for k, v in again.items() if k != "schema_version"} == old
 
 

@@ -1,8 +1,17 @@
 """A fine-tune end to end on a real Dagster instance, real bubblewrap sandboxes and the loopback
-GitHub stand-in: measure the reference, export its passing main-branch conversations, train
-with a stand-in trainer (a script that prints the simulated fine-tune's model id, not a real
-training job), register: the fine-tune is measured as a candidate on the reference's inputs and
-the notification table lands in the lake and as a GitHub issue.
+mock of GitHub.com (``tests/github_standin.py``): measure the reference, export its passing
+main-branch conversations, train with a stand-in trainer (a script that prints the simulated
+fine-tune's model id, not a real training job), register with ``activate``: the fine-tune is
+measured as a candidate on the reference's inputs, the notification table lands in the lake and
+as a GitHub issue, and the one-line activation PR is opened through PyGithub on the mock. Then
+the normal PR pipeline judges that PR: GitHub's ``pull_request.opened`` delivery, signed, goes
+to the webhook receiver; the real ``pr_sensor`` and ``sampling_sensor`` run the comparison, whose
+head commit is the real git commit the mock made, fetched from the mock's repository like any
+pushed commit.
+
+The repository "on GitHub.com" is a bare clone of the example that the mock serves and commits
+to; the pipeline's source is its ``file://`` URL, so the pipeline mirrors and fetches it as it
+would a GitHub clone URL.
 
 The simulated fine-tune learned the runbook cue (0.85 vs 0.60 on runbook_lookup, the same
 elsewhere) at twice the standard price (tests/test_candidates_frontier.py has the table)."""
@@ -10,33 +19,45 @@ elsewhere) at twice the standard price (tests/test_candidates_frontier.py has th
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import uuid
 
 import dagster as dg
 import pytest
+from _github_harness import Harness, deliver, pull_request_delivery
 from _pipeline_fixtures import evalrunner_home
-from github_standin import GitHubStandin
+from github_standin import GitHubStandin, LoopbackServer
 
 from evalrunner_assets import finetune_run
 from evalrunner_assets.candidates_run import measure_candidates
 from evalrunner_assets.example_repo import build_example_candidates
 from evalrunner_assets.pipeline import finetune as ft
+from evalrunner_assets.pipeline.assess import load_result
+from evalrunner_assets.report.markdown import MARKER
 from lake import LAYOUT
 from resources import GitHubResource
+from sensors.webhook import ReceiverConfig, create_app
 
 REPO = "example/support-agent"
 TASKS = ("triage/escalation_policy", "triage/runbook_lookup", "triage/summary_quality")
+RUNBOOK = "triage/runbook_lookup"
+BASE_MODEL = "simagent/support-agent"
 FT_MODEL = "simagent/support-agent-ft"
 TOKEN = "finetune-e2e-token"
+SECRET = b"finetune-e2e-webhook-secret"
 
-# 2 candidates × 3 evals × 64 inputs in sandboxes.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+# 2 candidates × 3 evals × 64 inputs in sandboxes, then the activation PR's comparison.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 @pytest.fixture(scope="module")
 def registered(tmp_path_factory):
     root = tmp_path_factory.mktemp("finetune")
     example = build_example_candidates(root / "repo")
+    hosted = root / "github.example" / "support-agent.git"  # the repository as GitHub.com holds it
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(example.path), str(hosted)], check=True)
+    source = f"file://{hosted}"
     standin_trainer = root / "standin_trainer.py"
     standin_trainer.write_text(
         "import sys\n"
@@ -46,41 +67,63 @@ def registered(tmp_path_factory):
     )
     token_file = root / "github-token"
     token_file.write_text(TOKEN + "\n")
+    (root / "dagster").mkdir()
     with (
         evalrunner_home(root / "home") as home,
         GitHubStandin(token=TOKEN) as standin,
+        dg.instance_for_test(temp_dir=str(root / "dagster")) as instance,
         pytest.MonkeyPatch.context() as mp,
     ):
         for name in ("EVALRUNNER_GITHUB_TOKEN", "EVALRUNNER_GITHUB_APP_ID", "EVALRUNNER_GITHUB_API_URL"):
             mp.delenv(name, raising=False)
         mp.setenv(finetune_run.TRAINER_ENV, f"{sys.executable} {standin_trainer}")
-        standin.add_repo(REPO)
+        standin.add_repo(REPO, git_dir=hosted)
         resources = home.resources()
         resources["github"] = GitHubResource(
             base_url=standin.base_url, token_file=str(token_file), backoff_seconds=0.05, throttle=False
         )
-        instance = dg.DagsterInstance.ephemeral()
-        measure_candidates(REPO, str(example.path), names=["main"], instance=instance, resources=resources)
+        measure_candidates(REPO, source, names=["main"], instance=instance, resources=resources)
         training_set = root / "train.jsonl"
-        exported = finetune_run.export(resources, REPO, str(example.path), training_set)
+        exported = finetune_run.export(resources, REPO, source, training_set)
         done = finetune_run.register(
             resources,
             REPO,
-            str(example.path),
+            source,
             "runbook-v1",
-            base_model="simagent/support-agent",
+            base_model=BASE_MODEL,
             training_set=training_set,
             training_cost_usd=12.5,
             instance=instance,
+            activate=True,
         )
+        # GitHub.com now sends pull_request.opened; the normal PR pipeline takes it from there.
+        lake = home.lake()
+        opened = done.activation
+        harness = Harness(instance, resources, lake)
+        config = ReceiverConfig(secret=SECRET, allowed_repos=frozenset({REPO}))
+        with LoopbackServer(create_app(config, lake)) as receiver:
+            payload = pull_request_delivery(
+                "opened",
+                repo=REPO,
+                number=opened.number,
+                head=opened.head_sha,
+                base=opened.base_sha,
+                head_ref=opened.branch,
+            )
+            answer = deliver(receiver, SECRET, "pull_request", payload, str(uuid.uuid4()))
+            pr_runs, pr_outcomes = harness.tick_pr_sensor()
+            sampling_outcomes = harness.drive_sampling_sensor()
         yield {
             "done": done,
             "exported": exported,
             "training_set": training_set,
-            "lake": home.lake(),
+            "lake": lake,
             "standin": standin,
             "example": example,
             "instance": instance,
+            "answer": answer,
+            "outcomes": pr_outcomes + sampling_outcomes,
+            "pr_runs": pr_runs,
         }
 
 
@@ -98,7 +141,7 @@ def test_the_registry_records_the_model_its_provenance_and_cost(registered, caps
 
     record = ft.load_finetune(registered["lake"], REPO, "runbook-v1")
     assert record.registered_at
-    assert record.model == FT_MODEL and record.base_model == "simagent/support-agent"
+    assert record.model == FT_MODEL and record.base_model == BASE_MODEL
     assert record.trainer and "standin_trainer.py" in record.trainer
     assert record.training_set["digest"] == registered["exported"].digest
     assert record.training_set["rows"] == registered["exported"].rows
@@ -107,7 +150,7 @@ def test_the_registry_records_the_model_its_provenance_and_cost(registered, caps
     assert cli.main(["finetune", "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed == [
-        f"runbook-v1: {FT_MODEL} (base simagent/support-agent) · {REPO} · "
+        f"runbook-v1: {FT_MODEL} (base {BASE_MODEL}) · {REPO} · "
         f"{record.training_set['rows']} rows · suite {record.measurement['suite']['mean']:.2f}"
     ]
 
@@ -140,3 +183,54 @@ def test_the_notification_table_lands_in_the_lake_and_as_a_github_issue(register
     assert len(issues) == 1 and issues[0]["body"] == markdown
     assert issues[0]["title"] == f"Fine-tune runbook-v1: {FT_MODEL} against main"
     assert ft.load_finetune(lake, REPO, "runbook-v1").issue_url == issues[0]["html_url"]
+
+
+def test_the_activation_pr_on_the_github_com_mock_changes_only_the_model_line(registered):
+    opened, standin, example = registered["done"].activation, registered["standin"], registered["example"]
+    assert opened.created and opened.branch == "eval-runner/activate-runbook-v1"
+    assert opened.base_ref == "main" and opened.base_sha == example.base_sha and opened.path == "agent.yaml"
+    # A real commit on the mock's repository: its parent is main, its diff one line of agent.yaml.
+    assert standin.git(REPO, "rev-parse", f"{opened.head_sha}^") == example.base_sha
+    assert standin.git(REPO, "diff", "--numstat", opened.base_sha, opened.head_sha) == "1\t1\tagent.yaml"
+    diff = standin.git(REPO, "diff", "--unified=0", opened.base_sha, opened.head_sha).splitlines()
+    assert [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")] == [
+        f"-model: {BASE_MODEL}",
+        f"+model: {FT_MODEL}",
+    ]
+    (pull,) = standin.pulls_on(REPO)
+    assert pull["number"] == opened.number and pull["head"]["ref"] == opened.branch
+    assert pull["title"] == f"Activate fine-tune runbook-v1 ({FT_MODEL})"
+    assert registered["done"].notification in pull["body"]  # the measurement behind it
+    record = ft.load_finetune(registered["lake"], REPO, "runbook-v1")
+    assert record.activation is not None and record.activation["number"] == opened.number
+    assert record.activation["url"] == pull["html_url"]
+
+
+def test_the_pr_pipeline_judges_the_activation_pr_and_the_verdict_shows_the_fine_tunes_effect(registered):
+    opened, lake = registered["done"].activation, registered["lake"]
+    assert registered["answer"][0] == 202
+    assert [r.partition_key for r in registered["pr_runs"]] == [f"{REPO}#{opened.number}@{opened.head_sha}"]
+    assert registered["outcomes"] and all(o.success for o in registered["outcomes"]), [
+        o.errors for o in registered["outcomes"] if not o.success
+    ]
+    result = load_result(lake, REPO, str(opened.number), opened.head_sha)
+    assert result is not None and result.status == "complete"
+    # Each commit ran the model its agent config names: the head the fine-tune, the base main's.
+    assert {arm: m.model_dump() for arm, m in result.arm_models.items()} == {
+        "head": {"model": FT_MODEL, "model_args": {}, "source": "agent config (agent.yaml)"},
+        "base": {"model": BASE_MODEL, "model_args": {}, "source": "agent config (agent.yaml)"},
+    }
+    assert result.verdict == "IMPROVED"
+    decisions = {t: result.tasks[t].decision for t in TASKS}
+    assert decisions[RUNBOOK].label == "improved"
+    assert {decisions[t].label for t in TASKS if t != RUNBOOK} == {"unchanged"}
+    # The same effect the registration measured: the PR's runbook interval and the candidate's overlap.
+    measured = registered["done"].measurements["ft-runbook-v1"]["vs_reference"]["tasks"][RUNBOOK]
+    pr = decisions[RUNBOOK].anytime_interval
+    assert pr.lo is not None and pr.hi is not None
+    assert pr.lo > 0 and measured["interval"][0] > 0
+    assert pr.lo <= measured["interval"][1] and measured["interval"][0] <= pr.hi
+    # The report on the PR (the mock's comment) names both models and the verdict.
+    (comment,) = registered["standin"].comments_on(REPO, opened.number)
+    assert comment["body"].startswith(MARKER) and "IMPROVED" in comment["body"]
+    assert f"base ran `{BASE_MODEL}` (agent config (agent.yaml)), this PR runs `{FT_MODEL}`" in comment["body"]

@@ -227,3 +227,23 @@ def test_finetune_export_and_list_on_the_command_line(tmp_path, monkeypatch, cap
     assert not out.exists()
     assert cli.main(["finetune", "list"]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_finetune_activate_on_the_command_line_names_what_is_missing(tmp_path, monkeypatch, capsys):
+    from evalrunner_assets import cli
+
+    monkeypatch.setenv("EVALRUNNER_HOME", str(tmp_path / "home"))
+    for name in (
+        "EVALRUNNER_LAKE",
+        "EVALRUNNER_GITHUB_TOKEN",
+        "EVALRUNNER_GITHUB_TOKEN_FILE",
+        "EVALRUNNER_GITHUB_APP_ID",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["finetune", "activate", "--repo-id", REPO, "--name", "runbook-v1"]) == 2
+    assert "acme/agent has no fine-tune named 'runbook-v1' (registered: none)" in capsys.readouterr().err
+    ft.save_finetune(open_lake(str(tmp_path / "home" / "lake")), _record(REPO, "runbook-v1", "simagent/x"))
+    assert cli.main(["finetune", "activate", "--repo-id", REPO, "--name", "runbook-v1"]) == 2
+    assert (
+        "opening the activation PR of runbook-v1 needs GitHub: set EVALRUNNER_GITHUB_TOKEN" in capsys.readouterr().err
+    )

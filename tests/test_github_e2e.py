@@ -17,9 +17,7 @@ previous one, so every test below reads the state its stage left behind:
 
 from __future__ import annotations
 
-import http.client
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,70 +25,44 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from _github_harness import Harness, RunOutcome, fixture_text, retarget
+from _github_harness import deliver as harness_deliver
+from _github_harness import pull_request_delivery as harness_pull_request_delivery
 from github_standin import GitHubStandin, LoopbackServer
 from served_evalrunner import changed_files
-from shared_files import shared_path
 
-from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
-from evalrunner_assets.jobs import JOBS
 from evalrunner_assets.pipeline.assess import load_result
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.pipeline.spec import load_request
 from evalrunner_assets.report.markdown import MARKER
-from lake.storage import Lake
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
-from sensors.pr import pr_sensor
-from sensors.sampling import sampling_sensor
-from sensors.webhook import ReceiverConfig, create_app, sign
+from sensors.webhook import ReceiverConfig, create_app
 
 pytestmark = pytest.mark.slow
 
-FIXTURES = shared_path("fixtures/github-webhooks")
-FIXTURE_REPO = "Codertocat/Hello-World"
 REPO = "example/support-agent"
 PR = 7
 SECRET = b"e2e-webhook-secret"
 TOKEN = "e2e-github-token"
 IMPROVING, REGRESSING = "improve-runbook", "regress-escalation"
-JOBS_BY_NAME = {job.name: job for job in JOBS}
-MAX_SAMPLING_TICKS = 40
 
 
 # -- deliveries built from GitHub's own payload examples -----------------------------------------
-def _fixture_text(name: str) -> str:
-    return (FIXTURES / f"{name}.json").read_text()
-
-
 def _retarget(payload: dict[str, Any]) -> dict[str, Any]:
-    """Move a fixture from Codertocat/Hello-World to the example repository (URLs included)."""
-    payload = json.loads(json.dumps(payload).replace(FIXTURE_REPO, REPO))
-    owner, name = REPO.split("/")
-    payload["repository"]["name"] = name
-    payload["repository"]["owner"]["login"] = owner
-    payload["repository"]["default_branch"] = "main"
-    return payload
+    return retarget(payload, REPO)
 
 
 def pull_request_delivery(action: str, *, head: str, base: str, head_ref: str) -> dict[str, Any]:
     """GitHub's ``pull_request.<action>`` example, for PR ``PR`` of the example repo at these SHAs."""
-    raw = _fixture_text(f"pull_request.{action}")
-    old = json.loads(raw)
-    raw = raw.replace(old["pull_request"]["head"]["sha"], head).replace(old["pull_request"]["base"]["sha"], base)
-    payload = _retarget(json.loads(raw))
-    payload["number"] = PR
-    pr = payload["pull_request"]
-    pr["number"] = PR
-    pr["head"]["ref"], pr["base"]["ref"] = head_ref, "main"
-    assert (pr["head"]["sha"], pr["base"]["sha"]) == (head, base)
-    return payload
+    return harness_pull_request_delivery(action, repo=REPO, number=PR, head=head, base=base, head_ref=head_ref)
 
 
 def eval_more_delivery(body: str, association: str) -> dict[str, Any]:
     """GitHub's ``issue_comment.created`` example as a comment on PR ``PR`` (the example's issue
     is a plain issue; a PR's issue carries ``pull_request``)."""
-    payload = _retarget(json.loads(_fixture_text("issue_comment.created")))
+    payload = _retarget(json.loads(fixture_text("issue_comment.created")))
     payload["issue"]["number"] = PR
     payload["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{PR}"}
     payload["comment"]["body"] = body
@@ -100,133 +72,7 @@ def eval_more_delivery(body: str, association: str) -> dict[str, Any]:
 
 def deliver(server: LoopbackServer, event: str, payload: dict[str, Any] | bytes, delivery: str) -> tuple[int, dict]:
     """POST a delivery signed as GitHub signs it; returns (status, answer)."""
-    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        conn.request(
-            "POST",
-            "/webhooks/github",
-            body=body,
-            headers={
-                "Content-Type": "application/json",
-                "X-GitHub-Event": event,
-                "X-GitHub-Delivery": delivery,
-                "X-Hub-Signature-256": sign(SECRET, body),
-                "User-Agent": "GitHub-Hookshot/e2e",
-            },
-        )
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"{}")
-    finally:
-        conn.close()
-
-
-# -- the sensors, evaluated and their runs executed ------------------------------------------------
-@dataclass
-class RunOutcome:
-    sensor: str
-    run_key: str
-    job: str
-    partition: str
-    success: bool
-    seconds: float
-    errors: list[str]
-    windows: tuple[str, ...] = ()
-    # (asset, partition, metadata) of every materialization the run reported
-    materialized: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-
-
-@dataclass
-class Harness:
-    """A temporary Dagster instance plus what a sensor daemon keeps between ticks."""
-
-    instance: dg.DagsterInstance
-    resources: dict[str, Any]
-    lake: Lake
-    pr_cursor: str | None = None
-    used_run_keys: dict[str, set[str]] = field(default_factory=dict)
-    outcomes: list[RunOutcome] = field(default_factory=list)
-
-    def _apply(self, name: str, result: dg.SensorResult) -> list[dg.RunRequest]:
-        for req in result.dynamic_partitions_requests or []:
-            assert isinstance(req, dg.AddDynamicPartitionsRequest), req
-            self.instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
-        used = self.used_run_keys.setdefault(name, set())
-        fresh = []
-        for req in result.run_requests or []:
-            if req.run_key is not None and req.run_key in used:
-                continue  # the daemon skips a run key this sensor already used
-            if req.run_key is not None:
-                used.add(req.run_key)
-            fresh.append(req)
-        return fresh
-
-    def _execute(self, sensor: str, req: dg.RunRequest) -> RunOutcome:
-        job = JOBS_BY_NAME[req.job_name]
-        run_config = req.run_config if req.run_config else None
-        started = time.monotonic()
-        result = dg.materialize(
-            ASSETS,
-            selection=job.selection,
-            partition_key=req.partition_key,
-            run_config=run_config,
-            instance=self.instance,
-            resources=self.resources,
-            tags={**(req.tags or {}), "dagster/sensor_name": sensor, "dagster/run_key": req.run_key or ""},
-            raise_on_error=False,
-        )
-        errors = [
-            str(e.event_specific_data.error.message).strip()  # type: ignore[union-attr]
-            for e in result.all_events
-            if e.is_step_failure and e.event_specific_data is not None
-        ]
-        windows = (run_config or {}).get("ops", {}).get("task_samples", {}).get("config", {}).get("windows", ())
-        outcome = RunOutcome(
-            sensor,
-            req.run_key or "",
-            req.job_name or "",
-            str(req.partition_key),
-            result.success,
-            time.monotonic() - started,
-            errors,
-            tuple(windows),
-            [
-                (
-                    m.asset_key.to_user_string(),
-                    str(m.partition),
-                    {k: v.value for k, v in m.metadata.items()},
-                )
-                for m in (
-                    e.step_materialization_data.materialization for e in result.get_asset_materialization_events()
-                )
-            ],
-        )
-        self.outcomes.append(outcome)
-        return outcome
-
-    def tick_pr_sensor(self) -> tuple[list[dg.RunRequest], list[RunOutcome]]:
-        context = dg.build_sensor_context(instance=self.instance, cursor=self.pr_cursor, resources=self.resources)
-        result = pr_sensor(context)
-        assert isinstance(result, dg.SensorResult)
-        self.pr_cursor = result.cursor
-        fresh = self._apply("pr_sensor", result)
-        return fresh, [self._execute("pr_sensor", r) for r in fresh]
-
-    def evaluate_sampling_sensor(self) -> dg.SensorResult:
-        context = dg.build_sensor_context(instance=self.instance, resources=self.resources)
-        result = sampling_sensor(context)
-        assert isinstance(result, dg.SensorResult)
-        return result
-
-    def drive_sampling_sensor(self) -> list[RunOutcome]:
-        """Tick the sampling sensor, running what it asks for, until it asks for nothing new."""
-        done: list[RunOutcome] = []
-        for _ in range(MAX_SAMPLING_TICKS):
-            fresh = self._apply("sampling_sensor", self.evaluate_sampling_sensor())
-            if not fresh:
-                return done
-            done += [self._execute("sampling_sensor", r) for r in fresh]
-        raise AssertionError(f"sampling sensor still requesting runs after {MAX_SAMPLING_TICKS} ticks")
+    return harness_deliver(server, SECRET, event, payload, delivery)
 
 
 # -- the stages --------------------------------------------------------------------------------

@@ -273,3 +273,86 @@ def test_an_issue_is_opened_with_its_title_and_body_and_numbered_after_the_pulls
     with pytest.raises(GitHubError) as info:
         client.create_issue("acme/missing", "t", "b")
     assert info.value.status == 404
+
+
+def _bare_repo_with_agent_config(root) -> tuple[str, str]:
+    """A bare git repository whose main holds agent.yaml (and a skill); (its path, main's SHA)."""
+    import subprocess
+
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(root),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_AUTHOR_NAME": "a",
+        "GIT_AUTHOR_EMAIL": "a@example.com",
+        "GIT_COMMITTER_NAME": "a",
+        "GIT_COMMITTER_EMAIL": "a@example.com",
+    }
+    work = root / "work"
+    (work / "skills" / "t").mkdir(parents=True)
+    (work / "agent.yaml").write_text("name: agent\nmodel: simagent/support-agent  # the model\nskills: [t]\n")
+    (work / "skills" / "t" / "SKILL.md").write_text("be kind\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=work, env=env, check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(root / "bare.git")], env=env, check=True)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, env=env, check=True, capture_output=True, text=True)
+    return str(root / "bare.git"), sha.stdout.strip()
+
+
+def test_a_one_file_pr_on_the_github_com_mock_is_one_real_commit_and_a_retry_finds_it(tmp_path):
+    git_dir, main = _bare_repo_with_agent_config(tmp_path)
+    standin = GitHubStandin(token=TOKEN)
+    standin.add_repo(REPO, git_dir=git_dir)
+    edits = []
+
+    def edit(path: str, text: str) -> str:
+        edits.append(path)
+        return text.replace("simagent/support-agent ", "simagent/support-agent-ft ")
+
+    with standin:
+        client = make_client(standin)
+        kwargs = dict(
+            branch="eval-runner/activate-v1",
+            paths=("agent.yml", "agent.yaml", "agent.json"),
+            edit=edit,
+            message="Activate v1\n",
+            title="Activate fine-tune v1",
+            body="one line",
+        )
+        opened = client.open_file_change_pr(REPO, **kwargs)
+        assert edits == ["agent.yaml"]  # agent.yml does not exist: the first that does is edited
+        assert opened.created and opened.base_ref == "main" and opened.base_sha == main
+        assert opened.path == "agent.yaml" and opened.branch == "eval-runner/activate-v1"
+        # A real commit on the branch, its parent main, changing one line of one file.
+        assert standin.git(REPO, "rev-parse", "refs/heads/eval-runner/activate-v1") == opened.head_sha
+        assert standin.git(REPO, "rev-parse", f"refs/pull/{opened.number}/head") == opened.head_sha
+        assert standin.git(REPO, "rev-parse", f"{opened.head_sha}^") == main
+        assert standin.git(REPO, "diff", "--numstat", main, opened.head_sha) == "1\t1\tagent.yaml"
+        shown = standin.git(REPO, "show", f"{opened.head_sha}:agent.yaml")
+        assert "model: simagent/support-agent-ft  # the model" in shown
+        pulls = standin.pulls_on(REPO)
+        assert [(p["number"], p["head"]["sha"], p["base"]["sha"], p["title"]) for p in pulls] == [
+            (opened.number, opened.head_sha, main, "Activate fine-tune v1")
+        ]
+        assert client.changed_files(REPO, opened.number) == ["agent.yaml"]
+        # Again (a retry after a lost response): the open PR is found, nothing is committed twice.
+        again = client.open_file_change_pr(REPO, **kwargs)
+        assert not again.created and again.number == opened.number and again.head_sha == opened.head_sha
+        assert len(standin.pulls_on(REPO)) == 1
+        assert standin.git(REPO, "rev-list", "--count", "refs/heads/eval-runner/activate-v1") == "2"
+        # An edit that refuses (e.g. the model is already active) opens nothing.
+        with pytest.raises(ValueError, match="already active"):
+            client.open_file_change_pr(
+                REPO, **{**kwargs, "branch": "eval-runner/activate-v2", "edit": _refuse("already active")}
+            )
+        assert len(standin.pulls_on(REPO)) == 1
+        with pytest.raises(GitHubError, match=r"none of agent.toml exists in acme/support-agent at main"):
+            client.open_file_change_pr(REPO, **{**kwargs, "branch": "eval-runner/x", "paths": ("agent.toml",)})
+
+
+def _refuse(message: str):
+    def edit(path: str, text: str) -> str:
+        raise ValueError(message)
+
+    return edit

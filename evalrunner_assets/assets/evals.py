@@ -207,7 +207,8 @@ def land_task_windows(
     backend = sandbox.backend(context)
     if config.comparison and config.windows:  # what the sampling sensor asks for
         request = load_request(the_lake, *parse_comparison_key(config.comparison))
-        settings, budget_usd = request.settings, request.budget_usd
+        # The model this commit runs: its agent config's, unless the request sets one.
+        settings, budget_usd = assess_mod.run_settings(request, facts.agent_model), request.budget_usd
         windows = [Window.parse(w) for w in config.windows]
     else:  # launched from the UI: the lake says what comes next
         defaults = samples_defaults(
@@ -219,6 +220,7 @@ def land_task_windows(
             comparison=config.comparison,
             backend_name=backend.name,
             runtime_digest=backend.runtime_digest(),
+            agent=facts.agent_model,
         )
         windows = [Window.parse(w) for w in config.windows] or defaults.windows
         context.log.info(

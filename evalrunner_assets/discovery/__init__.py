@@ -1,5 +1,6 @@
 """Discovery: what evals a repository declares at one commit (``.evals/list`` or Inspect)."""
 
+from evalrunner_assets.discovery._agent_config import AgentConfigError, AgentModel, read_agent_model
 from evalrunner_assets.discovery._discover import DiscoveryResult, discover, task_id_for
 from evalrunner_assets.discovery._errors import (
     DiscoveryError,
@@ -25,6 +26,8 @@ from evalrunner_assets.discovery._manifest import (
 )
 
 __all__ = [
+    "AgentConfigError",
+    "AgentModel",
     "DiscoveryError",
     "DiscoveryResult",
     "DiscoverySandboxFailure",
@@ -44,6 +47,7 @@ __all__ = [
     "discover",
     "manifest_schema",
     "parse_manifest_bytes",
+    "read_agent_model",
     "task_id_for",
     "validate_manifest",
 ]

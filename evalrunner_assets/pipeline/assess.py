@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from evalrunner_assets import stats
+from evalrunner_assets.discovery import AgentModel
 from evalrunner_assets.execution.inspect_runner import sample_order
 from evalrunner_assets.pipeline.comparison_document import COMPARISON_SCHEMA_VERSION, ComparisonDocument
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, load_facts
@@ -84,8 +85,25 @@ class Assessment:
         return not self.needs_facts and not self.next_windows
 
 
-def run_settings(request: ComparisonRequest) -> RunSettings:
-    return request.settings
+def model_choice(request: ComparisonRequest, agent: AgentModel | None) -> dict[str, Any]:
+    """The model one commit runs, and why: the request's when it was set explicitly (a run
+    setting or ``--model`` wins), else the one the commit's agent config names, else the
+    request's default. ``source`` is ``run setting``, ``agent config (<file>)`` or ``default``."""
+    if request.model_override or agent is None:
+        source = "run setting" if request.model_override else "default"
+        return {"model": request.settings.model, "model_args": dict(request.settings.model_args), "source": source}
+    return {"model": agent.model, "model_args": dict(agent.model_args), "source": f"agent config ({agent.file})"}
+
+
+def run_settings(request: ComparisonRequest, agent: AgentModel | None = None) -> RunSettings:
+    """What one commit's windows run with (``agent``: the model its agent config names)."""
+    choice = model_choice(request, agent)
+    return RunSettings(
+        model=choice["model"],
+        model_args=choice["model_args"],
+        seed=request.settings.seed,
+        epochs=request.settings.epochs,
+    )
 
 
 def stats_params(request: ComparisonRequest) -> stats.StatsParams:
@@ -287,7 +305,8 @@ def assess(
     head_facts, base_facts = facts["head"], facts["base"]
     assert head_facts is not None and base_facts is not None
 
-    settings = run_settings(request)
+    arm_agent = {"head": head_facts.agent_model, "base": base_facts.agent_model}
+    arm_settings = {arm: run_settings(request, agent) for arm, agent in arm_agent.items()}
     params = stats_params(request)
     touched = affinity(head_facts.tasks, request.changed_files)
     shared = sorted(set(head_facts.tasks) & set(base_facts.tasks))
@@ -317,7 +336,7 @@ def assess(
                     request.repo,
                     commits[arm],
                     f,
-                    settings,
+                    arm_settings[arm],
                     w,
                     backend_name=backend_name,
                     runtime_digest=runtime_digest,
@@ -486,6 +505,8 @@ def assess(
             {"arm": w.arm, "commit": w.commit, "task": w.task, "window": w.window.name} for w in next_windows
         ],
         "trajectories": {arm: lake.url(LAYOUT.raw_prefix(request.repo, commits[arm])) for arm in ("head", "base")},
+        # Which model each arm ran and where that came from (a run setting, the agent config).
+        "arm_models": {arm: model_choice(request, agent) for arm, agent in arm_agent.items()},
         "computed_at": datetime.now(UTC).isoformat(),
     }
     if next_windows:

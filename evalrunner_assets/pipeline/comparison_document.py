@@ -180,6 +180,17 @@ class NextWindow(_Doc):
     window: str = Field(description="Window name, e.g. w000008-000016.")
 
 
+class ArmModel(_Doc):
+    """The model one arm ran, and where that choice came from (``assess.model_choice``)."""
+
+    model: str = Field(description="Inspect model name.")
+    model_args: dict[str, Any] = Field(default_factory=dict, description="Model arguments (Inspect `-M`).")
+    source: str = Field(
+        description="Why this model: 'run setting' (the request names it), 'agent config (<file>)' (the "
+        "commit's `model:` line) or 'default'."
+    )
+
+
 class ComparisonDocument(_Doc):
     """One comparison's state: its verdict, per task its decision and accounting, what runs next."""
 
@@ -191,7 +202,10 @@ class ComparisonDocument(_Doc):
     base_sha: str = Field(description="The base commit.")
     base_ref: str = Field(default="", description="The base branch name.")
     head_ref: str = Field(default="", description="The head branch name.")
-    model: str = Field(default="", description="The model both arms ran.")
+    model: str = Field(
+        default="",
+        description="The request's model: what both arms ran unless an agent config names another (see arm_models).",
+    )
     status: Status = Field(description="running, complete, or why it ended early (stopped, cancelled, budget_spent).")
     verdict: Verdict = Field(description="The run's verdict (RUNNING until decided).")
     stopped_reason: str | None = Field(default=None, description="Why the comparison ended early.")
@@ -209,6 +223,9 @@ class ComparisonDocument(_Doc):
     failed_windows: FailedWindows | None = Field(default=None, description="What failed windows used.")
     next_windows: list[NextWindow] = Field(default_factory=list, description="Windows planned next.")
     trajectories: dict[Arm, str] = Field(default_factory=dict, description="Per arm, where its Inspect logs are.")
+    arm_models: dict[Arm, ArmModel] = Field(
+        default_factory=dict, description="Per arm, the model it ran and why (a run setting, its agent config)."
+    )
     computed_at: str = Field(default="", description="ISO 8601, when the document was computed.")
     breaker: dict[str, Any] | None = Field(default=None, description="The outage breaker's trip, when it stopped.")
     execution: dict[str, Any] | None = Field(

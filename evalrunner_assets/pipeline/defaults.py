@@ -2,8 +2,10 @@
 backfilled from the Dagster UI): its settings and windows, taken from the lake.
 
 The comparison is the newest one that judges this commit (head or base) and compares this
-task, open ones first; its request fixes model, seed and epochs, and its assessment says which
-windows of this task come next. A commit no comparison judges runs the default settings. With nothing planned, the first
+task, open ones first; its request fixes model, seed and epochs (the model is the one the commit's
+agent config names unless the request sets one: ``assess.run_settings``), and its assessment says which
+windows of this task come next. A commit no comparison judges runs the default settings with the model
+its agent config names, if any. With nothing planned, the first
 window is asked for: it is reused when it has landed, so a materialization never runs a window
 twice.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from evalrunner_assets.discovery import AgentModel
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.keys import parse_comparison_key
 from evalrunner_assets.pipeline.open_index import open_comparison_keys
@@ -53,17 +56,19 @@ def samples_defaults(
     comparison: str = "",
     backend_name: str,
     runtime_digest: str,
+    agent: AgentModel | None = None,
 ) -> SamplesDefaults:
     """Settings and windows for (``sha``, ``task``, which lists ``n_samples`` samples): from
     ``comparison`` when given, else from the newest comparison judging the commit, else the
-    defaults."""
+    defaults. ``agent``: the model the commit's agent config names (``CommitFacts.agent_model``)."""
+    alone = RunSettings(model=agent.model, model_args=agent.model_args) if agent else RunSettings(model=DEFAULT_MODEL)
     if comparison:
         requests = [load_request(lake, *parse_comparison_key(comparison))]
     else:
         requests = comparisons_of_commit(lake, repo, sha)
     if not requests:
         return SamplesDefaults(
-            RunSettings(model=DEFAULT_MODEL),
+            alone,
             [assess_mod.window_bounds(0, n_samples)],
             "",
             "no comparison judges this commit: the default settings, first window",
@@ -77,17 +82,21 @@ def samples_defaults(
         planned = [w.window for w in assessment.next_windows if w.commit == sha and w.task == task]
         if planned:
             return SamplesDefaults(
-                request.settings, planned, request.key, "the next windows it plans", request.budget_usd
+                assess_mod.run_settings(request, agent),
+                planned,
+                request.key,
+                "the next windows it plans",
+                request.budget_usd,
             )
         return SamplesDefaults(
-            request.settings,
+            assess_mod.run_settings(request, agent),
             [assess_mod.window_bounds(0, min(n_samples, request.cap + request.extra_samples))],
             request.key,
             "it plans nothing more here: its first window (reused when landed)",
             request.budget_usd,
         )
     return SamplesDefaults(
-        RunSettings(model=DEFAULT_MODEL),
+        alone,
         [assess_mod.window_bounds(0, n_samples)],
         "",
         "no comparison of this commit compares the task: the default settings, first window",

@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from evalrunner_assets.discovery import DiscoveryError
+from evalrunner_assets.discovery import DiscoveryError, read_agent_model
 from evalrunner_assets.execution.inspect_runner import InspectRunError
-from evalrunner_assets.gateway import GatewayError, ModelGateway, start_gateway, with_gateway
+from evalrunner_assets.gateway import GatewayError, ModelGateway, provider_of, start_gateway, with_gateway
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, Status
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
@@ -46,6 +46,7 @@ from evalrunner_assets.pipeline.scheduler import (
 )
 from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
 from evalrunner_assets.pipeline.windows import (
+    RunSettings,
     WindowOutcome,
     batch_key_for,
     batch_state,
@@ -235,6 +236,23 @@ def lake_stopped(request: ComparisonRequest, resources: dict[str, Any], exc: Exc
     return ComparisonStopped(reason, result)
 
 
+def _gateway_model(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any) -> str:
+    """The model the comparison's gateway serves: the request's when it sets one, else a gateway
+    provider's model the agent config of the head or base names (else the request's default)."""
+    from evalrunner_assets.execution.repo import RepoError
+
+    if request.model_override:
+        return request.settings.model
+    for sha in (request.head_sha, request.base_sha):
+        try:
+            agent = read_agent_model(resources["repos"].export(the_lake, request.repo, sha).path)
+        except (RepoError, DiscoveryError):
+            continue  # reported where the commit is learnt, as itself
+        if agent is not None and provider_of(agent.model) is not None:
+            return agent.model
+    return request.settings.model
+
+
 def gateway_summary(gateway: ModelGateway) -> dict[str, Any]:
     """What the comparison sent through the model gateway (closed scopes; all of them by the
     time the warm pool has closed)."""
@@ -300,7 +318,7 @@ class ComparisonEngine:
         backend = resources["sandbox"].backend(sandbox_context)
         backend.preflight()
         runtime = backend.runtime_digest()
-        gateway = start_gateway(request.settings.model, request.budget_usd, model_gateway)
+        gateway = start_gateway(_gateway_model(request, resources, the_lake), request.budget_usd, model_gateway)
         if gateway is not None:
             if backend.name == "kubernetes":
                 gateway.close()
@@ -351,7 +369,6 @@ class ComparisonEngine:
         self.pool = sandbox.warm_pool()
         if workers is None:
             workers = sandbox.worker_count() if hasattr(sandbox, "worker_count") else None
-        self.settings = assess_mod.run_settings(request)
         self.exports: dict[str, Any] = {}
         self.facts: dict[str, Any] = {}
         # Planning runs after every window (and from the progress thread): the cache makes each
@@ -508,9 +525,19 @@ class ComparisonEngine:
         ck = commit_key(self.request.repo, sha)
         return Step("manifest", f"manifest:{ck}", commit=ck)
 
+    def settings_for(self, commit: str, export_: Any = None) -> RunSettings:
+        """What ``commit``'s windows run with: the model its agent config names, unless the
+        request sets one (``assess.model_choice``). Read from the learnt facts, or from the export
+        while the commit is being learnt."""
+        facts = self.facts.get(commit)
+        if facts is not None:
+            return assess_mod.run_settings(self.request, facts.agent_model)
+        return assess_mod.run_settings(self.request, read_agent_model(export_.path) if export_ is not None else None)
+
     def _list_in_warm_sessions(self, export_: Any, cfgs: list, cancel: threading.Event | None) -> dict[str, Any]:
         """Each task's ids, listed in the warm sandbox its windows will run in (opened now, on a
         window thread, several tasks at once)."""
+        settings = self.settings_for(commit_key(export_.repo, export_.commit), export_)
 
         def one(cfg: Any) -> Any:
             session_cfg = session_config(
@@ -518,7 +545,7 @@ class ComparisonEngine:
                 cfg.task,
                 cfg.spec,
                 cfg.workdir,
-                self.settings,
+                settings,
                 env_digest=cfg.env_digest,
                 python_env=cfg.python_env,
             )
@@ -564,7 +591,7 @@ class ComparisonEngine:
                 self.backend,
                 self.exports[step.commit],
                 facts,
-                self.settings,
+                self.settings_for(step.commit),
                 windows,
                 pool=self.pool,
                 cancel=cancel,
@@ -579,7 +606,13 @@ class ComparisonEngine:
                 repo, sha = parse_commit_key(step.commit)
                 for w in windows:
                     key = batch_key_for(
-                        repo, sha, facts, self.settings, w, backend_name=self.backend.name, runtime_digest=self.runtime
+                        repo,
+                        sha,
+                        facts,
+                        self.settings_for(step.commit),
+                        w,
+                        backend_name=self.backend.name,
+                        runtime_digest=self.runtime,
                     )
                     if batch_state(self.lake, key) == "absent":
                         try:

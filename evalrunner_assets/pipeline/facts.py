@@ -3,7 +3,9 @@
 For a commit: the validated manifest (``raw/<repo>/<sha>/manifest.json``) and, per task, the
 Inspect task name, its sample ids (listed in the sandbox: task code is untrusted; Inspect's
 positional ids for samples without one) with each sample's input digest, and the digest of the
-agent configuration the task sees (``raw/<repo>/<sha>/tasks.json``). The input digests listed
+agent configuration the task sees (``raw/<repo>/<sha>/tasks.json``), and the model the agent
+config names, if any (``agent_model``: the model that commit runs unless a run setting names
+one; ``discovery.read_agent_model``). The input digests listed
 here say before anything runs which ids changed input between two commits; pairing itself uses
 the digest each landed row carries (what actually ran). Both files are
 written once; a second materialization of the same commit reads them back.
@@ -17,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evalrunner_assets.discovery import DiscoveryError, discover
+from evalrunner_assets.discovery import AgentModel, DiscoveryError, discover, read_agent_model
 from evalrunner_assets.discovery._discover import LIST_PATH
 from evalrunner_assets.execution.environment import (
     BuiltEnvironment,
@@ -98,6 +100,12 @@ class CommitFacts(BaseModel):
     environment: dict[str, Any] | None = Field(
         default=None, description="The commit's repository environment (EnvironmentInfo), if it has one."
     )
+    agent_model: AgentModel | None = Field(
+        default=None,
+        description="The model (and model args) the commit's agent config names in `model:`, and the file: what "
+        "the commit runs unless the comparison request sets a model. Null: it names none, or the facts were learnt "
+        "before agent configs could name one.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -157,6 +165,7 @@ def learn_commit(
     spec = detect_environment(export)
     env = envs.ensure(backend, export, spec, cancel) if spec is not None else None
     result = discover(backend, export, cancel=cancel, python_env=env.path if env else None)
+    agent = read_agent_model(export.path)  # an invalid model line fails discovery, naming the file
     named = (result.manifest.environment or {}).get("requirements")
     if named and (env is None or named != env.source):
         try:
@@ -212,6 +221,7 @@ def learn_commit(
         discovery_source=result.source,
         tasks=tasks,
         environment=EnvironmentInfo.of(env).to_dict() if env is not None else None,
+        agent_model=agent,
     )
     lake.write_bytes(LAYOUT.commit_tasks(export.repo, export.commit), facts.to_json())
     return facts

@@ -14,6 +14,10 @@ holds what is particular to fine-tunes:
 - the registry ``ft/<repo>/<name>/finetune.json`` (lake/layout.py): base model, the model id to call,
   the training set's provenance and cost.
 - ``notification_markdown``: ``eval | current | ft | Δ (CI) | cost/sample``.
+- the activation PR's one-line change: ``activate_model_line`` puts the fine-tune's model id on
+  the ``model:`` line of the agent config (the model the pipeline runs for a commit, see
+  ``discovery.read_agent_model``) and changes nothing else; the PR comes from the branch
+  ``activation_branch(name)`` = ``eval-runner/activate-<name>``.
 
 Redaction (``redact``): every match of ``SECRET_PATTERNS`` becomes ``[REDACTED]`` (for
 ``key = value`` forms only the value), and so does every value of an ``EVALRUNNER_*``
@@ -36,6 +40,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from evalrunner_assets.discovery._agent_config import MODEL_PATTERN
 from lake import LAYOUT, Lake
 
 DEFAULT_SELECTION = "finetune_training_samples"
@@ -318,6 +325,7 @@ class FineTune:
     measurement: dict[str, Any] = field(default_factory=dict)  # summary once measured
     notification: str | None = None  # lake URL of notification.md
     issue_url: str | None = None
+    activation: dict[str, Any] | None = None  # the activation PR (resources.OpenedPullRequest fields)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -365,6 +373,61 @@ def load_finetune(lake: Lake, repo: str, name: str) -> FineTune:
         known = ", ".join(n for _, n in found) or "none"
         raise FinetuneError(f"{repo} has no fine-tune named {name!r} (registered: {known})")
     return found[(repo, name)]
+
+
+# --- the activation PR --------------------------------------------------------------------------
+
+ACTIVATION_BRANCH_PREFIX = "eval-runner/activate-"
+_YAML_MODEL_LINE = re.compile(r"^model:[ \t]*(?P<value>[^\n#]*?)[ \t]*(?:#[^\n]*)?$", re.M)
+_JSON_MODEL = re.compile(r'"model"\s*:\s*(?P<value>"(?:[^"\\\n]|\\.)*")')
+
+
+def activation_branch(name: str) -> str:
+    """The head branch of fine-tune ``name``'s activation PR."""
+    return ACTIVATION_BRANCH_PREFIX + name
+
+
+def activate_model_line(path: str, text: str, model: str) -> str:
+    """``text`` (the agent config ``path``) with its ``model:`` line naming ``model``, and no
+    other change: one line of the file differs, and parsed, only ``model`` does."""
+    if not MODEL_PATTERN.fullmatch(model):
+        raise FinetuneError(f"{model!r} is not an Inspect model id of the form provider/name")
+    is_json = path.endswith(".json")
+    matches = list((_JSON_MODEL if is_json else _YAML_MODEL_LINE).finditer(text))
+    if not matches:
+        raise FinetuneError(
+            f"{path} has no top-level `model` {'field' if is_json else 'line'}: add one naming the model the "
+            "agent runs (e.g. `model: openai/gpt-4o-mini`), so that activating a fine-tune is a one-line change"
+        )
+    if len(matches) > 1:
+        raise FinetuneError(f"{path} has {len(matches)} `model` lines; keep one, at the top level")
+    m = matches[0]
+    value = json.dumps(model) if is_json else model
+    new = text[: m.start("value")] + value + text[m.end("value") :]
+    try:
+        before, after = yaml.safe_load(text), yaml.safe_load(new)  # JSON is YAML
+    except yaml.YAMLError as exc:
+        raise FinetuneError(f"{path} is not valid YAML/JSON ({exc})") from exc
+    if not isinstance(before, dict) or not isinstance(after, dict) or after.get("model") != model:
+        raise FinetuneError(f"{path}: the `model` line is not the top-level model field; move it to the top level")
+    if before.get("model") == model:
+        raise FinetuneError(f"{path} already names {model}: the fine-tune is active")
+    if {k: v for k, v in before.items() if k != "model"} != {k: v for k, v in after.items() if k != "model"}:
+        raise FinetuneError(f"{path}: changing the model line would change other fields too")
+    return new
+
+
+def activation_body(ft: FineTune, notification: str | None) -> str:
+    """The activation PR's description: what it changes and the measurement behind it."""
+    lines = [
+        f"Activates fine-tune `{ft.name}`: the agent config's `model:` line becomes `{ft.model}` "
+        f"(fine-tuned from `{ft.base_model}`). This is the only change; the PR pipeline judges it "
+        "like any other PR, on the same paired samples.",
+        "",
+    ]
+    if notification:
+        lines += ["Measured when it was registered:", "", notification]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 # --- the notification --------------------------------------------------------------------------

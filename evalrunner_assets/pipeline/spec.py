@@ -30,6 +30,16 @@ REQUEST_SCHEMA_VERSION = 2  # 1: model, model_args, seed and epochs at the top l
 _SETTINGS_FIELDS = ("model", "model_args", "seed", "epochs")
 
 
+def _names_a_model(settings: Any) -> bool:
+    """Whether run settings (a record or its fields) name another model or any model args than
+    the defaults: then they are an explicit choice, not a fallback for the agent config."""
+    if isinstance(settings, RunSettings):
+        return settings.model != DEFAULT_MODEL or bool(settings.model_args)
+    if isinstance(settings, dict):
+        return settings.get("model", DEFAULT_MODEL) != DEFAULT_MODEL or bool(settings.get("model_args"))
+    return False
+
+
 class ComparisonRequest(BaseModel):
     """One PR head judged against its base: ``comparisons/<repo>/<pr>/<head>.request.json``."""
 
@@ -45,7 +55,14 @@ class ComparisonRequest(BaseModel):
     head_ref: str = Field(default="", description="For people: the head branch name.")
     settings: RunSettings = Field(
         default_factory=lambda: RunSettings(model=DEFAULT_MODEL),
-        description="Model, model arguments, seed and epochs of both arms' runs.",
+        description="Model, model arguments, seed and epochs of both arms' runs. Each commit runs the model its "
+        "agent config names (`model:`) unless model_override is set; this model only where it names none.",
+    )
+    model_override: bool = Field(
+        default=False,
+        description="True: settings.model and settings.model_args were set explicitly (`--model`, a run setting) "
+        "and run on both arms, whatever the agent configs name. A request naming another model or any model "
+        "args than the defaults sets it itself (never ignored silently).",
     )
     affinity: Literal["off", "order", "prune"] = Field(
         default="order", description="Whether tasks matching the changed files run first ('order') or alone ('prune')."
@@ -90,6 +107,8 @@ class ComparisonRequest(BaseModel):
             data = {k: v for k, v in data.items() if k not in _SETTINGS_FIELDS} | {"settings": flat}
         if isinstance(data, dict) and "schema_version" not in data:
             data = {**data, "schema_version": REQUEST_SCHEMA_VERSION}
+        if isinstance(data, dict) and not data.get("model_override") and _names_a_model(data.get("settings")):
+            data = {**data, "model_override": True}
         return data
 
     @field_validator("schema_version")

@@ -95,6 +95,18 @@ def render_comment(result: ComparisonDocument, *, marker: str = MARKER) -> str:
     verdict = result.verdict
     tasks = result.tasks
     lines = [marker, f"## {_ICON.get(verdict, '')} evalrunner: {verdict}", "", headline(result), ""]
+    head_model, base_model = result.arm_models.get("head"), result.arm_models.get("base")
+    if (
+        head_model
+        and base_model
+        and (head_model.model, head_model.model_args) != (base_model.model, base_model.model_args)
+    ):
+        # A model change (e.g. a fine-tune's activation PR): say which model each side ran, and why.
+        lines += [
+            f"Models: base ran {_code(base_model.model)} ({base_model.source}), "
+            f"this PR runs {_code(head_model.model)} ({head_model.source}).",
+            "",
+        ]
     reasons = [r for r in result.final_verdict.reasons if r]
     if verdict != "RUNNING" and reasons:
         lines += [f"> {r}" for r in reasons] + [""]
