@@ -195,7 +195,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
     repo_id = _repo_id(args.repo, args.repo_id)
     settings = series.SeriesSettings(
-        model=args.model, seed=args.seed, epochs=args.epochs, half_width=args.half_width, cap=args.cap
+        model=args.model or series.DEFAULT_MODEL,
+        model_override=args.model is not None,
+        seed=args.seed,
+        epochs=args.epochs,
+        half_width=args.half_width,
+        cap=args.cap,
     )
     resources = None
     if args.backend != "bubblewrap" or args.workers:
@@ -277,7 +282,9 @@ def cmd_candidates(args: argparse.Namespace) -> int:
                 {
                     "version": 1,
                     "reference": args.name,
-                    "candidates": [candidate.to_dict() | {"ref": args.ref or "HEAD"}],
+                    "candidates": [
+                        {k: v for k, v in candidate.to_dict().items() if v is not None} | {"ref": args.ref or "HEAD"}
+                    ],
                 },
                 source="evalrunner candidates add",
             )
@@ -290,7 +297,8 @@ def cmd_candidates(args: argparse.Namespace) -> int:
             for name, c in cands.load_candidates(the_lake, repo_id).items():
                 where = cands.candidate_provenance(the_lake, repo_id, name).get("declared_in", "?")
                 mark = " (reference)" if name == reference else ""
-                print(f"{name}{mark}: ref {c.ref or 'HEAD'} · {c.model} · declared in {where}")
+                model = c.model or "the agent config's model"
+                print(f"{name}{mark}: ref {c.ref or 'HEAD'} · {model} · declared in {where}")
             return 0
         print(f"measuring the candidates of {repo_id}", flush=True)
         result = candidates_run.measure_candidates(repo_id, args.repo, names=args.name or None, resources=resources)
@@ -748,7 +756,12 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--since", default=None, help="commits since this date (ISO, e.g. 2025-01-31)")
     which.add_argument("--last", type=int, default=None, help="the newest N commits")
     which.add_argument("--every", type=int, default=None, help="every K-th commit, counted back from the tip")
-    p.add_argument("--model", default="simagent/support-agent", help="Inspect model to evaluate with")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="Inspect model every point runs (default: the one each commit's agent config names, else "
+        "simagent/support-agent)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument(
@@ -775,7 +788,11 @@ def build_parser() -> argparse.ArgumentParser:
         if action == "add":
             q.add_argument("--name", required=True, help="candidate name, e.g. runbook-skill")
             q.add_argument("--ref", default=None, help="branch, tag or SHA it runs (default: the default branch)")
-            q.add_argument("--model", default="simagent/support-agent", help="Inspect model")
+            q.add_argument(
+                "--model",
+                default=None,
+                help="Inspect model (default: the one the agent config at --ref names, else simagent/support-agent)",
+            )
             q.add_argument("--model-arg", action="append", default=[], help="KEY=VALUE model argument (repeatable)")
             q.add_argument("--description", default="", help="what the candidate changes")
             q.add_argument("--reference", action="store_true", help="make it the reference candidate")

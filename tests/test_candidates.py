@@ -240,7 +240,7 @@ def test_candidates_add_and_list_on_the_command_line(tmp_path, monkeypatch, caps
     capsys.readouterr()
     assert cli.main(["candidates", "list", *where]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert "main (reference): ref main · simagent/support-agent · declared in .evals/candidates.yaml" in listed
+    assert "main (reference): ref main · the agent config's model · declared in .evals/candidates.yaml" in listed
     assert "mini: ref HEAD · simagent/mini · declared in evalrunner candidates add" in listed
     assert len(listed) == 5
 

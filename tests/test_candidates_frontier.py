@@ -85,6 +85,22 @@ def test_every_candidate_runs_the_same_inputs_and_matches_its_known_probabilitie
             assert t["p50_latency_s"] is not None and t["tokens_per_sample"] > 0
 
 
+def test_a_candidate_without_a_model_runs_the_one_its_agent_config_names(measured):
+    docs = measured["first"].measurements
+    # main and runbook-skill name no model: each runs what agent.yaml at its ref names.
+    for name in ("main", "runbook-skill"):
+        assert docs[name]["model"] == {
+            "model": "simagent/support-agent",
+            "model_args": {},
+            "source": "agent config (agent.yaml)",
+        }
+    assert docs["runbook-skill-large"]["model"]["model"] == "simagent/support-agent-large"
+    assert docs["runbook-skill-large"]["model"]["source"] == "run setting"
+    lake = measured["home"].lake()
+    landed = pq.read_table(lake.fs.open(lake.path(LAYOUT.candidate_rows(REPO, "main")), "rb"))
+    assert set(landed.column("model").to_pylist()) == {"simagent/support-agent"}
+
+
 def test_costs_follow_the_simulated_prices(measured):
     cost = {n: d["suite"]["cost_per_sample"] for n, d in measured["first"].measurements.items()}
     large = simulated_model("support-agent-large").price.input_usd_per_mtok / SIMAGENT_PRICE.input_usd_per_mtok

@@ -133,6 +133,33 @@ def test_chart_and_sql_view_exist(backfilled):
     assert any(r[1] == "hard" and r[3] and "added" in r[3] for r in rows)
 
 
+def test_each_point_runs_the_model_its_commit_agent_config_names(backfilled):
+    for point in backfilled["first"].points:
+        assert point["model"] == {
+            "model": "simagent/support-agent",
+            "model_args": {},
+            "source": "agent config (agent.yaml)",
+        }
+
+
+def test_the_model_choice_follows_the_agent_config_unless_the_series_names_one():
+    from evalrunner_assets.discovery import AgentModel
+
+    agent = AgentModel(model="openai/gpt-4o-mini", model_args={"temperature": 0.2}, file="agent.yml")
+    follows = series.SeriesSettings().model_choice(agent)
+    assert follows == {
+        "model": "openai/gpt-4o-mini",
+        "model_args": {"temperature": 0.2},
+        "source": "agent config (agent.yml)",
+    }
+    named = series.SeriesSettings(model="simagent/support-agent-large", model_override=True).model_choice(agent)
+    assert named == {"model": "simagent/support-agent-large", "model_args": {}, "source": "run setting"}
+    assert series.SeriesSettings().model_choice(None)["source"] == "default"
+    # A point's windows are found again under the model it ran, not the series default.
+    point = {"settings": series.SeriesSettings().to_dict(), "model": follows}
+    assert series.point_run_settings(point).run_settings().model == "openai/gpt-4o-mini"
+
+
 def test_history_selection():
     history = [
         series.MainCommit(sha=f"{i:040x}", committed_at=f"2025-01-{i + 1:02d}T00:00:00+00:00", subject="", position=i)

@@ -90,8 +90,9 @@ class CandidateSettings:
     def series_settings(self, candidate: Candidate) -> series.SeriesSettings:
         """The cohort-series settings that measure ``candidate`` (same windows as every other)."""
         return series.SeriesSettings(
-            model=candidate.model,
+            model=candidate.model or DEFAULT_MODEL,
             model_args=dict(candidate.model_args),
+            model_override=candidate.model is not None,
             seed=self.seed,
             epochs=self.epochs,
             cap=self.cap,
@@ -109,7 +110,9 @@ class Candidate:
 
     name: str
     ref: str | None = None  # branch, tag or SHA; None = the repository's default branch
-    model: str = DEFAULT_MODEL
+    # None: the model the agent config at ``ref`` names (``model:``), else the default model;
+    # the measurement records which model ran and why.
+    model: str | None = None
     model_args: dict[str, Any] = field(default_factory=dict)
     description: str = ""
 
@@ -171,7 +174,7 @@ def parse_candidates(data: Any, *, source: str = CANDIDATES_FILE) -> CandidateSe
         candidates[name] = Candidate(
             name=name,
             ref=item.get("ref"),
-            model=item.get("model", DEFAULT_MODEL),
+            model=item.get("model"),
             model_args=dict(item.get("model_args") or {}),
             description=item.get("description", ""),
         )
@@ -351,9 +354,14 @@ def pair_with_reference(lake: Lake, doc: dict[str, Any], reference_doc: Mapping[
     return doc
 
 
+def measured_model(doc: Mapping[str, Any]) -> str:
+    """The model a measurement ran (recorded per point; older documents: their settings')."""
+    return str((doc.get("model") or {}).get("model") or doc["settings"]["model"])
+
+
 def measurement_rows(doc: Mapping[str, Any]) -> pa.Table:
     """A measurement as rows: one per task (``scope='task'``) and one for the suite."""
-    base = {"repo": doc["repo"], "candidate": doc["name"], "commit": doc["commit"], "model": doc["settings"]["model"]}
+    base = {"repo": doc["repo"], "candidate": doc["name"], "commit": doc["commit"], "model": measured_model(doc)}
     is_reference = doc["name"] == doc["reference"]
     flags = doc.get("vs_reference", {}).get("tasks", {})
     rows = []
@@ -506,7 +514,8 @@ def run_candidates(
                 break  # a cancelled measurement is not saved: the next run measures it again
             if not any(task["windows"] for task in doc["tasks"].values()):
                 raise CandidateError(
-                    f"{repo}: candidate {name!r} ({candidate.model} at {commit[:12]}) was not measured: "
+                    f"{repo}: candidate {name!r} ({candidate.model or 'its agent config model'} at {commit[:12]}) "
+                    "was not measured: "
                     f"every window failed ({_failure_causes(doc)}); no measurement was saved"
                 )
             doc["provenance"] = candidate_provenance(lake, repo, name)

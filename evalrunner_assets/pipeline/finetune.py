@@ -471,8 +471,10 @@ def notification_markdown(
     for the suite: ``eval | current | ft | Δ (CI) | cost/sample``; Δ is the paired difference
     (fine-tune − current) with its anytime-valid interval and the PR label."""
     flags = measured.get("vs_reference", {}).get("tasks", {})
+    # The model the reference ran (recorded per measurement; older ones: their settings').
+    current_model = (current.get("model") or {}).get("model") or current["settings"]["model"]
     lines = [
-        f"## Fine-tune `{ft.name}` ({ft.model}) against `{current['name']}` ({current['settings']['model']})",
+        f"## Fine-tune `{ft.name}` ({ft.model}) against `{current['name']}` ({current_model})",
         "",
         "| eval | current | ft | Δ (CI) | cost/sample |",
         "|---|---|---|---|---|",

@@ -21,7 +21,7 @@ import concurrent.futures as cf
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evalrunner_assets import stats
+from evalrunner_assets.discovery import AgentModel
 from evalrunner_assets.execution.inspect_runner import sample_order
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.pipeline.assess import _load_rows, window_plan
@@ -38,7 +39,8 @@ from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, run_t
 from lake import LAYOUT, Lake, Window
 from lake.schema import SERIES_ROWS_SCHEMA
 
-SCHEMA_VERSION = 1
+# 2: a point records the model it ran (``model``: the agent config's unless the series names one).
+SCHEMA_VERSION = 2
 DEFAULT_HALF_WIDTH = 0.05
 DEFAULT_CAP = 256
 
@@ -54,6 +56,9 @@ class SeriesSettings:
 
     model: str = DEFAULT_MODEL
     model_args: dict[str, Any] = field(default_factory=dict)
+    # False: each commit runs the model its agent config names (``model:``), ``model`` only
+    # where it names none; True: ``model`` was chosen explicitly and every commit runs it.
+    model_override: bool = False
     seed: int = 0
     epochs: int = 1
     half_width: float = DEFAULT_HALF_WIDTH  # stop a task once its interval is at most ±this
@@ -75,6 +80,18 @@ class SeriesSettings:
 
     def run_settings(self) -> RunSettings:
         return RunSettings(model=self.model, model_args=dict(self.model_args), seed=self.seed, epochs=self.epochs)
+
+    def model_choice(self, agent: AgentModel | None) -> dict[str, Any]:
+        """The model one commit runs and why (``source``: ``run setting``, ``agent config
+        (<file>)`` or ``default``), by the rule a PR comparison uses."""
+        if self.model_override or agent is None:
+            source = "run setting" if self.model_override else "default"
+            return {"model": self.model, "model_args": dict(self.model_args), "source": source}
+        return {"model": agent.model, "model_args": dict(agent.model_args), "source": f"agent config ({agent.file})"}
+
+    def for_model(self, choice: Mapping[str, Any]) -> SeriesSettings:
+        """These settings with the model one commit runs (``model_choice``)."""
+        return replace(self, model=choice["model"], model_args=dict(choice["model_args"]))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -280,6 +297,8 @@ def measure_point(
     every window up to the cap (or the dataset's end) whatever the interval, so measurements of
     different configurations cover the same inputs."""
     facts: CommitFacts = learn_commit(lake, backend, export, model=settings.model, cancel=cancel)
+    model = settings.model_choice(facts.agent_model)
+    commit_settings = settings.for_model(model)
     runtime = backend.runtime_digest()
     names = sorted(facts.tasks)
     with cf.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="evalrunner-series") as ex:
@@ -290,7 +309,7 @@ def measure_point(
                 backend,
                 export,
                 facts.tasks[n],
-                settings,
+                commit_settings,
                 runtime,
                 pool,
                 cancel,
@@ -311,6 +330,7 @@ def measure_point(
         "position": commit.position,
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "settings": settings.to_dict(),
+        "model": model,
         "backend": backend.name,
         "runtime_digest": runtime,
         "tasks": tasks,
@@ -423,6 +443,12 @@ def _signed(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2f}"
 
 
+def point_run_settings(point: Mapping[str, Any]) -> SeriesSettings:
+    """The settings a saved point's windows ran with (its series settings with its model)."""
+    settings = SeriesSettings(**point["settings"])
+    return settings.for_model(point["model"]) if point.get("model") else settings
+
+
 def point_task_rows(lake: Lake, point: Mapping[str, Any], task: str) -> list[dict[str, Any]]:
     """The committed rows behind one task of a point (its windows, under its batch keys)."""
     from evalrunner_assets.pipeline.facts import load_facts
@@ -430,7 +456,7 @@ def point_task_rows(lake: Lake, point: Mapping[str, Any], task: str) -> list[dic
     facts = load_facts(lake, point["repo"], point["commit"])
     if facts is None or task not in facts.tasks:
         return []
-    settings = SeriesSettings(**point["settings"])
+    settings = point_run_settings(point)
     windows = [Window.parse(w) for w in point["tasks"][task]["windows"]]
     keys = _task_keys(
         point["repo"], point["commit"], facts.tasks[task], settings, windows, point["backend"], point["runtime_digest"]
