@@ -11,7 +11,9 @@ Decided PRs are retired (:func:`retire_comparison`): their ``comparisons`` key g
 their ``commits`` keys unless an open comparison still needs them. The lake stays the record and
 the event log keeps every materialization, so the sets hold the open work only. ``main_commits``
 keeps the newest ``MAIN_COMMITS_KEPT`` keys (:func:`trim_main_commits`); older points stay in the
-lake's series and a backfill adds their keys again. README, "Partitions", gives the bounds.
+lake's series and a backfill adds their keys again. ``swe_runs`` keeps the newest
+``SWE_RUNS_KEPT`` (:func:`trim_swe_runs`); a run's attempts stay in the lake and a failed run
+submitted again adds its key back. README, "Partitions", gives the bounds.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from lake import Lake
 
 # A year of pushes at 1,000 a day would pass Dagster's advised 100k partitions: the oldest go.
 MAIN_COMMITS_KEPT = 20_000
+# One key per submitted SWE run: the oldest go too (long finished; their attempts are in the lake).
+SWE_RUNS_KEPT = 20_000
 
 commits_partitions = dg.DynamicPartitionsDefinition(name="commits")
 tasks_partitions = dg.DynamicPartitionsDefinition(name="tasks")
@@ -91,19 +95,35 @@ def retire_comparison(
     return deleted
 
 
-def trim_main_commits(instance: dg.DagsterInstance, incoming: list[str], keep: int = MAIN_COMMITS_KEPT) -> list[str]:
-    """Delete the oldest ``main_commits`` keys so that, once ``incoming`` is added, at most
-    ``keep`` remain (``incoming`` itself is never deleted). Returns the keys deleted.
-
-    The set lists keys in the order they were added (first-parent order for pushes and
-    backfills), so the oldest points go first; their series points, charts and materializations
-    stay, and ``evalrunner backfill`` over them adds the keys again."""
-    have = instance.get_dynamic_partitions("main_commits")
+def _trim_oldest(
+    instance: dg.DagsterInstance, name: str, incoming: list[str], keep: int, protected: frozenset[str] = frozenset()
+) -> list[str]:
+    """Delete the oldest keys of the dynamic set ``name`` so that, once ``incoming`` is added, at
+    most ``keep`` remain (``incoming`` and ``protected`` keys are never deleted, even if that
+    leaves more). Returns the keys deleted. The set lists keys in the order they were added, so
+    the oldest go first."""
+    have = instance.get_dynamic_partitions(name)
     present, wanted = set(have), set(incoming)
     excess = len(have) + len(wanted - present) - keep
     if excess <= 0:
         return []
-    doomed = [k for k in have if k not in wanted][:excess]
+    doomed = [k for k in have if k not in wanted and k not in protected][:excess]
     for key in doomed:
-        instance.delete_dynamic_partition("main_commits", key)
+        instance.delete_dynamic_partition(name, key)
     return doomed
+
+
+def trim_main_commits(instance: dg.DagsterInstance, incoming: list[str], keep: int = MAIN_COMMITS_KEPT) -> list[str]:
+    """Make room for ``incoming`` in ``main_commits`` (first-parent order for pushes and
+    backfills, so the oldest points go first); their series points, charts and materializations
+    stay, and ``evalrunner backfill`` over them adds the keys again."""
+    return _trim_oldest(instance, "main_commits", incoming, keep)
+
+
+def trim_swe_runs(
+    instance: dg.DagsterInstance, incoming: list[str], keep: int = SWE_RUNS_KEPT, active: frozenset[str] = frozenset()
+) -> list[str]:
+    """Make room for ``incoming`` in ``swe_runs`` (submission order: the oldest runs go first;
+    their attempts and records stay in the lake, their materializations in the event log).
+    ``active``: runs queued or executing, whose keys their Dagster run still needs."""
+    return _trim_oldest(instance, swe_runs_partitions.name or "swe_runs", incoming, keep, active)

@@ -24,7 +24,13 @@ from typing import Any
 
 import dagster as dg
 
-from evalrunner_assets.partitions import add_partitions, swe_runs_partitions, swe_task_sets_partitions
+from evalrunner_assets.partitions import (
+    SWE_RUNS_KEPT,
+    add_partitions,
+    swe_runs_partitions,
+    swe_task_sets_partitions,
+    trim_swe_runs,
+)
 from evalrunner_assets.swe import RunSpec, SweStore
 from evalrunner_assets.swe.runner import SweContext, load_agent, register_task_set
 from lake.storage import Lake
@@ -49,6 +55,7 @@ class SweLauncher:
         self.resources = resources or {"lake": LakeResource(root=lake.root), "sandbox": SandboxResource.from_env()}
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
+        self.keep_runs = SWE_RUNS_KEPT  # swe_runs keys kept on the instance (the oldest go first)
 
     def _job(self, name: str) -> dg.JobDefinition:
         from evalrunner_assets.definitions import defs
@@ -72,6 +79,8 @@ class SweLauncher:
                 return record, False
             if any(r.status not in _DONE_BADLY for r in self._runs(RUN_TAG, run_id)):
                 return record, False
+            active = frozenset(k for k, t in self._threads.items() if t.is_alive())
+            trim_swe_runs(self.instance, [run_id], self.keep_runs, active)
             add_partitions(self.instance, swe_runs_partitions.name or "swe_runs", [run_id])
             thread = threading.Thread(target=self._execute, args=(run_id,), name=f"swe-{run_id}", daemon=True)
             self._threads[run_id] = thread

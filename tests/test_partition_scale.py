@@ -18,7 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from evalrunner_assets.partitions import comparison_commit_keys, retire_comparison, trim_main_commits
+from evalrunner_assets.partitions import comparison_commit_keys, retire_comparison, trim_main_commits, trim_swe_runs
 from evalrunner_assets.pipeline import open_index
 from evalrunner_assets.pipeline.assess import save_result, stats_params
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
@@ -345,3 +345,13 @@ def test_main_commits_keep_the_newest_points_in_push_order(world: World) -> None
     instance.add_dynamic_partitions("main_commits", keys[4:])
     assert instance.get_dynamic_partitions("main_commits") == keys[2:]
     assert trim_main_commits(instance, [keys[5]], keep=4) == []  # already there: nothing to make room for
+
+
+def test_swe_runs_keep_the_newest_submissions(world: World) -> None:
+    instance = world.instance
+    keys = [f"r-{n:024x}" for n in range(5)]
+    instance.add_dynamic_partitions("swe_runs", keys[:3])
+    assert trim_swe_runs(instance, [keys[3]], keep=3) == keys[:1]
+    instance.add_dynamic_partitions("swe_runs", [keys[3]])
+    assert trim_swe_runs(instance, [keys[1]], keep=3) == []  # resubmitted: its key is there already
+    assert trim_swe_runs(instance, [keys[4]], keep=3, active=frozenset({keys[1]})) == [keys[2]]  # keys[1] runs

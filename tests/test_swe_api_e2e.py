@@ -61,12 +61,15 @@ def test_runs_through_the_api_grade_police_and_rank(tmp_path, monkeypatch, bwrap
             assert status == 404
 
             ids = {}
+            # Fewer keys kept than runs submitted together: a queued or running run keeps its key.
+            launcher.keep_runs = 2
             for version in ("baseline", "better", "cheating"):
                 status, body = _call(server, "POST", "/v1/runs", {**spec, "agent_version": version})
                 assert status == 202 and body["launched"], body
                 ids[version] = body["id"]
             for run_id in ids.values():
                 launcher.wait(run_id, timeout=300)
+            assert instance.get_dynamic_partitions("swe_runs") == list(ids.values())
             runs = {}
             for version, run_id in ids.items():
                 status, runs[version] = _call(server, "GET", f"/v1/runs/{run_id}")
