@@ -112,6 +112,8 @@ def probe_files_and_timeout():
         facts["binary_size_in_pod"] = seen.stdout.strip()
         fed = await sb.exec(["sh", "-c", "cat > fed.txt; echo $GREETING"], input="stdin text", env={"GREETING": "hi"})
         facts["env"] = fed.stdout.strip()
+        big = await sb.exec(["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' a; echo oops >&2; exit 3"])
+        facts["big"] = [len(big.stdout), big.stderr, big.returncode]
         facts["stdin"] = await sb.read_file("fed.txt")
         for name, path in (("outside_abs", "/etc/hostname"), ("outside_rel", "../../etc/hostname")):
             try:
@@ -197,6 +199,8 @@ def test_inspect_eval_runs_tools_in_one_pod_per_sample_standin_api(tmp_path, sta
         assert outputs[1] == "exit=0\nfrom-exec-1\nVALUE = 41\n", outputs
         assert facts["binary_roundtrip"] is True and facts["binary_size_in_pod"] == str(len(BINARY))
         assert facts["env"] == "hi" and facts["stdin"] == "stdin text"
+        # Output limits as the bubblewrap provider's: the first Limits.stdout_bytes of stdout.
+        assert facts["big"] == [Limits().stdout_bytes, "oops\n", 3]
         assert facts["outside_abs"] == facts["outside_rel"] == facts["outside_write"] == "refused"
         assert facts["symlink_escape"] == "refused" and facts["missing"] == "FileNotFoundError"
         assert facts["timeout"] == "TimeoutError" and facts["timed_out_process"] == "gone", facts
@@ -229,6 +233,16 @@ def test_inspect_eval_runs_tools_in_one_pod_per_sample_standin_api(tmp_path, sta
     repo_mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/work/repo")
     assert not repo_mount.get("readOnly")
     assert pod["metadata"]["labels"]["evalrunner.dev/task"]
+
+
+def test_the_provider_is_found_through_the_inspect_ai_entry_point():
+    # A fresh interpreter that imports nothing of ours: Inspect finds the name by entry point.
+    code = (
+        "from inspect_ai.util._sandbox.registry import registry_find_sandboxenv as find; "
+        "print(find('evalrunner-k8s').__name__, find('bubblewrap').__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["KubernetesInspectSandboxEnvironment", "BubblewrapSandboxEnvironment"], out.stderr
 
 
 def test_workspace_pod_mounts_a_named_environment_claim_read_only_and_validates():
