@@ -14,9 +14,11 @@ output; files travel through ``pod_wrapper readfile``/``writefile`` over the sam
 confined to the workspace. :meth:`KubernetesWorkspace.close` deletes the pod.
 
 Pods a crashed controller left behind: every workspace pod is labelled with its controller's
-host, pid and process start time; :func:`sweep_orphaned_workspaces` deletes the ones whose
-controller process on this host is gone, and every workspace pod that already ended (e.g.
-past its deadline). A pod of another host's crashed controller ends at its deadline.
+host, PID namespace, pid and process start time; :func:`sweep_orphaned_workspaces` deletes the
+ones whose controller process in this host's PID namespace is gone, and every workspace pod
+that already ended (e.g. past its deadline). Another host's or container's pods are never
+judged (their controller may be alive): a crashed run pod's workspace pods end at their
+deadline.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from evalrunner_assets.execution.kubernetes import (
 from evalrunner_assets.execution.sandbox import Limits, NetworkPolicy, RepoExport, SandboxRequest
 
 WORKSPACE_ROLE = "workspace"
-_OWNER_FIELDS = ("controller-host", "controller-pid", "controller-start")
+_OWNER_FIELDS = ("controller-host", "controller-pidns", "controller-pid", "controller-start")
 STDERR_TAIL_BYTES = 16384
 
 
@@ -63,22 +65,29 @@ class WorkspaceFileError(Exception):
 
 @dataclass(frozen=True)
 class ControllerIdentity:
-    """Which controller process owns a workspace pod: host, pid and the process's start time
+    """Which controller process owns a workspace pod: host and PID namespace (only a process
+    that shares both can tell whether the owner lives), pid, and the process's start time
     (clock ticks since boot), so a reused pid is not mistaken for the owner."""
 
     host: str
+    pidns: str
     pid: int
     start: str
 
     @classmethod
     def current(cls) -> ControllerIdentity:
-        return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()) or "0")
+        try:  # "pid:[4026531836]": the namespace's inode
+            pidns = "".join(ch for ch in os.readlink("/proc/self/ns/pid") if ch.isdigit())
+        except OSError:
+            pidns = "0"
+        return cls(socket.gethostname(), pidns, os.getpid(), _process_start(os.getpid()) or "0")
 
     def labels(self) -> dict[str, str]:
-        return dict(zip(_OWNER_FIELDS, (self.host, str(self.pid), self.start), strict=True))
+        values = (self.host, self.pidns, str(self.pid), self.start)
+        return dict(zip(_OWNER_FIELDS, values, strict=True))
 
     def alive_here(self) -> bool:
-        """True when this process still runs on this host (the caller checks the host)."""
+        """True when this process still runs (meaningful only in the owner's PID namespace)."""
         return _process_start(self.pid) == self.start
 
 
@@ -291,8 +300,9 @@ def _records(raw: bytes, kinds: tuple[str, ...]) -> list[tuple[dict, bytes]]:
 
 
 def sweep_orphaned_workspaces(backend: KubernetesBackend, *, me: ControllerIdentity | None = None) -> list[str]:
-    """Delete workspace pods left behind: those owned by a controller process of this host
-    that is gone, and every workspace pod that already ended. Returns the deleted pods' names."""
+    """Delete workspace pods left behind: those owned by a controller process of this host and
+    PID namespace that is gone, and every workspace pod that already ended. Returns the
+    deleted pods' names."""
     import kubernetes
 
     me = me or ControllerIdentity.current()
@@ -304,9 +314,9 @@ def sweep_orphaned_workspaces(backend: KubernetesBackend, *, me: ControllerIdent
         labels: dict[str, Any] = pod.metadata.labels or {}
         owner = [labels.get(sanitize_label_name(f), "") for f in _OWNER_FIELDS]
         ended = (pod.status.phase if pod.status else "") in ("Succeeded", "Failed")
-        same_host = owner[0] == sanitize_label_value(me.host)
-        pid = int(owner[1]) if owner[1].isdigit() else 0
-        orphan = same_host and not ControllerIdentity(me.host, pid, owner[2]).alive_here()
+        ours_to_judge = owner[0] == sanitize_label_value(me.host) and owner[1] == me.pidns
+        pid = int(owner[2]) if owner[2].isdigit() else 0
+        orphan = ours_to_judge and not ControllerIdentity(me.host, me.pidns, pid, owner[3]).alive_here()
         if not (ended or orphan):
             continue
         try:
