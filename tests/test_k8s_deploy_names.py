@@ -224,19 +224,27 @@ def missing_objects(docs: list[dict], secrets: dict[str, set[str]], v: dict, ins
     return bad
 
 
-_API_CALL = re.compile(r"\b(create|read|patch|delete|list)_namespaced_(pod|persistent_volume_claim|job)(_log)?\b")
-_VERB = {"create": "create", "read": "get", "patch": "patch", "delete": "delete", "list": "list"}
+_API_CALL = re.compile(
+    r"\b(create|read|patch|delete|list|connect_get)_namespaced_(pod|persistent_volume_claim|job)(_log|_exec|_attach)?\b"
+)
+# A websocket exec/attach is a GET upgraded by the API server; RBAC checks it as `create` (and,
+# on servers before 1.30, as `get`), so the Role must grant both.
+_VERB = {"create": "create", "read": "get", "patch": "patch", "delete": "delete", "list": "list", "connect_get": "get"}
+_BACKEND_MODULES = ("kubernetes.py", "kubernetes_env.py", "kubernetes_workspace.py")
 _RESOURCE = {"pod": ("", "pods"), "persistent_volume_claim": ("", "persistentvolumeclaims"), "job": ("batch", "jobs")}
 
 
 def backend_api_calls() -> set[tuple[str, str, str]]:
     """(apiGroup, resource, verb) of every namespaced call the Kubernetes backend makes."""
     calls = set()
-    for name in ("kubernetes.py", "kubernetes_env.py"):
+    for name in _BACKEND_MODULES:
         text = (ROOT / "evalrunner_assets" / "execution" / name).read_text()
-        for verb, kind, log in _API_CALL.findall(text):
+        for verb, kind, sub in _API_CALL.findall(text):
             group, resource = _RESOURCE[kind]
-            calls.add((group, resource + ("/log" if log else ""), _VERB[verb]))
+            resource += f"/{sub[1:]}" if sub else ""
+            calls.add((group, resource, _VERB[verb]))
+            if verb == "connect_get":
+                calls.add((group, resource, "create"))
     return calls
 
 
@@ -259,11 +267,19 @@ def test_the_controllers_role_allows_every_call_the_backend_makes():
     calls = backend_api_calls()
     # The parser sees the environment build's calls (and the pods'):
     assert {("batch", "jobs", "create"), ("", "persistentvolumeclaims", "patch"), ("", "pods", "create")} <= calls
+    # ... and the websocket subresources: delivery (attach) and every exec, e.g. the Inspect
+    # provider's workspace pods (kubernetes_workspace.py reaches exec through kubernetes.py).
+    assert {("", "pods/exec", "create"), ("", "pods/exec", "get"), ("", "pods/attach", "create")} <= calls
     assert unauthorised_calls(manifests()) == []
     docs = manifests()
     role = find(docs, "Role", "evalrunner-sandbox-controller")
     role["rules"] = [r for r in role["rules"] if r["resources"] != ["jobs"]]
     assert unauthorised_calls(docs) == ["create batch/jobs", "delete batch/jobs", "get batch/jobs"]
+    docs = manifests()
+    role = find(docs, "Role", "evalrunner-sandbox-controller")
+    for rule in role["rules"]:
+        rule["resources"] = [r for r in rule["resources"] if r != "pods/exec"]
+    assert unauthorised_calls(docs) == ["create core/pods/exec", "get core/pods/exec"]
 
 
 def test_environment_build_egress_policy_and_settings_agree_with_the_code():

@@ -71,6 +71,8 @@ def generated_pods() -> list[tuple[str, dict]]:
             ),
         ),
         ("warm-session", build_sandbox_pod(request(), config(), sandbox_id="w", session=True)),
+        # One Inspect sample's workspace pod (sandbox="evalrunner-k8s").
+        ("inspect-workspace", build_sandbox_pod(request(), config(), sandbox_id="i", workspace=True)),
     ]
 
 

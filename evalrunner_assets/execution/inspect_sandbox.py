@@ -14,8 +14,8 @@ export instead (``evalrunner_export``, ``evalrunner_commit``, ``evalrunner_repo`
 with one repository state per sample. Without either, the sample gets an empty workspace.
 
 The backend and pool are process-wide (:func:`configure` replaces them, e.g. in tests or a
-runner with its own lake home); the Kubernetes backend would plug in through the same
-``SandboxBackend`` interface.
+runner with its own lake home). On Kubernetes the same Inspect interface is the provider
+``sandbox="evalrunner-k8s"`` (``inspect_k8s_sandbox.py``): one long-lived pod per sample.
 """
 
 from __future__ import annotations
@@ -130,6 +130,22 @@ def _config_of(config: SandboxEnvironmentConfigType | None, metadata: dict[str, 
     return cfg.model_copy(update=overrides) if overrides else cfg
 
 
+def workspace_relative(path: str) -> str:
+    """``path`` (absolute under /work/repo, or relative to it) as a path inside the sample's
+    workspace; raises PermissionError for anything outside it (shared by the Kubernetes provider)."""
+    if os.path.isabs(path):
+        norm = os.path.normpath(path)
+        if norm == SANDBOX_REPO_DIR:
+            return "."
+        if not norm.startswith(SANDBOX_REPO_DIR + "/"):
+            raise PermissionError(f"{path!r} is outside the sample's workspace ({SANDBOX_REPO_DIR})")
+        path = norm[len(SANDBOX_REPO_DIR) + 1 :]
+    norm = os.path.normpath(path)
+    if norm == ".." or norm.startswith("../"):
+        raise PermissionError(f"{path!r} leaves the sample's workspace")
+    return norm
+
+
 @sandboxenv(name=PROVIDER_NAME)
 class BubblewrapSandboxEnvironment(SandboxEnvironment):
     """One sample's workspace; every command in its own bubblewrap sandbox over it."""
@@ -193,18 +209,7 @@ class BubblewrapSandboxEnvironment(SandboxEnvironment):
 
     # -- paths -------------------------------------------------------------------------------
     def _relative(self, path: str) -> str:
-        """``path`` (absolute under /work/repo, or relative to it) as a path inside the workspace."""
-        if os.path.isabs(path):
-            norm = os.path.normpath(path)
-            if norm == SANDBOX_REPO_DIR:
-                return "."
-            if not norm.startswith(SANDBOX_REPO_DIR + "/"):
-                raise PermissionError(f"{path!r} is outside the sample's workspace ({SANDBOX_REPO_DIR})")
-            path = norm[len(SANDBOX_REPO_DIR) + 1 :]
-        norm = os.path.normpath(path)
-        if norm == ".." or norm.startswith("../"):
-            raise PermissionError(f"{path!r} leaves the sample's workspace")
-        return norm
+        return workspace_relative(path)
 
     def _host_path(self, file: str) -> str:
         """The workspace file on this machine, refusing anything that resolves outside it (a

@@ -263,6 +263,22 @@ def _wrapper_command() -> list[str]:
     return ["python", "-m", "evalrunner_assets.execution.pod_wrapper"]
 
 
+def _collector_container(common: dict, deadline: int, resources: dict, session: bool) -> dict:
+    """The ``collector``: never runs untrusted code; reads the output volume read-only."""
+    return {
+        **common,
+        "name": COLLECTOR_CONTAINER,
+        "command": _wrapper_command(),
+        "args": ["hold", "--max-seconds", str(deadline)],
+        "resources": resources,
+        "volumeMounts": [
+            {"name": "out", "mountPath": MOUNTS["out"], "readOnly": True},
+            {"name": "control", "mountPath": MOUNTS["control"], "readOnly": True},
+            *([{"name": "inbox", "mountPath": MOUNTS["inbox"]}] if session else []),
+        ],
+    }
+
+
 def build_sandbox_pod(
     request: SandboxRequest,
     config: KubernetesSandboxConfig,
@@ -270,12 +286,20 @@ def build_sandbox_pod(
     sandbox_id: str,
     pod_name: str | None = None,
     session: bool = False,
+    workspace: bool = False,
 ) -> dict:
     """The V1Pod manifest (as a dict) for ``request``. Pure: same inputs, same manifest.
 
     ``session``: a warm session pod -- the wrapper serves successive requests (``serve``) that
-    the collector hands it through the ``inbox`` volume, instead of running ``argv`` once."""
-    if not request.argv:
+    the collector hands it through the ``inbox`` volume, instead of running ``argv`` once.
+
+    ``workspace``: a workspace pod for one Inspect sample (``kubernetes_workspace.py``) -- the
+    sandbox container only holds, with the repository volume writable (the sample's
+    workspace), and every command arrives through ``exec``; no collector, no output volume.
+    ``request.argv`` is not run (it may be empty); the deadline is ``session_max_seconds``."""
+    if session and workspace:
+        raise KubernetesSandboxError("a pod is either a warm session or a workspace, not both")
+    if not request.argv and not workspace:
         raise KubernetesSandboxError("request.argv is empty")
     workdir = Path(request.workdir)
     if workdir.is_absolute() or ".." in workdir.parts:
@@ -295,7 +319,7 @@ def build_sandbox_pod(
     labels = {
         "app.kubernetes.io/name": "evalrunner-sandbox",
         "app.kubernetes.io/component": "sandbox",
-        ROLE_LABEL: "session" if session else "sandbox",
+        ROLE_LABEL: "workspace" if workspace else "session" if session else "sandbox",
         SANDBOX_ID_LABEL: sanitize_label_value(sandbox_id),
         NETWORK_LABEL: request.network.value,
         LABEL_PREFIX + "repo-commit": sanitize_label_value(request.export.commit),
@@ -325,7 +349,7 @@ def build_sandbox_pod(
         "limits": {"cpu": "250m", "memory": "256Mi", "ephemeral-storage": "64Mi"},
     }
     ephemeral = limits.scratch_bytes + config.tmp_size_limit_bytes + out_size + control_size
-    deadline = pod_deadline_seconds(request, config, session=session)
+    deadline = pod_deadline_seconds(request, config, session=session or workspace)
     run_args = [
         "serve" if session else "run",
         "--repo",
@@ -354,6 +378,8 @@ def build_sandbox_pod(
     for name, value in sorted(request.env.items()):
         run_args += ["--env", f"{name}={value}"]
     run_args += ["--", *request.argv]
+    if workspace:
+        run_args = ["hold", "--max-seconds", str(deadline)]
 
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -421,10 +447,10 @@ def build_sandbox_pod(
                     },
                 },
                 "volumeMounts": [
-                    {"name": "repo", "mountPath": MOUNTS["repo"], "readOnly": True},
-                    {"name": "out", "mountPath": MOUNTS["out"]},
+                    {"name": "repo", "mountPath": MOUNTS["repo"], **({} if workspace else {"readOnly": True})},
+                    *([] if workspace else [{"name": "out", "mountPath": MOUNTS["out"]}]),
                     {"name": "scratch", "mountPath": MOUNTS["scratch"]},
-                    {"name": "control", "mountPath": MOUNTS["control"]},
+                    *([] if workspace else [{"name": "control", "mountPath": MOUNTS["control"]}]),
                     {"name": "tmp", "mountPath": MOUNTS["tmp"]},
                     *([{"name": "inbox", "mountPath": MOUNTS["inbox"], "readOnly": True}] if session else []),
                     *(
@@ -441,22 +467,11 @@ def build_sandbox_pod(
                     ),
                 ],
             },
-            {
-                **common,
-                "name": COLLECTOR_CONTAINER,
-                "command": _wrapper_command(),
-                "args": ["hold", "--max-seconds", str(deadline)],
-                "resources": small,
-                "volumeMounts": [
-                    {"name": "out", "mountPath": MOUNTS["out"], "readOnly": True},
-                    {"name": "control", "mountPath": MOUNTS["control"], "readOnly": True},
-                    *([{"name": "inbox", "mountPath": MOUNTS["inbox"]}] if session else []),
-                ],
-            },
+            *([] if workspace else [_collector_container(common, deadline, small, session)]),
         ],
         "volumes": [
             {"name": "repo", "emptyDir": {"sizeLimit": _quantity(config.repo_size_limit_bytes * 2)}},
-            {"name": "out", "emptyDir": {"sizeLimit": _quantity(out_size)}},
+            *([] if workspace else [{"name": "out", "emptyDir": {"sizeLimit": _quantity(out_size)}}]),
             {"name": "scratch", "emptyDir": {"sizeLimit": _quantity(limits.scratch_bytes)}},
             {"name": "control", "emptyDir": {"sizeLimit": _quantity(control_size)}},
             {"name": "tmp", "emptyDir": {"sizeLimit": _quantity(config.tmp_size_limit_bytes)}},
@@ -1306,9 +1321,12 @@ class _PodRun:
                 raise _Cancelled()
             try:
                 self.core.create_namespaced_pod(self.config.namespace, manifest)
-                self.backend._count(
-                    "session_pods" if manifest["metadata"]["labels"].get(ROLE_LABEL) == "session" else "cold_pods"
+                # Workspace pods (the Inspect provider's) are not a comparison's sandboxes.
+                counter = {"session": "session_pods", "sandbox": "cold_pods"}.get(
+                    manifest["metadata"]["labels"].get(ROLE_LABEL, "")
                 )
+                if counter:
+                    self.backend._count(counter)
                 return
             except kubernetes.client.ApiException as exc:
                 # A full ResourceQuota is the cluster-wide concurrency cap: wait for a slot.
@@ -1446,15 +1464,19 @@ class _PodRun:
         stdin: bytes | None = None,
         wait_seconds: float = 0.0,
         cancel: threading.Event | None = None,
+        container: str = COLLECTOR_CONTAINER,
+        cap: int | None = None,
     ) -> bytes:
-        """Run a wrapper command in the collector through the exec API; its stdout (records).
-        Raises :class:`_Cancelled` when ``cancel`` is set while it runs."""
+        """Run a wrapper command in ``container`` (the collector, or a workspace pod's sandbox
+        container) through the exec API; its stdout (records), at most ``cap`` bytes (default:
+        the request's output and stdout caps). Raises :class:`_Cancelled` when ``cancel`` is set
+        while it runs."""
         limits = self.request.limits
         ws = self._stream(
             "connect_get_namespaced_pod_exec",
             self._pod_name(),
             self.config.namespace,
-            container=COLLECTOR_CONTAINER,
+            container=container,
             command=command,
             stdin=stdin is not None,
             stdout=True,
@@ -1463,12 +1485,14 @@ class _PodRun:
             _preload_content=False,
             binary=True,
         )
-        cap = limits.output_bytes + limits.stdout_bytes + (4 << 20)
+        if cap is None:
+            cap = limits.output_bytes + limits.stdout_bytes + (4 << 20)
         out = bytearray()
         deadline = time.monotonic() + wait_seconds + self.config.collect_slack_seconds
         try:
             if stdin is not None:
-                ws.write_stdin(stdin)
+                for i in range(0, len(stdin), 1 << 20):
+                    ws.write_stdin(stdin[i : i + (1 << 20)])
                 ws.close_channel(0)
             while ws.is_open():
                 if cancel is not None and cancel.is_set():

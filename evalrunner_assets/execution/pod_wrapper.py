@@ -27,6 +27,12 @@ One pod runs three roles of this module, each in its own container:
     request N into the inbox volume (read-only for the sandbox container), waits for the
     wrapper's signed reply N and streams it with the output files, like ``collect``.
 
+``hold`` / ``exec`` / ``readfile`` / ``writefile`` (a workspace pod, one per Inspect sample)
+    The sandbox container only holds; its repository volume is the sample's writable
+    workspace. Each command of the sample is one ``exec`` of this module in that container
+    (wall clock, rlimits, capped output, every leftover process killed); files go in and out
+    through ``readfile``/``writefile``, confined to the workspace.
+
 Why the split: anything the untrusted process prints could forge a message if it reached the
 pod log (dagster-k8s parses Pipes messages out of it), so only the wrapper writes there; and the
 pod never holds credentials, so results leave through the controller, never pushed from here.
@@ -309,10 +315,11 @@ def _child_env(args: argparse.Namespace) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "PYTHONNOUSERSITE": "1",
         "EVALRUNNER_REPO": args.repo,
-        "EVALRUNNER_OUT": args.out,
         "INSPECT_DISPLAY": "none",
         "NO_COLOR": "1",
     }
+    if getattr(args, "out", None):  # a workspace pod has no output directory
+        env["EVALRUNNER_OUT"] = args.out
     for item in args.env or []:
         name, _, value = item.partition("=")
         env[name] = value
@@ -738,6 +745,207 @@ def collect(
     return EXIT_OK
 
 
+# --- exec / readfile / writefile (a workspace pod: the Inspect sandbox provider) -------------
+#
+# A workspace pod's sandbox container only holds (``hold``); the repository volume is its
+# writable workspace. Every Inspect ``exec`` is one ``exec`` of this module in that container:
+# it runs the command as its child with a clean environment, rlimits and a wall clock, kills
+# every process the command left (a child subreaper, so a daemon that escaped with setsid is
+# still ours), and streams the outcome back as records. Its output is the sandboxed command's
+# and as untrusted as any tool output; what the wrapper enforces is the timeout and the caps.
+
+_PR_SET_CHILD_SUBREAPER = 36
+EXEC_RESULT = "exec-result"
+
+
+def _become_subreaper() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat_line = fh.read()
+        except OSError:
+            continue
+        # Field 4 (ppid) follows the command name, which is in parentheses and may hold spaces.
+        fields = stat_line[stat_line.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _kill_descendants(pgid: int) -> None:
+    """Kill the child's process group, then every process reparented to us (we are the child
+    subreaper, so orphans of the command land here, whatever session they made)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    me = os.getpid()
+    for _ in range(100):
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        left = _children_of(me)
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+
+
+def _read_framed(stdin, cap: int) -> bytes:
+    """A decimal length line, then that many bytes (the exec stream's stdin need not close)."""
+    line = stdin.readline(32)
+    try:
+        size = int(line.strip())
+    except ValueError as exc:
+        raise PayloadError(f"stdin length line is not a number: {line[:32]!r}") from exc
+    if not 0 <= size <= cap:
+        raise PayloadError(f"stdin of {size} bytes is outside 0..{cap}")
+    return _read_exact(stdin, size)
+
+
+def exec_command(args: argparse.Namespace, stdin, sink) -> int:
+    """One command in the workspace: records ``exec-result`` (JSON), ``stdout``, ``stderr``."""
+    _become_subreaper()
+    stdin_bytes = _read_framed(stdin, args.max_stdin_bytes) if args.stdin else None
+    start = time.monotonic()
+    status, detail, exit_code = "ok", "", None
+    stdout_bytes, stdout_total, stderr_tail = b"", 0, b""
+    cwd, _ = _workspace_path(args.repo, args.workdir)  # not _child_cwd: stdout is the record stream
+    child = None
+    if cwd is None:
+        status, detail = "refused", f"working directory {args.workdir!r} leaves the workspace"
+    else:
+        try:
+            child = subprocess.Popen(
+                list(args.argv),
+                cwd=cwd,
+                env=_child_env(args),
+                stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_child_limits(args.cpu_seconds, args.file_size_bytes),
+            )
+        except OSError as exc:
+            # As a shell would report it: the command did not start, exit 127 (126: not runnable).
+            status, exit_code = "exit_nonzero", 127 if isinstance(exc, FileNotFoundError) else 126
+            detail = f"could not start {args.argv[0]!r}: {exc.strerror or exc}"
+            stderr_tail = (detail + "\n").encode()
+    if child is not None:
+        out = _Capture(child.stdout, head=args.stdout_bytes)
+        err = _Capture(child.stderr, tail=args.stderr_tail_bytes)
+        out.start()
+        err.start()
+        if stdin_bytes is not None:
+            child_stdin = child.stdin
+            assert child_stdin is not None
+
+            def feed() -> None:
+                try:
+                    child_stdin.write(stdin_bytes)
+                    child_stdin.close()
+                except (BrokenPipeError, OSError):
+                    pass
+
+            threading.Thread(target=feed, daemon=True).start()
+        try:
+            child.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            status, detail = "timeout", f"wall-clock limit of {args.timeout:g}s reached; its processes were killed"
+        _kill_descendants(child.pid)
+        child.wait()
+        out.join(timeout=5)
+        err.join(timeout=5)
+        stdout_bytes, stdout_total, stderr_tail = bytes(out.data), out.total, bytes(err.data)
+        if status == "ok":
+            rc = child.returncode
+            if rc < 0:
+                status, detail = _signal_detail(-rc)
+                exit_code = 128 - rc
+            else:
+                exit_code = rc
+                status = "ok" if rc == 0 else "exit_nonzero"
+    result = {
+        "status": status,
+        "exit_code": exit_code,
+        "detail": detail,
+        "duration_s": round(time.monotonic() - start, 3),
+        "stdout_total": stdout_total,
+        "stdout_truncated": stdout_total > len(stdout_bytes),
+    }
+    write_record(sink, {"kind": EXEC_RESULT}, json.dumps(result, sort_keys=True).encode())
+    write_record(sink, {"kind": "stdout"}, stdout_bytes)
+    write_record(sink, {"kind": "stderr"}, stderr_tail)
+    sink.flush()
+    return EXIT_OK
+
+
+def _workspace_path(repo: str, rel: str) -> tuple[Path | None, str]:
+    """``rel`` inside the workspace with every symlink resolved, or None and why not."""
+    root = Path(os.path.realpath(repo))
+    if os.path.isabs(rel) or ".." in Path(rel).parts:
+        return None, f"{rel!r} is not a relative path inside the workspace"
+    path = Path(os.path.realpath(root / rel))
+    if path != root and root not in path.parents:
+        return None, f"{rel!r} resolves outside the workspace"
+    return path, ""
+
+
+def read_file(repo: str, rel: str, max_bytes: int, sink) -> int:
+    path, why = _workspace_path(repo, rel)
+    error, data = "outside", b""
+    if path is not None:
+        error, why = "", ""
+        if path.is_dir():
+            error, why = "is-a-directory", f"{rel!r} is a directory"
+        elif not path.exists():
+            error, why = "not-found", f"{rel!r} does not exist"
+        else:
+            got, why = _read_regular(path, max_bytes)
+            if got is None:
+                error = "too-large" if "cap" in why else "unreadable"
+            else:
+                data = got
+    write_record(sink, {"kind": "file", "error": error, "detail": why}, data)
+    sink.flush()
+    return EXIT_OK
+
+
+def write_file(repo: str, rel: str, max_bytes: int, stdin, sink) -> int:
+    data = _read_framed(stdin, max_bytes)
+    path, why = _workspace_path(repo, rel)
+    error = "outside" if path is None else ""
+    if path is not None:
+        if path.is_dir():
+            error, why = "is-a-directory", f"{rel!r} is a directory"
+        else:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _atomic_write(path, data)
+            except OSError as exc:
+                error, why = "unwritable", f"{rel!r}: {exc.strerror or exc}"
+    write_record(sink, {"kind": "written", "error": error, "detail": why, "bytes": len(data)})
+    sink.flush()
+    return EXIT_OK
+
+
 # --- command line -------------------------------------------------------------------------
 
 
@@ -790,6 +998,26 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--control", required=True)
     c.add_argument("--max-files", type=int, required=True)
     c.add_argument("--max-bytes", type=int, required=True)
+    e = sub.add_parser("exec")
+    e.add_argument("--repo", required=True)
+    e.add_argument("--scratch", required=True)
+    e.add_argument("--tmp", default="/tmp")
+    e.add_argument("--workdir", default=".")
+    e.add_argument("--python-env", default=None)
+    e.add_argument("--timeout", type=float, required=True)
+    e.add_argument("--cpu-seconds", type=int, required=True)
+    e.add_argument("--file-size-bytes", type=int, required=True)
+    e.add_argument("--stdout-bytes", type=int, required=True)
+    e.add_argument("--stderr-tail-bytes", type=int, default=16384)
+    e.add_argument("--stdin", action="store_true", help="stdin carries a length line and the command's input")
+    e.add_argument("--max-stdin-bytes", type=int, default=64 << 20)
+    e.add_argument("--env", action="append", metavar="NAME=VALUE")
+    e.add_argument("argv", nargs="+")
+    for name in ("readfile", "writefile"):
+        f = sub.add_parser(name)
+        f.add_argument("--repo", required=True)
+        f.add_argument("--path", required=True)
+        f.add_argument("--max-bytes", type=int, required=True)
     return p
 
 
@@ -825,6 +1053,16 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_PAYLOAD
     if args.cmd == "hold":
         return hold(args.max_seconds)
+    if args.cmd in ("exec", "readfile", "writefile"):
+        try:
+            if args.cmd == "exec":
+                return exec_command(args, sys.stdin.buffer, sys.stdout.buffer)
+            if args.cmd == "readfile":
+                return read_file(args.repo, args.path, args.max_bytes, sys.stdout.buffer)
+            return write_file(args.repo, args.path, args.max_bytes, sys.stdin.buffer, sys.stdout.buffer)
+        except PayloadError as exc:
+            print(f"{args.cmd}: {exc}", file=sys.stderr, flush=True)
+            return EXIT_BAD_PAYLOAD
     return collect(Path(args.out), Path(args.control), args.max_files, args.max_bytes, sys.stdout.buffer)
 
 

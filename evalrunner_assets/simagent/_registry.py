@@ -14,6 +14,8 @@ def simagent() -> type[ModelAPI]:
     return SimulatedAgentAPI
 
 
-# The bubblewrap tool-sandbox provider (`sandbox="bubblewrap"`), registered on import through
-# this same entry point, so Inspect resolves it from the CLI as well as in-process.
+# The tool-sandbox providers (`sandbox="bubblewrap"`, and `sandbox="evalrunner-k8s"`: one pod
+# per sample), registered on import through this same entry point, so Inspect resolves them
+# from the CLI as well as in-process. Neither loads the Kubernetes client until a pod is made.
+from evalrunner_assets.execution import inspect_k8s_sandbox as _inspect_k8s_sandbox  # noqa: E402, F401
 from evalrunner_assets.execution import inspect_sandbox as _inspect_sandbox  # noqa: E402, F401
