@@ -294,7 +294,7 @@ def test_a_pruned_environment_is_built_again_on_its_next_use_despite_its_lake_re
         export = RepoExport("acme/agent", "1" * 40, str(root), "1" * 64)
         spec = detect_environment(export)
         the_lake = open_lake(str(tmp_path / "lake"))
-        builder = controller(standin, tmp_path, env_last_used_interval_seconds=0.5)
+        builder = controller(standin, tmp_path, env_last_used_interval_seconds=2.0)
         built = EnvironmentStore(tmp_path / "local-1", index=idx.url, lake=the_lake).ensure(builder, export, spec)
         assert not built.reused and len(standin.jobs_created) == 1
         record = f"envs/{spec.digest}/environment.json"
@@ -308,12 +308,19 @@ def test_a_pruned_environment_is_built_again_on_its_next_use_despite_its_lake_re
         assert [(d.digest, d.action) for d in decisions] == [(spec.digest, "deleted")]
         assert the_lake.exists(record)  # the lake keeps the record of the past build
 
-        time.sleep(0.6)  # past the builder's interval: it checks the claim again
+        time.sleep(2.1)  # past the builder's interval: it stamps the claim again
         refused = builder.run(probe)
         assert refused.status is SandboxStatus.CRASHED and "is gone" in refused.detail
         again = EnvironmentStore(tmp_path / "local-1", index=idx.url, lake=the_lake).ensure(builder, export, spec)
         assert not again.reused and len(standin.jobs_created) == 2
+        # Within its interval the builder trusts what it found; past it, it reads the claim again.
+        reads = claim_requests(standin, "GET", spec.digest)
+        assert builder.ensure_environment(export, spec, index=idx.url)[0].reused
+        assert claim_requests(standin, "GET", spec.digest) == reads
         assert builder.run(probe).stdout.strip() == b"42"
+        time.sleep(2.1)
+        assert builder.ensure_environment(export, spec, index=idx.url)[0].reused
+        assert claim_requests(standin, "GET", spec.digest) == reads + 1
         # Another controller now finds it built: no third Job.
         other = EnvironmentStore(tmp_path / "local-2", index=idx.url).ensure(
             controller(standin, tmp_path), export, spec
