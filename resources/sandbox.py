@@ -24,7 +24,10 @@ ENV_FIELDS = {
     "EVALRUNNER_MODEL_EGRESS_PORT": "k8s_model_egress_port",
     "EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS": "k8s_env_storage_class",
     "EVALRUNNER_PACKAGE_INDEX_PROXY": "k8s_package_index_proxy",
+    "EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS": "k8s_env_retain_days",
 }
+_INT_FIELDS = ("k8s_max_concurrent_pods", "k8s_model_egress_port")
+_FLOAT_FIELDS = ("k8s_env_retain_days",)
 
 
 class SandboxResource(dg.ConfigurableResource):
@@ -44,6 +47,9 @@ class SandboxResource(dg.ConfigurableResource):
     # offer ReadOnlyMany) and the package-index proxy their build pods go through.
     k8s_env_storage_class: str = ""
     k8s_package_index_proxy: str = ""
+    # Days an environment claim no pod has mounted is kept (0: never deleted); the sampling
+    # sensor's sweep and `evalrunner envs prune` delete older ones.
+    k8s_env_retain_days: float = 14.0
     warm_sessions: bool = True
     # Sandboxes running at once for one comparison; 0 means the backend's default: this
     # machine's cores locally, ``k8s_max_concurrent_pods`` (a cluster-wide cap) on Kubernetes.
@@ -55,19 +61,25 @@ class SandboxResource(dg.ConfigurableResource):
         ConfigMap in deploy/k8s): ``EVALRUNNER_SANDBOX_BACKEND`` (default bubblewrap),
         ``EVALRUNNER_SANDBOX_NAMESPACE``, ``EVALRUNNER_SANDBOX_IMAGE``,
         ``EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS``, ``EVALRUNNER_MODEL_EGRESS_CIDR``,
-        ``EVALRUNNER_MODEL_EGRESS_PORT``, ``EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS`` and
-        ``EVALRUNNER_PACKAGE_INDEX_PROXY``. Unset variables keep the defaults."""
+        ``EVALRUNNER_MODEL_EGRESS_PORT``, ``EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS``,
+        ``EVALRUNNER_PACKAGE_INDEX_PROXY`` and ``EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS``. Unset
+        variables keep the defaults."""
         env = os.environ if env is None else env
         fields: dict[str, Any] = {}
         for name, field in ENV_FIELDS.items():
             value = env.get(name)
             if value is None or value == "":
                 continue
-            if field in ("k8s_max_concurrent_pods", "k8s_model_egress_port"):
+            if field in _INT_FIELDS:
                 try:
                     fields[field] = int(value)
                 except ValueError:
                     raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+            elif field in _FLOAT_FIELDS:
+                try:
+                    fields[field] = float(value)
+                except ValueError:
+                    raise ValueError(f"environment variable {name}={value!r} is not a number") from None
             else:
                 fields[field] = value
         return cls(**fields)
@@ -94,6 +106,14 @@ class SandboxResource(dg.ConfigurableResource):
         from evalrunner_assets.execution.kubernetes import KubernetesBackend
         from resources.kubernetes import PipesPodLauncher
 
+        backend = make_backend("kubernetes", **self.kubernetes_options())
+        if context is not None and isinstance(backend, KubernetesBackend):
+            # A new backend object (same slots) whose pods are launched through Dagster Pipes.
+            backend = backend.with_launcher(PipesPodLauncher(context))
+        return backend
+
+    def kubernetes_options(self) -> dict[str, Any]:
+        """The ``KubernetesSandboxConfig`` fields these settings give."""
         options: dict[str, Any] = {
             "namespace": self.k8s_namespace,
             "image": self.k8s_image,
@@ -111,8 +131,5 @@ class SandboxResource(dg.ConfigurableResource):
             options["env_storage_class"] = self.k8s_env_storage_class
         if self.k8s_package_index_proxy:
             options["package_index_proxy"] = self.k8s_package_index_proxy
-        backend = make_backend("kubernetes", **options)
-        if context is not None and isinstance(backend, KubernetesBackend):
-            # A new backend object (same slots) whose pods are launched through Dagster Pipes.
-            backend = backend.with_launcher(PipesPodLauncher(context))
-        return backend
+        options["env_retain_days"] = self.k8s_env_retain_days
+        return options

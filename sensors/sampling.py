@@ -18,6 +18,10 @@ A decided comparison whose report has been materialized is retired once it is ol
 retention (``EVALRUNNER_RETAIN_DECIDED_SECONDS``, default an hour): its Dagster partitions are
 deleted (``partitions.retire_comparison``) and it leaves the index, so partition sets hold the
 open work only. Its materializations stay in the event log, its files in the lake.
+
+On Kubernetes the tick also runs the retention sweep of repository environment claims, at most
+every ``ENV_SWEEP_INTERVAL_S`` (``KubernetesBackend.prune_environments``: claims no pod has
+mounted for ``EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS``); a failed sweep is logged, never fatal.
 """
 
 import os
@@ -46,6 +50,11 @@ RETIRE_PER_TICK = 200
 INDEXED_CURSOR = "open-index-v1"
 
 _ASSESS_CACHES: dict[str, assess_mod.AssessCache] = {}
+
+# Environment claims are kept for days; listing them (and, when one is old, the namespace's
+# pods) every 10 minutes is plenty.
+ENV_SWEEP_INTERVAL_S = 600.0
+_last_env_sweep: dict[str, float] = {}
 
 
 # A run in these states still owns its comparison: no other run is requested for it meanwhile.
@@ -194,6 +203,26 @@ def missing_partitions(
     return out
 
 
+def sweep_environments(context: dg.SensorEvaluationContext, backend) -> None:
+    """Deletes environment claims past their retention (a backend that keeps environments on a
+    cluster only), at most every ``ENV_SWEEP_INTERVAL_S`` per namespace."""
+    prune = getattr(backend, "prune_environments", None)
+    if prune is None:
+        return
+    key = getattr(getattr(backend, "config", None), "namespace", "")
+    if time.monotonic() - _last_env_sweep.get(key, -ENV_SWEEP_INTERVAL_S) < ENV_SWEEP_INTERVAL_S:
+        return
+    _last_env_sweep[key] = time.monotonic()
+    try:
+        decisions = prune()
+    except Exception as exc:  # the cluster's problem: the comparisons go on
+        context.log.warning(f"environment claims: the retention sweep failed: {type(exc).__name__}: {exc}")
+        return
+    for d in decisions:
+        if d.deleted:
+            context.log.info(f"environment claims: deleted {d.claim}: {d.reason}")
+
+
 @dg.sensor(
     jobs=[comparison_job],
     minimum_interval_seconds=15,
@@ -212,6 +241,7 @@ def sampling_sensor(
         if indexed:
             context.log.info(f"listed {indexed} comparison partition(s) made before the open index")
     backend = sandbox.backend()
+    sweep_environments(context, backend)
     runtime = backend.runtime_digest()
     requests: list[dg.RunRequest] = []
     in_flight = comparisons_in_flight(context.instance)

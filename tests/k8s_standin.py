@@ -4,9 +4,10 @@ It is not Kubernetes. It serves the REST endpoints the official ``kubernetes`` P
 calls for pods -- create, read, list (label/field selectors), delete, log (follow/timestamps),
 and the websocket ``attach``/``exec`` subresources (channel protocol v5/v4) -- with the real
 response shapes, so the controller's code runs unmodified against it. Also PersistentVolumeClaims
-(create, read, merge-patch, delete: each one a directory that outlives the pods that mount it,
-``subPath`` honoured; a pod naming a missing claim stays Pending, unschedulable, as with a real
-scheduler) and batch/v1 Jobs (create, read with a status derived from its pod, delete with its
+(create, read, list by label, merge-patch -- a JSON-patch Content-Type with an object body is
+refused as the API server refuses it -- and delete, honouring ``preconditions`` on
+``resourceVersion``/``uid``: each one a directory that outlives the pods that mount it, ``subPath``
+honoured; a pod naming a missing claim stays Pending, unschedulable, as with a real scheduler) and batch/v1 Jobs (create, read with a status derived from its pod, delete with its
 pod): a Job's pod is created from its template at once, named ``<job>-<random>``.
 
 Its "kubelet" runs each container's command as a local process: every emptyDir becomes a
@@ -378,6 +379,19 @@ class KubernetesStandIn:
         }
         return job
 
+    def list_claims(self, ns: str, q: dict) -> dict:
+        items = [c for (n, _), c in list(self.claims.items()) if n == ns]
+        for sel in q.get("labelSelector", []):
+            for term in sel.split(","):
+                k, _, v = term.partition("=")
+                items = [c for c in items if (c["metadata"].get("labels") or {}).get(k) == v]
+        return {
+            "kind": "PersistentVolumeClaimList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "1"},
+            "items": json.loads(json.dumps(items)),
+        }
+
     def write_kubeconfig(self, path: Path, namespace: str = "evalrunner-sandbox") -> Path:
         path.write_text(
             json.dumps(
@@ -496,7 +510,9 @@ class _Handler(BaseHTTPRequestHandler):
         with st.lock:
             if (ns, name) in st.claims:
                 return self._json(409, _status(409, "AlreadyExists", f'persistentvolumeclaims "{name}" already exists'))
-            body["metadata"].update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now()})
+            body["metadata"].update(
+                {"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"}
+            )
             body["status"] = {"phase": "Bound", "accessModes": body["spec"].get("accessModes", [])}
             st.claims[(ns, name)] = body
             st.claim_dir(ns, name)
@@ -537,11 +553,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.standin.requests.append((self.command, url.path))
         m = _CLAIM_PATH.match(url.path)
         patch = self._body()
+        kind = self.headers.get("Content-Type", "").split(";")[0].strip()
+        if kind == "application/json-patch+json" and not isinstance(patch, list):
+            # What the API server answers when a merge patch is sent as a JSON patch.
+            return self._json(
+                400, _status(400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+            )
+        if kind not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            return self._json(415, _status(415, "UnsupportedMediaType", f"the stand-in merges only, not {kind!r}"))
         claim = self.standin.claims.get((m.group(1), m.group(2))) if m and m.group(2) else None
         if claim is None:
             return self._json(404, _status(404, "NotFound", f"the server could not find {self.path}"))
         with self.standin.lock:
             _merge(claim, patch)
+            meta = claim["metadata"]
+            meta["resourceVersion"] = str(int(meta.get("resourceVersion", "1")) + 1)
         self._json(200, claim)
 
     def do_DELETE(self) -> None:
@@ -549,9 +575,8 @@ class _Handler(BaseHTTPRequestHandler):
         claim, job = _CLAIM_PATH.match(url.path), _JOB_PATH.match(url.path)
         if claim or job:
             self.standin.requests.append((self.command, url.path))
-            if self.headers.get("Content-Length"):
-                self.rfile.read(int(self.headers["Content-Length"]))
-            return self._delete_claim_or_job(claim, job)
+            options = self._body() if self.headers.get("Content-Length") else {}
+            return self._delete_claim_or_job(claim, job, options)
         m, _ = self._route()
         st = self.standin
         if self.headers.get("Content-Length"):
@@ -565,13 +590,20 @@ class _Handler(BaseHTTPRequestHandler):
         body["metadata"]["deletionTimestamp"] = _now()
         self._json(200, body)
 
-    def _delete_claim_or_job(self, claim, job) -> None:
+    def _delete_claim_or_job(self, claim, job, options: dict) -> None:
         st = self.standin
         ns, name = (claim or job).groups()
         if claim:
-            body = st.claims.pop((ns, name), None)
-            if body is None:
-                return self._json(404, _status(404, "NotFound", f'persistentvolumeclaims "{name}" not found'))
+            with st.lock:
+                body = st.claims.get((ns, name))
+                if body is None:
+                    return self._json(404, _status(404, "NotFound", f'persistentvolumeclaims "{name}" not found'))
+                meta, pre = body["metadata"], options.get("preconditions") or {}
+                for field, shown in (("resourceVersion", "ResourceVersion"), ("uid", "UID")):
+                    if pre.get(field) is not None and pre[field] != meta.get(field):
+                        why = f"Precondition failed: {shown} in precondition: {pre[field]}, {shown} in object meta: {meta.get(field)}"
+                        return self._json(409, _status(409, "Conflict", why))
+                del st.claims[(ns, name)]
             shutil.rmtree(st.claims_root / ns / name, ignore_errors=True)
             return self._json(200, body)
         if (ns, name) not in st.jobs:
@@ -588,6 +620,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlparse(self.path)
         claim, job = _CLAIM_PATH.match(url.path), _JOB_PATH.match(url.path)
+        if claim and not claim.group(2):
+            self.standin.requests.append((self.command, url.path))
+            return self._json(200, self.standin.list_claims(claim.group(1), parse_qs(url.query)))
         if (claim and claim.group(2)) or (job and job.group(2)):
             self.standin.requests.append((self.command, url.path))
             ns, name = (claim or job).groups()

@@ -230,15 +230,14 @@ _API_CALL = re.compile(
 # A websocket exec/attach is a GET upgraded by the API server; RBAC checks it as `create` (and,
 # on servers before 1.30, as `get`), so the Role must grant both.
 _VERB = {"create": "create", "read": "get", "patch": "patch", "delete": "delete", "list": "list", "connect_get": "get"}
-_BACKEND_MODULES = ("kubernetes.py", "kubernetes_env.py", "kubernetes_workspace.py")
 _RESOURCE = {"pod": ("", "pods"), "persistent_volume_claim": ("", "persistentvolumeclaims"), "job": ("batch", "jobs")}
 
 
 def backend_api_calls() -> set[tuple[str, str, str]]:
     """(apiGroup, resource, verb) of every namespaced call the Kubernetes backend makes."""
     calls = set()
-    for name in _BACKEND_MODULES:
-        text = (ROOT / "evalrunner_assets" / "execution" / name).read_text()
+    for path in sorted((ROOT / "evalrunner_assets" / "execution").glob("kubernetes*.py")):
+        text = path.read_text()
         for verb, kind, sub in _API_CALL.findall(text):
             group, resource = _RESOURCE[kind]
             resource += f"/{sub[1:]}" if sub else ""
@@ -270,11 +269,22 @@ def test_the_controllers_role_allows_every_call_the_backend_makes():
     # ... and the websocket subresources: delivery (attach) and every exec, e.g. the Inspect
     # provider's workspace pods (kubernetes_workspace.py reaches exec through kubernetes.py).
     assert {("", "pods/exec", "create"), ("", "pods/exec", "get"), ("", "pods/attach", "create")} <= calls
+    # ... and the environment retention sweep's (kubernetes_env_retention.py):
+    assert {("", "persistentvolumeclaims", "list"), ("", "persistentvolumeclaims", "delete")} <= calls
     assert unauthorised_calls(manifests()) == []
     docs = manifests()
     role = find(docs, "Role", "evalrunner-sandbox-controller")
     role["rules"] = [r for r in role["rules"] if r["resources"] != ["jobs"]]
     assert unauthorised_calls(docs) == ["create batch/jobs", "delete batch/jobs", "get batch/jobs"]
+    claims = next(r for r in role["rules"] if r["resources"] == ["persistentvolumeclaims"])
+    claims["verbs"] = [v for v in claims["verbs"] if v not in ("list", "delete")]
+    assert unauthorised_calls(docs) == [
+        "create batch/jobs",
+        "delete batch/jobs",
+        "delete core/persistentvolumeclaims",
+        "get batch/jobs",
+        "list core/persistentvolumeclaims",
+    ]
     docs = manifests()
     role = find(docs, "Role", "evalrunner-sandbox-controller")
     for rule in role["rules"]:
@@ -301,6 +311,7 @@ def test_environment_build_egress_policy_and_settings_agree_with_the_code():
     assert backend.config.package_index_proxy == env["EVALRUNNER_PACKAGE_INDEX_PROXY"]
     assert ip_address(proxy.hostname) in ip_network(cidr) and proxy.port == port
     assert backend.config.env_storage_class == env["EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS"]
+    assert backend.config.env_retain_days == float(env["EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS"])
     quota = find(docs, "ResourceQuota", "sandbox-quota")["spec"]["hard"]
     assert int(quota["persistentvolumeclaims"]) > 0  # one claim per environment digest
 
@@ -456,6 +467,31 @@ def test_namespaces_and_service_accounts_agree():
     assert resource.k8s_max_concurrent_pods == int(env["EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS"])
 
 
+def exec_targets(text: str) -> list[str]:
+    """The Deployments the README's `kubectl exec deploy/NAME` commands run in."""
+    return [
+        w.removeprefix("deploy/")
+        for c in readme_commands(text)
+        if c[:1] == ["kubectl"] and "exec" in c
+        for w in c
+        if w.startswith("deploy/")
+    ]
+
+
+def test_the_readme_runs_envs_prune_in_the_code_locations_deployment():
+    # The chart names a user deployment "<release>-dagster-user-deployments-<name>".
+    release = helm_release(readme())[0]
+    code_location = f"{release}-dagster-user-deployments-{user_deployment(values())['name']}"
+    targets = exec_targets(readme())
+    assert targets and set(targets) == {code_location}
+    prunes = [
+        c
+        for c in readme_commands(readme())
+        if "exec" in c and c[c.index("--") + 1 :][:3] == ["evalrunner", "envs", "prune"]
+    ]
+    assert len(prunes) == len(targets)
+
+
 def test_images_are_deployed_by_digest():
     docs, v = manifests(), values()
     assert "@sha256:" in user_deployment(v)["image"]["tag"]
@@ -522,7 +558,10 @@ def test_readme_verifies_the_base_image_and_builds_pushes_and_pins_the_images_de
     assert any("verifies base image" in b for b in image_findings(readme(), docs, v, rebased))
 
 
-@pytest.mark.parametrize("bad", ["EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS", "EVALRUNNER_MODEL_EGRESS_PORT"])
+@pytest.mark.parametrize(
+    "bad",
+    ["EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS", "EVALRUNNER_MODEL_EGRESS_PORT", "EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS"],
+)
 def test_sandbox_settings_from_the_environment_refuse_a_non_number_naming_it(bad):
     from resources.sandbox import SandboxResource
 

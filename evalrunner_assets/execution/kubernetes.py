@@ -23,6 +23,10 @@ Repository environments (:meth:`KubernetesBackend.ensure_environment`): one volu
 environment digest, built once by a Job whose pod is run through the same steps (create,
 deliver, wait, collect, delete), its record kept as an annotation on the claim; sandbox pods of
 commits with that digest mount the claim read-only (``request.python_env`` = ``/envs/<digest>``).
+Each pod that mounts a claim first records the use on it (``evalrunner.dev/env-last-used``, at
+most once per ``env_last_used_interval_seconds`` per digest); claims unused for
+``env_retain_days`` are deleted by :meth:`KubernetesBackend.prune_environments`
+(``kubernetes_env_retention.py``) and rebuilt on their next use.
 
 Failures are classified from the pod status: ``DeadlineExceeded`` -> TIMEOUT, eviction and image
 pull errors (after a bounded wait) -> CRASHED with the cause, cancellation -> the pod is deleted
@@ -44,10 +48,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalrunner_assets.execution import pod_wrapper
 from evalrunner_assets.execution._local import SandboxRequestError, sandbox_env
@@ -66,6 +71,7 @@ from evalrunner_assets.execution.sandbox import (
 
 if TYPE_CHECKING:  # environment.py loads the build machinery; only its types are needed here
     from evalrunner_assets.execution.environment import BuiltEnvironment, EnvSpec
+    from evalrunner_assets.execution.kubernetes_env_retention import ClaimDecision
 
 BACKEND_NAME = "kubernetes"
 LABEL_PREFIX = "evalrunner.dev/"
@@ -84,6 +90,13 @@ CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "RunConta
 ENV_MOUNT_ROOT = "/envs"
 ENV_VOLUME = "env"
 ENV_BUILT_ANNOTATION = LABEL_PREFIX + "env-record"  # set on the claim once the build succeeded
+# When a pod last mounted the claim (UTC, ISO 8601), written at most once per
+# env_last_used_interval_seconds per digest; the retention sweep reads it.
+ENV_LAST_USED_ANNOTATION = LABEL_PREFIX + "env-last-used"
+ENV_APP_LABEL = ("app.kubernetes.io/name", "evalrunner-env")  # every environment claim carries it
+ENV_DIGEST_LABEL = LABEL_PREFIX + "env-digest"
+# Annotation writes are JSON merge patches (RFC 7386): only the keys named change.
+MERGE_PATCH = "application/merge-patch+json"
 _ENV_PATH = re.compile(r"^/envs/([0-9a-f]{8,64})$")
 
 
@@ -93,6 +106,16 @@ def env_mount_path(digest: str) -> str:
 
 def env_claim_name(digest: str) -> str:
     return f"evalrunner-env-{digest}"
+
+
+def env_job_name(digest: str) -> str:
+    """The build Job of an environment (one name per digest: a second builder finds it)."""
+    return env_claim_name(digest)[:63]
+
+
+def utc_stamp(when: float | None = None) -> str:
+    """``when`` (epoch seconds; default now) as the annotations write it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if when is None else when))
 
 
 def env_digest_of(python_env: str) -> str:
@@ -207,6 +230,27 @@ class KubernetesSandboxConfig(BaseModel):
     env_build_wait_seconds: float = Field(
         3600.0, gt=0, description="How long to wait for another controller's build of the same environment."
     )
+    env_retain_days: float = Field(
+        14.0,
+        ge=0,
+        description="Days an environment claim no pod has mounted is kept; the retention sweep then deletes it (it is rebuilt on its next use). 0: never deleted.",
+    )
+    env_last_used_interval_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="At most this often per environment a pod's use is written on its claim (evalrunner.dev/env-last-used); also how long this process trusts that an environment it found still exists.",
+    )
+
+    @model_validator(mode="after")
+    def _retention_outlasts_the_use_interval(self) -> KubernetesSandboxConfig:
+        # A claim in use is stamped at least once per interval: a retention of at least twice
+        # that never deletes a claim a controller is using between two stamps.
+        if 0 < self.env_retain_days * 86400 < 2 * self.env_last_used_interval_seconds:
+            raise ValueError(
+                f"env_retain_days={self.env_retain_days:g} is shorter than twice env_last_used_interval_seconds="
+                f"{self.env_last_used_interval_seconds:g}: a claim in use could be deleted; use 0 (never) or more"
+            )
+        return self
 
 
 class KubernetesSandboxError(RuntimeError):
@@ -746,8 +790,16 @@ class _EnvironmentCache:
 
     def __init__(self) -> None:
         self.built: dict[str, BuiltEnvironment] = {}
+        self.verified: dict[str, float] = {}  # digest -> monotonic time its claim was last read
+        self.stamped: dict[str, float] = {}  # digest -> monotonic time of its last-used stamp
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+
+    def forget(self, digest: str) -> None:
+        with self._guard:
+            self.built.pop(digest, None)
+            self.verified.pop(digest, None)
+            self.stamped.pop(digest, None)
 
     def lock(self, digest: str) -> threading.Lock:
         with self._guard:
@@ -879,6 +931,7 @@ class KubernetesBackend(SandboxBackend):
             return self._result(SandboxStatus.CRASHED, started, detail=_NO_CHANNELS)
         try:
             tarball = build_repo_tarball(request.export.path, self.config.repo_size_limit_bytes)
+            self._note_environment_use(request)
         except KubernetesSandboxError as exc:
             return self._result(SandboxStatus.CRASHED, started, detail=str(exc))
         while not self._slots.acquire(timeout=0.2):
@@ -901,7 +954,43 @@ class KubernetesBackend(SandboxBackend):
         ResourceQuota across the cluster."""
         if request.channels:
             raise KubernetesSandboxError(_NO_CHANNELS)
+        self._note_environment_use(request)
         return KubernetesWarmSession(self, request)
+
+    def _note_environment_use(self, request: SandboxRequest) -> None:
+        """Before a pod that mounts an environment claim is created: stamp the claim's last
+        use (``evalrunner.dev/env-last-used``, a merge patch), at most once per
+        ``env_last_used_interval_seconds`` per digest. A claim that is gone (deleted by the
+        retention sweep) is forgotten here and the request refused, naming it: the next
+        ``ensure_environment`` builds it again. Other API errors only skip the stamp (a live
+        pod keeps its claim from the sweep anyway)."""
+        import kubernetes
+
+        if not request.python_env:
+            return
+        digest = env_digest_of(request.python_env)
+        now = time.monotonic()
+        last = self._envs.stamped.get(digest)
+        if last is not None and now - last < self.config.env_last_used_interval_seconds:
+            return
+        try:
+            claim = self._core().patch_namespaced_persistent_volume_claim(
+                env_claim_name(digest),
+                self.config.namespace,
+                {"metadata": {"annotations": {ENV_LAST_USED_ANNOTATION: utc_stamp()}}},
+                _content_type=MERGE_PATCH,
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                return
+            claim = None
+        if claim is None or (claim.metadata is not None and claim.metadata.deletion_timestamp is not None):
+            self._envs.forget(digest)
+            raise KubernetesSandboxError(
+                f"request.python_env {request.python_env!r}: its volume claim {env_claim_name(digest)!r} is gone "
+                "(deleted by the environment retention sweep?); the next ensure_environment builds it again"
+            )
+        self._envs.stamped[digest] = now
 
     def ensure_environment(
         self, export: RepoExport, spec: EnvSpec, *, index: str, cancel: threading.Event | None = None
@@ -922,8 +1011,11 @@ class KubernetesBackend(SandboxBackend):
         cancel = cancel or threading.Event()
         with self._envs.lock(spec.digest):
             known = self._envs.built.get(spec.digest)
-            if known is not None:
+            fresh = time.monotonic() - self._envs.verified.get(spec.digest, -math.inf)
+            if known is not None and fresh < self.config.env_last_used_interval_seconds:
                 return replace(known, reused=True, build_s=0.0), None
+            # Not known, or known long enough ago that the retention sweep may have deleted it:
+            # the claim says whether it exists.
             record = self._env_record(spec)
             built_record: dict[str, Any] | None = None
             if record is None:
@@ -939,6 +1031,7 @@ class KubernetesBackend(SandboxBackend):
                 packages=tuple(str(p) for p in record.get("packages", ())),
             )
             self._envs.built[spec.digest] = built
+            self._envs.verified[spec.digest] = time.monotonic()
             return built, built_record
 
     def _env_record(self, spec: EnvSpec) -> dict[str, Any] | None:
@@ -954,9 +1047,16 @@ class KubernetesBackend(SandboxBackend):
             if exc.status == 404:
                 return None
             raise _env_error(spec, f"reading its volume claim failed: {exc.status} {exc.reason}") from exc
-        raw = ((claim.metadata.annotations or {}) if claim.metadata else {}).get(ENV_BUILT_ANNOTATION)
+        annotations = (claim.metadata.annotations or {}) if claim.metadata else {}
+        if claim.metadata is not None and claim.metadata.deletion_timestamp is not None:
+            return None  # being deleted: not there for a new pod
+        raw = annotations.get(ENV_BUILT_ANNOTATION)
         if not raw:
             return None
+        age = _age_seconds(annotations.get(ENV_LAST_USED_ANNOTATION))
+        if age is not None and age < self.config.env_last_used_interval_seconds:
+            # Stamped recently (by any controller): this one need not stamp it again yet.
+            self._envs.stamped[spec.digest] = time.monotonic() - max(age, 0.0)
         try:
             record = json.loads(raw)
         except ValueError as exc:
@@ -982,13 +1082,29 @@ class KubernetesBackend(SandboxBackend):
         claim = environment_claim(
             spec, self.config, size=self.config.env_claim_size, storage_class=self.config.env_storage_class
         )
-        try:
-            core.create_namespaced_persistent_volume_claim(self.config.namespace, claim)
-        except kubernetes.client.ApiException as exc:
-            if exc.status != 409:  # 409: it exists (an earlier, failed or concurrent build)
-                raise _env_error(
-                    spec, f"its volume claim was refused: {exc.status} {exc.reason}: {_api_message(exc)}"
-                ) from exc
+        # Stamped as used from the start, so the retention sweep (which deletes only a claim
+        # unchanged since it listed it) never deletes it under this build.
+        claim["metadata"]["annotations"] = {ENV_LAST_USED_ANNOTATION: utc_stamp()}
+        for _try in range(2):
+            try:
+                core.create_namespaced_persistent_volume_claim(self.config.namespace, claim)
+                break
+            except kubernetes.client.ApiException as exc:
+                if exc.status != 409:  # 409: it exists (an earlier, failed or concurrent build)
+                    raise _env_error(
+                        spec, f"its volume claim was refused: {exc.status} {exc.reason}: {_api_message(exc)}"
+                    ) from exc
+            try:
+                core.patch_namespaced_persistent_volume_claim(
+                    env_claim_name(spec.digest),
+                    self.config.namespace,
+                    {"metadata": {"annotations": claim["metadata"]["annotations"]}},
+                    _content_type=MERGE_PATCH,
+                )
+                break
+            except kubernetes.client.ApiException as exc:
+                if exc.status != 404:  # 404: deleted since (the sweep): create it again
+                    raise _env_error(spec, f"stamping its volume claim failed: {exc.status} {exc.reason}") from exc
         request = environment_build_request(spec, export, index=index, index_proxy=self.config.package_index_proxy)
         try:
             tarball = build_repo_tarball(export.path, self.config.repo_size_limit_bytes)
@@ -1021,8 +1137,17 @@ class KubernetesBackend(SandboxBackend):
                     core.patch_namespaced_persistent_volume_claim(
                         env_claim_name(spec.digest),
                         self.config.namespace,
-                        {"metadata": {"annotations": {ENV_BUILT_ANNOTATION: json.dumps(record, sort_keys=True)}}},
+                        {
+                            "metadata": {
+                                "annotations": {
+                                    ENV_BUILT_ANNOTATION: json.dumps(record, sort_keys=True),
+                                    ENV_LAST_USED_ANNOTATION: utc_stamp(),
+                                }
+                            }
+                        },
+                        _content_type=MERGE_PATCH,
                     )
+                    self._envs.stamped[spec.digest] = time.monotonic()
                 except kubernetes.client.ApiException as exc:
                     raise _env_error(
                         spec, f"recording the build on its claim failed: {exc.status} {exc.reason}"
@@ -1061,6 +1186,24 @@ class KubernetesBackend(SandboxBackend):
             spec,
             f"another controller's build Job {job_name!r} did not finish within "
             f"env_build_wait_seconds={self.config.env_build_wait_seconds:g}",
+        )
+
+    def prune_environments(self, *, dry_run: bool = False, now: float | None = None) -> list[ClaimDecision]:
+        """The retention sweep of environment claims (``env_retain_days``; 0: nothing is
+        deleted): see :func:`~evalrunner_assets.execution.kubernetes_env_retention.prune_environment_claims`.
+        Raises :class:`SandboxUnavailable` naming the call the cluster refused."""
+        import kubernetes
+
+        from evalrunner_assets.execution.kubernetes_env_retention import prune_environment_claims
+
+        core = self._core()
+        return prune_environment_claims(
+            core,
+            kubernetes.client.BatchV1Api(core.api_client),
+            self.config.namespace,
+            retain_s=self.config.env_retain_days * 86400,
+            now=time.time() if now is None else now,
+            dry_run=dry_run,
         )
 
     # -- plumbing
@@ -1757,6 +1900,22 @@ class KubernetesWarmSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _age_seconds(stamp: str | None, now: float | None = None) -> float | None:
+    """Seconds since an annotation's UTC stamp (:func:`utc_stamp`); None when absent or unreadable."""
+    when = parse_stamp(stamp)
+    return None if when is None else (time.time() if now is None else now) - when
+
+
+def parse_stamp(stamp: str | None) -> float | None:
+    """Epoch seconds of a Kubernetes timestamp / :func:`utc_stamp` (``2026-12-01T10:00:00Z``)."""
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _api_message(exc: Any) -> str:

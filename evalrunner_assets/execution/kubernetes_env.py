@@ -19,6 +19,8 @@ from typing import Any
 
 from evalrunner_assets.execution.environment import BUILD_LIMITS, EnvSpec
 from evalrunner_assets.execution.kubernetes import (
+    ENV_APP_LABEL,
+    ENV_DIGEST_LABEL,
     ENV_MOUNT_ROOT,
     ENV_VOLUME,
     NETWORK_LABEL,
@@ -26,6 +28,7 @@ from evalrunner_assets.execution.kubernetes import (
     KubernetesSandboxConfig,
     build_sandbox_pod,
     env_claim_name,
+    env_job_name,
     env_mount_path,
 )
 from evalrunner_assets.execution.sandbox import SANDBOX_REPO_DIR, RepoExport, SandboxRequest
@@ -44,7 +47,7 @@ def environment_claim(
         "metadata": {
             "name": claim_name(spec.digest),
             "namespace": config.namespace,
-            "labels": {"app.kubernetes.io/name": "evalrunner-env", "evalrunner.dev/env-digest": spec.digest},
+            "labels": {ENV_APP_LABEL[0]: ENV_APP_LABEL[1], ENV_DIGEST_LABEL: spec.digest},
         },
         "spec": {"accessModes": ["ReadWriteOnce", "ReadOnlyMany"], "resources": {"requests": {"storage": size}}},
     }
@@ -96,7 +99,7 @@ def build_environment_job(
     """The build Job of ``spec``'s environment for ``export`` (one commit with that digest).
     ``sandbox_id`` labels its pod (the controller finds the pod by it to deliver and collect)."""
     request = environment_build_request(spec, export, index=index, index_proxy=index_proxy)
-    name = env_claim_name(spec.digest)[:63]
+    name = env_job_name(spec.digest)
     pod = build_sandbox_pod(request, config, sandbox_id=sandbox_id or f"env-{spec.digest}"[:63])
     pod_spec = pod["spec"]
     pod_spec["volumes"].append(
