@@ -292,6 +292,9 @@ def test_sandbox_namespace_enforces_restricted_and_only_the_controller_may_manag
         ("persistentvolumeclaims", "create"),
         ("persistentvolumeclaims", "get"),
         ("persistentvolumeclaims", "patch"),
+        # ... and their retention sweep: claims unused past the retention are listed and deleted
+        ("persistentvolumeclaims", "list"),
+        ("persistentvolumeclaims", "delete"),
         ("jobs", "create"),
         ("jobs", "get"),
         ("jobs", "delete"),
