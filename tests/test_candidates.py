@@ -302,6 +302,8 @@ def test_agent_config_overrides_are_read_from_the_file_and_kept_in_the_record():
 
 
 def test_rewriting_a_yaml_agent_config_keeps_every_other_line():
+    import yaml
+
     from evalrunner_assets.discovery._agent_config import rewrite_agent_config
 
     text = (
@@ -315,6 +317,10 @@ def test_rewriting_a_yaml_agent_config_keeps_every_other_line():
     )
     out = rewrite_agent_config("agent.yaml", text.encode(), {"instructions": "Be kind.\nAlways.\n"}).decode()
     assert out.startswith("# the agent\nname: a  # inline\ninstructions: |\n  Be kind.\n  Always.\n\n# skills below\n")
+    # An anchor defined in a replaced entry: line editing would break the alias, so the whole
+    # file is written anew, and it still means exactly the old mapping with the override.
+    anchored = rewrite_agent_config("agent.yaml", b"base: &b [a]\nskills: *b\n", {"base": ["x"]}).decode()
+    assert yaml.safe_load(anchored) == {"base": ["x"], "skills": ["a"]}
     as_json = rewrite_agent_config("agent.json", b'{"name": "a", "skills": []}', {"skills": ["x"]})
     assert json.loads(as_json) == {"name": "a", "skills": ["x"]}
 

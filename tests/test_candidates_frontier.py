@@ -264,6 +264,12 @@ def test_an_override_candidate_runs_a_commit_on_its_ref_and_records_it(measured,
         "git_ref": "refs/evalrunner/candidates/runbook-skill-on",
     }
     assert doc["candidate"]["agent_config"] == SKILL_ON
+    assert cands.reading(doc).endswith(
+        f" · skills overridden on {example.base_sha[:12]} (commit {resolved.commit[:12]})"
+    )
+    mats = measured["instance"].fetch_materializations(dg.AssetKey("candidate_measurements"), limit=100).records
+    shown = [m.asset_materialization.metadata.get(f"{REPO}:runbook-skill-on") for m in mats]
+    assert any(v is not None and "skills overridden on" in v.value for v in shown)
     # The agent config keeps main's model line: the candidate runs the model it names.
     assert doc["model"] == {"model": "simagent/support-agent", "model_args": {}, "source": "agent config (agent.yaml)"}
     # Its sandboxes ran the synthesized commit, nothing else.

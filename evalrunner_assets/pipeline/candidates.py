@@ -653,13 +653,20 @@ def _failure_causes(doc: Mapping[str, Any]) -> str:
 
 
 def reading(doc: Mapping[str, Any]) -> str:
-    """A measurement in words: ``runbook-skill 0.85 [0.80, 0.89] · $0.00123/sample · p50 0.04 s``."""
+    """A measurement in words: ``runbook-skill 0.85 [0.80, 0.89] · $0.00123/sample · p50 0.04 s``
+    (and, for a candidate with overrides, which keys on which commit gave which commit)."""
     s = doc["suite"]
     iv = s.get("interval") or [None, None]
     score = "n/a" if s["mean"] is None else f"{s['mean']:.2f} [{iv[0]:.2f}, {iv[1]:.2f}]"
     cost = "cost unknown" if s.get("cost_per_sample") is None else f"${s['cost_per_sample']:.6f}/sample"
     p50 = "" if s.get("p50_latency_s") is None else f" · p50 {s['p50_latency_s']:.2f} s"
-    return f"{doc['name']} {score} · {cost}{p50}"
+    over = doc.get("agent_config_overrides")
+    made = (
+        f" · {', '.join(over['overrides'])} overridden on {over['base_commit'][:12]} (commit {over['commit'][:12]})"
+        if over
+        else ""
+    )
+    return f"{doc['name']} {score} · {cost}{p50}{made}"
 
 
 # --- the frontier ------------------------------------------------------------------------------
