@@ -421,3 +421,17 @@ def test_candidates_add_with_overrides_on_the_command_line(tmp_path, monkeypatch
     assert "acme/bare: candidate 'on': ref HEAD (" in err
     assert "has no agent config (agent.yaml, agent.yml, agent.json at the repository root)" in err
     assert cands.load_candidates(lake, "acme/bare") == {}
+
+
+def test_a_mirror_keeps_the_overrides_commit_and_its_ref_across_updates(tmp_path):
+    from evalrunner_assets.example_repo import build_example_candidates
+    from evalrunner_assets.execution.repo import RepoSource
+
+    example = build_example_candidates(tmp_path / "upstream")
+    source = RepoSource("example/support-agent", f"file://{example.path}", cache_dir=str(tmp_path / "cache"))
+    source.update()
+    resolved = cands.resolve_candidate(source, cands.Candidate(name="runbook-on", agent_config=SKILL_ON))
+    source.update()  # fetch --prune with the mirror's refs/* refspec
+    assert _git_out(source.git_dir, "rev-parse", "refs/evalrunner/candidates/runbook-on") == resolved.commit
+    assert source.resolve_commit(resolved.commit) == resolved.commit
+    assert _git_out(example.path, "for-each-ref", "refs/evalrunner") == ""  # nothing written upstream

@@ -47,6 +47,7 @@ _GIT_ENV = {
 # Who commits what evalrunner synthesizes (a candidate's agent-config overrides); fixed, so the
 # commit's SHA depends only on its tree, parent, date and message.
 SYNTHESIZED_AUTHOR = ("evalrunner", "evalrunner@localhost")
+PRIVATE_REFSPEC = "^refs/evalrunner/*"  # what a mirror's fetch and prune leave alone
 
 
 class RepoError(ValueError):
@@ -323,8 +324,23 @@ class RepoSource:
             input=message.encode("utf-8"),
             env=identity,
         ).stdout.decode().strip()  # fmt: skip
+        self._keep_private_refs()
         _git(["update-ref", ref, commit], git_dir=self._git_dir)
         return commit
+
+    def _keep_private_refs(self) -> None:
+        """A mirror fetches ``+refs/*:refs/*`` with ``--prune``, which would delete the refs
+        evalrunner writes (``refs/evalrunner/…``) on the next update and leave their commits to
+        gc. A negative refspec (git 2.29+) keeps them out of fetching and pruning."""
+        if not self._remote:
+            return
+        proc = _git(["config", "--get-all", "remote.origin.fetch"], git_dir=self._git_dir, check=False)
+        if PRIVATE_REFSPEC in proc.stdout.decode().split():
+            return
+        version = re.search(r"(\d+)\.(\d+)", _git(["version"]).stdout.decode())
+        if version is None or (int(version[1]), int(version[2])) < (2, 29):
+            return  # an older git refuses negative refspecs; the commit is re-made when needed
+        _git(["config", "--add", "remote.origin.fetch", PRIVATE_REFSPEC], git_dir=self._git_dir)
 
     # -- export ------------------------------------------------------------------------------
 
