@@ -54,14 +54,23 @@ def add_candidate(
     *,
     reference: bool = False,
     settings: cands.CandidateSettings | None = None,
-) -> None:
-    """Store one candidate (provenance: this command); ``reference`` makes it the reference."""
+) -> cands.CandidateCommit | None:
+    """Store one candidate (provenance: this command); ``reference`` makes it the reference.
+    A candidate with agent-config overrides is resolved first (its ref must have an agent
+    config), so a bad one is refused before it is stored; returns that commit (None without
+    overrides)."""
     the_lake = resources["lake"].open()
+    resolved = None
+    if candidate.agent_config:
+        src = resources["repos"].source(the_lake, repo)
+        src.update()
+        resolved = cands.resolve_candidate(src, candidate)
     cands.save_candidate(the_lake, repo, candidate, {"declared_in": "evalrunner candidates add"})
     current, current_settings = cands.load_settings(the_lake, repo)
     if reference or current is None or settings is not None:
         cands.save_settings(the_lake, repo, candidate.name if reference or current is None else current,
                             settings or current_settings)  # fmt: skip
+    return resolved
 
 
 def measure_candidates(

@@ -249,6 +249,26 @@ def _model_args(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def _agent_config_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` pairs as overrides: each VALUE is parsed as YAML (so JSON too:
+    ``[triage, runbook]``, ``'{"a": 1}'``, ``true``, ``3``; anything else is a string)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"evalrunner candidates add: --set {pair!r} is not KEY=VALUE")
+        key = key.strip()
+        if key in out:
+            raise SystemExit(f"evalrunner candidates add: --set {key} is given twice")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise SystemExit(f"evalrunner candidates add: --set {key}: {value!r} is not valid YAML ({exc})") from exc
+    return out
+
+
 def cmd_candidates(args: argparse.Namespace) -> int:
     from evalrunner_assets import candidates_run
     from evalrunner_assets.pipeline import candidates as cands
@@ -277,6 +297,7 @@ def cmd_candidates(args: argparse.Namespace) -> int:
                 model=args.model,
                 model_args=_model_args(args.model_arg),
                 description=args.description,
+                agent_config=_agent_config_overrides(args.set),
             )
             cands.parse_candidates(  # the same schema as the file: one set of rules
                 {
@@ -288,8 +309,13 @@ def cmd_candidates(args: argparse.Namespace) -> int:
                 },
                 source="evalrunner candidates add",
             )
-            candidates_run.add_candidate(resources, repo_id, candidate, reference=args.reference)
+            resolved = candidates_run.add_candidate(resources, repo_id, candidate, reference=args.reference)
             print(f"added candidate {args.name} of {repo_id}: {the_lake.url(LAYOUT.candidate(repo_id, args.name))}")
+            if resolved is not None and resolved.overrides is not None:
+                print(
+                    f"its agent config overrides ({', '.join(candidate.agent_config)}) on {resolved.base_commit[:12]} "
+                    f"are commit {resolved.commit[:12]} ({resolved.overrides['git_ref']})"
+                )
             return 0
         if args.action == "list":
             candidates_run.declare_from_repo(resources, repo_id, args.repo)
@@ -298,7 +324,8 @@ def cmd_candidates(args: argparse.Namespace) -> int:
                 where = cands.candidate_provenance(the_lake, repo_id, name).get("declared_in", "?")
                 mark = " (reference)" if name == reference else ""
                 model = c.model or "the agent config's model"
-                print(f"{name}{mark}: ref {c.ref or 'HEAD'} · {model} · declared in {where}")
+                overrides = f" · overrides {', '.join(c.agent_config)}" if c.agent_config else ""
+                print(f"{name}{mark}: ref {c.ref or 'HEAD'}{overrides} · {model} · declared in {where}")
             return 0
         print(f"measuring the candidates of {repo_id}", flush=True)
         result = candidates_run.measure_candidates(repo_id, args.repo, names=args.name or None, resources=resources)
@@ -836,6 +863,14 @@ def build_parser() -> argparse.ArgumentParser:
                 help="Inspect model (default: the one the agent config at --ref names, else simagent/support-agent)",
             )
             q.add_argument("--model-arg", action="append", default=[], help="KEY=VALUE model argument (repeatable)")
+            q.add_argument(
+                "--set",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                help="override a top-level key of the agent config at --ref, VALUE parsed as YAML/JSON, e.g. "
+                "--set 'skills=[triage, status-updates, runbook]' (repeatable; not model/model_args: use --model)",
+            )
             q.add_argument("--description", default="", help="what the candidate changes")
             q.add_argument("--reference", action="store_true", help="make it the reference candidate")
         if action == "measure":

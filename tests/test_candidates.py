@@ -4,6 +4,7 @@ rows, the promotion gate's rules, and the simulated models behind the example's 
 from __future__ import annotations
 
 import io
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -255,3 +256,182 @@ def test_a_candidate_off_the_reference_inputs_is_named_with_its_tasks():
         "short": doc(["0-8"], ["0-8"]),
     }
     assert cands.inputs_differing_from_reference(docs, "main") == {"short": ["a"]}
+
+
+# --- agent-config overrides ----------------------------------------------------------------------
+
+SKILL_ON = {"skills": ["triage", "status-updates", "runbook"]}
+
+
+@pytest.mark.parametrize(
+    ("candidate", "expected"),
+    [
+        (
+            {"name": "x", "agent_config": {"model": "openai/gpt-4o"}},
+            "candidates[0]: candidate 'x': agent_config.model: the model is set with the candidate's own `model`",
+        ),
+        (
+            {"name": "x", "agent_config": {"model_args": {"temperature": 0}}},
+            "candidate 'x': agent_config.model_args: the model is set with the candidate's own",
+        ),
+        (
+            {"name": "x", "agent_config": ["skills"]},
+            "candidates[0] ('x').agent_config: ['skills'] is not of type 'object'",
+        ),
+        ({"name": "x", "agent_config": {1: "a"}}, "candidate 'x': agent_config key 1 is not a non-empty string"),
+        (
+            {"name": "x", "agent_config": {"limits": {"since": __import__("datetime").date(2025, 1, 1)}}},
+            "candidate 'x': agent_config.limits.since: date is not YAML/JSON data",
+        ),
+    ],
+)
+def test_invalid_agent_config_overrides_name_the_candidate_and_the_key(candidate, expected):
+    with pytest.raises(cands.CandidateError) as err:
+        cands.parse_candidates(_doc(reference="x", candidates=[candidate]), source=".evals/candidates.yaml")
+    assert expected in str(err.value)
+
+
+def test_agent_config_overrides_are_read_from_the_file_and_kept_in_the_record():
+    declared = cands.parse_candidates_text(
+        "version: 1\nreference: main\ncandidates:\n  - name: main\n  - name: skill-on\n    agent_config:\n"
+        "      skills: [triage, status-updates, runbook]\n"
+    )
+    assert declared.candidates["skill-on"].agent_config == SKILL_ON
+    assert declared.candidates["skill-on"].to_dict()["agent_config"] == SKILL_ON
+    assert "agent_config" not in declared.candidates["main"].to_dict()  # earlier records unchanged
+
+
+def test_rewriting_a_yaml_agent_config_keeps_every_other_line():
+    import yaml
+
+    from evalrunner_assets.discovery._agent_config import rewrite_agent_config
+
+    text = (
+        "# the agent\nname: a  # inline\ninstructions: |\n  Be brief.\n  Quote ids.\n\n# skills below\n"
+        "skills:\n  - triage\nmodel: simagent/x\n"
+    )
+    out = rewrite_agent_config("agent.yaml", text.encode(), {"skills": ["triage", "runbook"], "tone": "calm"}).decode()
+    assert out == (
+        "# the agent\nname: a  # inline\ninstructions: |\n  Be brief.\n  Quote ids.\n\n# skills below\n"
+        "skills:\n  - triage\n  - runbook\nmodel: simagent/x\ntone: calm\n"
+    )
+    out = rewrite_agent_config("agent.yaml", text.encode(), {"instructions": "Be kind.\nAlways.\n"}).decode()
+    assert out.startswith("# the agent\nname: a  # inline\ninstructions: |\n  Be kind.\n  Always.\n\n# skills below\n")
+    # An anchor defined in a replaced entry: line editing would break the alias, so the whole
+    # file is written anew, and it still means exactly the old mapping with the override.
+    anchored = rewrite_agent_config("agent.yaml", b"base: &b [a]\nskills: *b\n", {"base": ["x"]}).decode()
+    assert yaml.safe_load(anchored) == {"base": ["x"], "skills": ["a"]}
+    as_json = rewrite_agent_config("agent.json", b'{"name": "a", "skills": []}', {"skills": ["x"]})
+    assert json.loads(as_json) == {"name": "a", "skills": ["x"]}
+
+
+def _git_out(repo, *args):
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_overrides_commit_is_deterministic_and_differs_from_its_ref_only_in_the_agent_config(tmp_path):
+    import yaml
+
+    from evalrunner_assets.example_repo import build_example_candidates
+    from evalrunner_assets.execution.repo import RepoSource
+
+    first, second = build_example_candidates(tmp_path / "a"), build_example_candidates(tmp_path / "b")
+    candidate = cands.Candidate(name="runbook-on", ref="main", agent_config=SKILL_ON)
+    resolved = cands.resolve_candidate(RepoSource("example/support-agent", str(first.path)), candidate)
+    again = cands.resolve_candidate(RepoSource("example/support-agent", str(first.path)), candidate)
+    elsewhere = cands.resolve_candidate(RepoSource("example/support-agent", str(second.path)), candidate)
+    assert resolved == again
+    assert elsewhere.commit == resolved.commit  # same overrides on the same commit: same SHA anywhere
+    assert resolved.base_commit == first.base_sha != resolved.commit
+    repo = first.path
+    assert _git_out(repo, "rev-parse", f"{resolved.commit}^") == first.base_sha
+    assert _git_out(repo, "rev-parse", "refs/evalrunner/candidates/runbook-on") == resolved.commit
+    assert _git_out(repo, "diff", "--name-only", first.base_sha, resolved.commit) == "agent.yaml"
+    assert _git_out(repo, "log", "-1", "--format=%an <%ae> %ad", resolved.commit) == _git_out(
+        repo, "log", "-1", "--format=evalrunner <evalrunner@localhost> %cd", first.base_sha
+    )
+    message = _git_out(repo, "log", "-1", "--format=%B", resolved.commit)
+    assert message.startswith("evalrunner candidate runbook-on: agent.yaml with skills overridden")
+    assert f"Base: {first.base_sha}" in message and "  - runbook" in message
+    before = _git_out(repo, "show", f"{first.base_sha}:agent.yaml")
+    after = _git_out(repo, "show", f"{resolved.commit}:agent.yaml")
+    assert yaml.safe_load(after) == {**yaml.safe_load(before), **SKILL_ON}
+    kept = before.split("skills:")[0]
+    assert after.startswith(kept)  # the comments, instructions and model line byte for byte
+    assert resolved.provenance() == {
+        "base_ref": "main",
+        "base_commit": first.base_sha,
+        "commit": resolved.commit,
+        "file": "agent.yaml",
+        "overrides": SKILL_ON,
+        "git_ref": "refs/evalrunner/candidates/runbook-on",
+    }
+    other = cands.Candidate(name="runbook-on", ref="main", agent_config={"skills": ["triage", "runbook"]})
+    assert cands.resolve_candidate(RepoSource("example/support-agent", str(repo)), other).commit != resolved.commit
+    plain = cands.resolve_candidate(RepoSource("example/support-agent", str(repo)), cands.Candidate(name="main"))
+    assert plain == cands.CandidateCommit(commit=first.base_sha, base_commit=first.base_sha)
+
+
+def test_candidates_add_with_overrides_on_the_command_line(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    from evalrunner_assets import cli
+    from evalrunner_assets.example_repo import build_example_candidates
+
+    example = build_example_candidates(tmp_path / "repo")
+    monkeypatch.setenv("EVALRUNNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EVALRUNNER_LAKE", raising=False)
+    where = ["--repo", str(tmp_path / "repo"), "--repo-id", "example/support-agent"]
+    add = ["candidates", "add", *where, "--name", "on", "--ref", "main"]
+    assert cli.main([*add, "--set", "model=openai/gpt-4o"]) == 2
+    assert (
+        "candidate 'on': agent_config.model: the model is set with the candidate's own `model`"
+        in capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit, match="--set 'skills' is not KEY=VALUE"):
+        cli.main([*add, "--set", "skills"])
+    with pytest.raises(SystemExit, match=r"--set skills: '\[triage' is not valid YAML"):
+        cli.main([*add, "--set", "skills=[triage"])
+    assert cli.main([*add, "--set", "skills=[triage, status-updates, runbook]", "--set", "tone=calm"]) == 0
+    out = capsys.readouterr().out
+    assert f"its agent config overrides (skills, tone) on {example.base_sha[:12]} are commit " in out
+    assert cli.main(["candidates", "list", *where]) == 0
+    assert (
+        "on: ref main · overrides skills, tone · the agent config's model · declared in evalrunner candidates add"
+        in (capsys.readouterr().out.splitlines())
+    )
+    lake = open_lake(str(tmp_path / "home" / "lake"))
+    stored = cands.load_candidates(lake, "example/support-agent")["on"]
+    assert stored.agent_config == {"skills": ["triage", "status-updates", "runbook"], "tone": "calm"}
+    # A ref without an agent config: refused before anything is stored, naming candidate and ref.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    git = ["git", "-C", str(bare), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (bare / "README.md").write_text("no agent here\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "readme"], check=True)
+    rc = cli.main(
+        ["candidates", "add", "--repo", str(bare), "--repo-id", "acme/bare", "--name", "on", "--set", "skills=[a]"]
+    )
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "acme/bare: candidate 'on': ref HEAD (" in err
+    assert "has no agent config (agent.yaml, agent.yml, agent.json at the repository root)" in err
+    assert cands.load_candidates(lake, "acme/bare") == {}
+
+
+def test_a_mirror_keeps_the_overrides_commit_and_its_ref_across_updates(tmp_path):
+    from evalrunner_assets.example_repo import build_example_candidates
+    from evalrunner_assets.execution.repo import RepoSource
+
+    example = build_example_candidates(tmp_path / "upstream")
+    source = RepoSource("example/support-agent", f"file://{example.path}", cache_dir=str(tmp_path / "cache"))
+    source.update()
+    resolved = cands.resolve_candidate(source, cands.Candidate(name="runbook-on", agent_config=SKILL_ON))
+    source.update()  # fetch --prune with the mirror's refs/* refspec
+    assert _git_out(source.git_dir, "rev-parse", "refs/evalrunner/candidates/runbook-on") == resolved.commit
+    assert source.resolve_commit(resolved.commit) == resolved.commit
+    assert _git_out(example.path, "for-each-ref", "refs/evalrunner") == ""  # nothing written upstream

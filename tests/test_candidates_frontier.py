@@ -16,6 +16,11 @@ fine-tune          0.85 / 0.80 / 0.90              learned the runbook cue      
 So the frontier is main → runbook-skill → runbook-skill-large; the fine-tune is as good as the
 runbook skill at twice the price (dominated); every candidate passes the gate against main and
 the bigger model is promoted (quality first), unless a budget rules it out.
+
+The last tests add a fifth candidate, ``runbook-skill-on``: main with an agent-config override
+that switches on the repository's ``runbook`` skill (not listed in main's ``agent.yaml``). That
+skill carries the error-code cue, so runbook_lookup should match runbook-skill sample for
+sample (0.85) while the other evals match main's.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ import pyarrow.parquet as pq
 import pytest
 from _pipeline_fixtures import evalrunner_home
 
-from evalrunner_assets.candidates_run import measure_candidates
+from evalrunner_assets.candidates_run import add_candidate, measure_candidates
 from evalrunner_assets.example_repo import build_example_candidates
 from evalrunner_assets.pipeline import candidates as cands
+from evalrunner_assets.pipeline import series
 from evalrunner_assets.simagent import SIMAGENT_PRICE, simulated_model
 from lake import LAYOUT
 
@@ -208,3 +214,93 @@ def test_a_candidate_whose_every_window_fails_is_not_saved_and_the_error_names_i
     assert "takes no model args" in message
     assert cands.load_measurement(lake, REPO, "broken") is None
     assert not lake.exists(LAYOUT.candidate_rows(REPO, "broken"))
+
+
+# --- a candidate with agent-config overrides (after the four above: it adds to their lake) -------
+
+SKILL_ON = {"skills": ["triage", "status-updates", "runbook"]}
+
+
+@pytest.fixture(scope="module")
+def overridden(measured):
+    home, example, instance = measured["home"], measured["example"], measured["instance"]
+    candidate = cands.Candidate(
+        name="runbook-skill-on", ref="main", description="main with the runbook skill on", agent_config=SKILL_ON
+    )
+    resolved = add_candidate(home.resources(), REPO, candidate)
+    before = len(home.starts())
+    first = measure_candidates(
+        REPO, str(example.path), names=["runbook-skill-on"], instance=instance, resources=home.resources()
+    )
+    after_first = len(home.starts())
+    second = measure_candidates(
+        REPO, str(example.path), names=["runbook-skill-on"], instance=instance, resources=home.resources()
+    )
+    return {
+        "resolved": resolved,
+        "first": first,
+        "second": second,
+        "starts": home.starts_by_commit(before),
+        "first_starts": after_first - before,
+        "second_starts": len(home.starts()) - after_first,
+    }
+
+
+def _outcomes(lake, doc, task):
+    return {str(r["sample_id"]): r["score"] for r in series.point_task_rows(lake, doc, task)}
+
+
+def test_an_override_candidate_runs_a_commit_on_its_ref_and_records_it(measured, overridden):
+    resolved, example = overridden["resolved"], measured["example"]
+    doc = overridden["first"].measurements["runbook-skill-on"]
+    assert resolved.base_commit == example.base_sha != resolved.commit
+    assert doc["commit"] == resolved.commit
+    assert doc["agent_config_overrides"] == {
+        "base_ref": "main",
+        "base_commit": example.base_sha,
+        "commit": resolved.commit,
+        "file": "agent.yaml",
+        "overrides": SKILL_ON,
+        "git_ref": "refs/evalrunner/candidates/runbook-skill-on",
+    }
+    assert doc["candidate"]["agent_config"] == SKILL_ON
+    assert cands.reading(doc).endswith(
+        f" · skills overridden on {example.base_sha[:12]} (commit {resolved.commit[:12]})"
+    )
+    mats = measured["instance"].fetch_materializations(dg.AssetKey("candidate_measurements"), limit=100).records
+    shown = [m.asset_materialization.metadata.get(f"{REPO}:runbook-skill-on") for m in mats]
+    assert any(v is not None and "skills overridden on" in v.value for v in shown)
+    # The agent config keeps main's model line: the candidate runs the model it names.
+    assert doc["model"] == {"model": "simagent/support-agent", "model_args": {}, "source": "agent config (agent.yaml)"}
+    # Its sandboxes ran the synthesized commit, nothing else.
+    assert overridden["first_starts"] > 0
+    assert set(overridden["starts"]) == {resolved.commit}
+
+
+def test_switching_the_runbook_skill_on_moves_only_runbook_lookup_as_the_skill_predicts(measured, overridden):
+    lake = measured["home"].lake()
+    docs = overridden["first"].measurements
+    on, main, skill = docs["runbook-skill-on"], docs["main"], docs["runbook-skill"]
+    assert {t: on["tasks"][t]["windows"] for t in TASKS} == {t: main["tasks"][t]["windows"] for t in TASKS}
+    for task, p in zip(TASKS, (0.85, 0.80, 0.90), strict=True):
+        lo, hi = on["tasks"][task]["interval"]
+        assert lo <= p <= hi, (task, on["tasks"][task]["mean"])
+    # Common random numbers: the same cues give the same outcome on every input.
+    assert _outcomes(lake, on, TASKS[0]) == _outcomes(lake, skill, TASKS[0]) != _outcomes(lake, main, TASKS[0])
+    for task in TASKS[1:]:
+        assert _outcomes(lake, on, task) == _outcomes(lake, main, task)
+    flags = on["vs_reference"]["tasks"]
+    assert flags[TASKS[0]]["label"] == "improved"
+    assert {flags[t]["label"] for t in TASKS[1:]} == {"unchanged"}
+    assert flags[TASKS[1]]["delta"] == 0.0
+
+
+def test_a_second_measure_of_an_override_candidate_starts_no_sandbox(measured, overridden):
+    assert overridden["second_starts"] == 0
+    again = overridden["second"].measurements["runbook-skill-on"]
+    assert again["commit"] == overridden["resolved"].commit
+    assert again["suite"] == overridden["first"].measurements["runbook-skill-on"]["suite"]
+    rows = {r["candidate"] for r in overridden["second"].frontier["rows"]}
+    assert "runbook-skill-on" in rows
+    mats = measured["instance"].fetch_materializations(dg.AssetKey("candidate_measurements"), limit=100).records
+    assert f"{REPO}:runbook-skill-on" in {m.partition_key for m in mats}

@@ -15,7 +15,6 @@ from collections import defaultdict
 
 import dagster as dg
 
-from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.partitions import candidate_repos_partitions, candidates_partitions
 from evalrunner_assets.pipeline import candidates as cands
 from evalrunner_assets.report.frontier_markdown import render_frontier_table, render_promotion, render_steps_table
@@ -65,7 +64,7 @@ def candidate_measurements(
             the_lake,
             backend,
             repo,
-            resolve=functools.partial(_resolve, source),
+            resolve=functools.partial(cands.resolve_candidate, source),
             export_for=functools.partial(repos.export, the_lake, repo),
             names=names,
             pool=sandbox.warm_pool(),
@@ -87,11 +86,6 @@ def candidate_measurements(
         }
     )
     return dg.MaterializeResult(metadata=metadata)
-
-
-def _resolve(source: RepoSource, ref: str | None) -> str:
-    """A candidate's ref as a commit SHA (the default branch when it names none)."""
-    return source.resolve_ref(ref or "HEAD")
 
 
 @dg.asset(

@@ -7,6 +7,10 @@ not be reproducible. The CLI turns a user's ref into a SHA with :meth:`RepoSourc
 
 An export is ``git archive`` output unpacked into a directory: no ``.git``, no other refs, no
 history, so nothing of another branch or run can leak into a sandbox (DESIGN §9).
+
+A candidate's agent-config overrides become a real commit here (:meth:`RepoSource.commit_root_file`):
+the ref's tree with one root file replaced, committed deterministically on a private ref of the
+controller's copy, so it resolves, exports and keys batches like any other commit.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import subprocess
 import tarfile
 import tempfile
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +42,12 @@ _GIT_ENV = {
     "GIT_ASKPASS": "/bin/false",
     "LC_ALL": "C",
 }
+
+
+# Who commits what evalrunner synthesizes (a candidate's agent-config overrides); fixed, so the
+# commit's SHA depends only on its tree, parent, date and message.
+SYNTHESIZED_AUTHOR = ("evalrunner", "evalrunner@localhost")
+PRIVATE_REFSPEC = "^refs/evalrunner/*"  # what a mirror's fetch and prune leave alone
 
 
 class RepoError(ValueError):
@@ -66,8 +77,9 @@ def _git(
     git_dir: str | None = None,
     input: bytes | None = None,
     check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.devnull, **_GIT_ENV}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.devnull, **_GIT_ENV, **(env or {})}
     cmd = ["git"]
     if git_dir is not None:
         cmd += ["--git-dir", git_dir]
@@ -245,6 +257,90 @@ class RepoSource:
             if sha:
                 out.append((sha, when, subject))
         return out
+
+    # -- synthesized commits ----------------------------------------------------------------
+
+    def root_file(self, commit: str, names: Sequence[str]) -> tuple[str, bytes] | None:
+        """The first of ``names`` at the root of ``commit``'s tree: (name, bytes), or None.
+        A name that is there but not a regular file (a symlink, a directory) is refused."""
+        sha = self.resolve_commit(commit)
+        proc = _git(["ls-tree", "-z", sha, "--", *names], git_dir=self._git_dir)
+        entries: dict[str, tuple[str, str, str]] = {}
+        for entry in proc.stdout.decode("utf-8", "replace").split("\0"):
+            if entry:
+                meta, _, path = entry.partition("\t")
+                mode, kind, obj = meta.split()
+                entries[path] = (mode, kind, obj)
+        for name in names:
+            if name not in entries:
+                continue
+            mode, kind, obj = entries[name]
+            if kind != "blob" or mode not in ("100644", "100755"):
+                raise RepoError(f"{name} at {sha[:12]} of {self.repo} is not a regular file (mode {mode})")
+            return name, _git(["cat-file", "blob", obj], git_dir=self._git_dir).stdout
+        return None
+
+    def commit_root_file(self, base: str, name: str, content: bytes, *, message: str, ref: str) -> str:
+        """A commit whose parent is ``base`` and whose tree is ``base``'s with the root file
+        ``name`` holding ``content`` (its mode kept); every other entry is the same object.
+        Author, committer and date are fixed (the date is ``base``'s commit date), so the same
+        inputs give the same SHA on any machine. ``ref`` (e.g. ``refs/evalrunner/…``) keeps it
+        reachable in this repository's copy; nothing is pushed anywhere."""
+        sha = self.resolve_commit(base)
+        if "/" in name or not name:
+            raise RepoError(f"{name!r} is not a file at the repository root")
+        if _git(["check-ref-format", ref], check=False).returncode != 0:
+            raise RepoError(f"{ref!r} is not a valid git ref name")
+        blob = _git(["hash-object", "-w", "--stdin"], git_dir=self._git_dir, input=content).stdout.decode().strip()
+        listing = _git(["ls-tree", "-z", sha], git_dir=self._git_dir).stdout.decode("utf-8", "surrogateescape")
+        entries = []
+        for entry in listing.split("\0"):
+            if not entry:
+                continue
+            meta, _, path = entry.partition("\t")
+            mode, kind, obj = meta.split()
+            if path == name:
+                obj = blob
+            entries.append(f"{mode} {kind} {obj}\t{path}")
+        if not any(e.endswith(f"\t{name}") for e in entries):
+            entries.append(f"100644 blob {blob}\t{name}")
+        tree = _git(
+            ["mktree", "-z"], git_dir=self._git_dir, input="\0".join(entries).encode("utf-8", "surrogateescape") + b"\0"
+        )
+        date = _git(["log", "-1", "--format=%ct %cz", sha], git_dir=self._git_dir).stdout.decode().strip()
+        identity = {
+            "GIT_AUTHOR_NAME": SYNTHESIZED_AUTHOR[0],
+            "GIT_AUTHOR_EMAIL": SYNTHESIZED_AUTHOR[1],
+            "GIT_COMMITTER_NAME": SYNTHESIZED_AUTHOR[0],
+            "GIT_COMMITTER_EMAIL": SYNTHESIZED_AUTHOR[1],
+            "GIT_AUTHOR_DATE": date,
+            "GIT_COMMITTER_DATE": date,
+        }
+        # The repository's own config could ask for signing or another message encoding.
+        commit = _git(
+            ["-c", "commit.gpgSign=false", "-c", "i18n.commitEncoding=UTF-8", "commit-tree",
+             tree.stdout.decode().strip(), "-p", sha, "-F", "-"],
+            git_dir=self._git_dir,
+            input=message.encode("utf-8"),
+            env=identity,
+        ).stdout.decode().strip()  # fmt: skip
+        self._keep_private_refs()
+        _git(["update-ref", ref, commit], git_dir=self._git_dir)
+        return commit
+
+    def _keep_private_refs(self) -> None:
+        """A mirror fetches ``+refs/*:refs/*`` with ``--prune``, which would delete the refs
+        evalrunner writes (``refs/evalrunner/…``) on the next update and leave their commits to
+        gc. A negative refspec (git 2.29+) keeps them out of fetching and pruning."""
+        if not self._remote:
+            return
+        proc = _git(["config", "--get-all", "remote.origin.fetch"], git_dir=self._git_dir, check=False)
+        if PRIVATE_REFSPEC in proc.stdout.decode().split():
+            return
+        version = re.search(r"(\d+)\.(\d+)", _git(["version"]).stdout.decode())
+        if version is None or (int(version[1]), int(version[2])) < (2, 29):
+            return  # an older git refuses negative refspecs; the commit is re-made when needed
+        _git(["config", "--add", "remote.origin.fetch", PRIVATE_REFSPEC], git_dir=self._git_dir)
 
     # -- export ------------------------------------------------------------------------------
 

@@ -1,8 +1,12 @@
 """Candidates: named configurations of an agent repository, measured the same way and compared.
 
-A candidate is a ref of the agent repository (its agent config, prompts and skills) and a model
-with its arguments. Agent-config changes (a skill switched on, a prompt edit) are commits, so a
-measurement names exactly what ran and its windows are reused by batch key like any commit's.
+A candidate is a ref of the agent repository (its agent config, prompts and skills), optional
+overrides of top-level agent-config keys (``agent_config``: e.g. which skills are on), and a model
+with its arguments. Agent-config changes are commits: a branch that switches a skill on, or — for
+overrides — a commit synthesized on top of the ref (``resolve_candidate``: the ref's tree with the
+agent config rewritten, committed deterministically on ``refs/evalrunner/candidates/<name>`` of
+the controller's copy). Either way a measurement names exactly what ran and its windows are reused
+by batch key like any commit's.
 Candidates are declared in the repository (``.evals/candidates.yaml``, validated against
 ``discovery/candidates.schema.json``) or added one at a time (``evalrunner candidates add``), and
 stored in the lake with where they came from.
@@ -45,7 +49,9 @@ import pyarrow.parquet as pq
 import yaml
 
 from evalrunner_assets import stats
-from evalrunner_assets.execution.inspect_runner import sample_order
+from evalrunner_assets.discovery._agent_config import AgentConfigError, check_overrides, rewrite_agent_config
+from evalrunner_assets.execution.inspect_runner import CONFIG_FILES, sample_order
+from evalrunner_assets.execution.repo import RepoError, RepoSource
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.pricing import PriceTable
@@ -106,7 +112,8 @@ class CandidateSettings:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One named configuration: a ref of the agent repository and a model with its args."""
+    """One named configuration: a ref of the agent repository, overrides of its agent config's
+    top-level keys, and a model with its args."""
 
     name: str
     ref: str | None = None  # branch, tag or SHA; None = the repository's default branch
@@ -115,9 +122,21 @@ class Candidate:
     model: str | None = None
     model_args: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    # Top-level keys of the agent config at ``ref`` replaced (or added), e.g. {"skills": [...]};
+    # measured as the commit ``resolve_candidate`` synthesizes. Never ``model``/``model_args``.
+    agent_config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            check_overrides(self.agent_config, f"candidate {self.name!r}")
+        except AgentConfigError as exc:
+            raise CandidateError(str(exc)) from exc
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.agent_config:
+            del out["agent_config"]  # a candidate without overrides keeps its earlier record
+        return out
 
 
 @dataclass(frozen=True)
@@ -171,13 +190,17 @@ def parse_candidates(data: Any, *, source: str = CANDIDATES_FILE) -> CandidateSe
         name = item["name"]
         if name in candidates:
             raise CandidateError(f"{source}: candidates[{i}].name: {name!r} is declared twice")
-        candidates[name] = Candidate(
-            name=name,
-            ref=item.get("ref"),
-            model=item.get("model"),
-            model_args=dict(item.get("model_args") or {}),
-            description=item.get("description", ""),
-        )
+        try:
+            candidates[name] = Candidate(
+                name=name,
+                ref=item.get("ref"),
+                model=item.get("model"),
+                model_args=dict(item.get("model_args") or {}),
+                description=item.get("description", ""),
+                agent_config=dict(item.get("agent_config") or {}),
+            )
+        except CandidateError as exc:
+            raise CandidateError(f"{source}: candidates[{i}]: {exc}") from exc
     if data["reference"] not in candidates:
         raise CandidateError(
             f"{source}: reference: {data['reference']!r} is not one of the candidates ({', '.join(candidates)})"
@@ -261,6 +284,88 @@ def store_declared(lake: Lake, repo: str, declared: CandidateSet, *, commit: str
     return list(declared.candidates)
 
 
+# --- what a candidate runs ----------------------------------------------------------------------
+
+CANDIDATE_GIT_REF = "refs/evalrunner/candidates/{name}"
+
+
+@dataclass(frozen=True)
+class CandidateCommit:
+    """The commit a candidate runs: its ref's commit, or the commit synthesized on top of it
+    with the candidate's agent-config overrides."""
+
+    commit: str  # what is exported and measured
+    base_commit: str  # the candidate's ref, resolved
+    overrides: dict[str, Any] | None = None  # provenance of a synthesized commit; None without overrides
+
+    def provenance(self) -> dict[str, Any] | None:
+        return (
+            None
+            if self.overrides is None
+            else {**self.overrides, "base_commit": self.base_commit, "commit": self.commit}
+        )
+
+
+def canonical_overrides(agent_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The overrides with every mapping's keys sorted, as the lake stores them (JSON,
+    ``sort_keys``): a candidate read back from the lake synthesizes the same commit."""
+    return json.loads(json.dumps(dict(agent_config), sort_keys=True))
+
+
+def override_message(candidate: Candidate, base: str, file: str, overrides: Mapping[str, Any]) -> str:
+    body = yaml.safe_dump(dict(overrides), sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+    return (
+        f"evalrunner candidate {candidate.name}: {file} with {', '.join(overrides)} overridden\n\n"
+        f"Base: {base}\nFile: {file}\nOverrides:\n" + "".join(f"  {line}\n" for line in body.splitlines())
+    )
+
+
+def resolve_candidate(source: RepoSource, candidate: Candidate) -> CandidateCommit:
+    """The commit ``candidate`` runs in ``source``. Without overrides: its ref (default branch
+    when it names none). With overrides: a commit whose parent is the ref's commit and whose tree
+    differs from it only in the agent config (its overridden keys; YAML stays YAML), committed
+    with a fixed author, the parent's date and a message naming the candidate and overrides on
+    ``refs/evalrunner/candidates/<name>`` — the same overrides on the same commit always give
+    the same SHA, so a re-measure reuses every window."""
+    where = f"candidate {candidate.name!r}"
+    try:
+        base = source.resolve_ref(candidate.ref or "HEAD")
+    except RepoError as exc:
+        raise CandidateError(f"{source.repo}: {where}: {exc}") from exc
+    if not candidate.agent_config:
+        return CandidateCommit(commit=base, base_commit=base)
+    at = f"ref {candidate.ref or 'HEAD'} ({base[:12]})"
+    try:
+        found = source.root_file(base, CONFIG_FILES)
+        if found is None:
+            raise CandidateError(
+                f"{source.repo}: {where}: {at} has no agent config ({', '.join(CONFIG_FILES)} at the "
+                "repository root) for its agent_config overrides"
+            )
+        file, data = found
+        overrides = canonical_overrides(candidate.agent_config)
+        content = rewrite_agent_config(file, data, overrides)
+        commit = source.commit_root_file(
+            base,
+            file,
+            content,
+            message=override_message(candidate, base, file, overrides),
+            ref=CANDIDATE_GIT_REF.format(name=candidate.name),
+        )
+    except (AgentConfigError, RepoError) as exc:
+        raise CandidateError(f"{source.repo}: {where}: overriding the agent config at {at}: {exc}") from exc
+    return CandidateCommit(
+        commit=commit,
+        base_commit=base,
+        overrides={
+            "base_ref": candidate.ref or "HEAD",
+            "file": file,
+            "overrides": overrides,
+            "git_ref": CANDIDATE_GIT_REF.format(name=candidate.name),
+        },
+    )
+
+
 # --- one measurement ---------------------------------------------------------------------------
 
 
@@ -299,9 +404,11 @@ def measure_candidate(
     workers: int = 1,
     cancel: threading.Event | None = None,
     prices: PriceTable | None = None,
+    resolved: CandidateCommit | None = None,
 ) -> dict[str, Any]:
-    """Measure ``candidate`` at ``export`` (its resolved ref): every task's windows up to the cap
-    (landed windows reused), with cost per sample, p50 latency and tokens per task and suite."""
+    """Measure ``candidate`` at ``export`` (its resolved ref, or the commit with its overrides:
+    ``resolved``): every task's windows up to the cap (landed windows reused), with cost per
+    sample, p50 latency and tokens per task and suite."""
     prices = prices or PriceTable.default()
     ss = settings.series_settings(candidate)
     commit = series.MainCommit(sha=export.commit, committed_at="", subject=candidate.name, position=0)
@@ -319,6 +426,8 @@ def measure_candidate(
             "candidate": candidate.to_dict(),
             "name": candidate.name,
             "reference": reference,
+            # The ref's commit, the overrides and the commit that carries them (None without).
+            "agent_config_overrides": resolved.provenance() if resolved is not None else None,
             "measure_settings": settings.to_dict(),
             "suite": {**point["combined"], **_accounting(suite_rows, prices)},
             "vs_reference": {},
@@ -460,7 +569,7 @@ def run_candidates(
     backend: SandboxBackend,
     repo: str,
     *,
-    resolve: Callable[[str | None], str],
+    resolve: Callable[[Candidate], CandidateCommit],
     export_for: Callable[[str], RepoExport],
     names: Sequence[str] | None = None,
     pool: Any = None,
@@ -469,8 +578,9 @@ def run_candidates(
     on_measurement: Callable[[dict[str, Any], bool], None] | None = None,
 ) -> CandidatesRun:
     """Measure the stored candidates ``names`` (all when None) of ``repo``, the reference first
-    (always: the others pair against it), each paired against it. ``resolve`` turns a ref into
-    a commit SHA; a saved measurement of the same commit, settings and runtime is reused."""
+    (always: the others pair against it), each paired against it. ``resolve`` gives the commit
+    a candidate runs (``resolve_candidate``); a saved measurement of the same commit, settings
+    and runtime is reused."""
     reference, settings = load_settings(lake, repo)
     candidates = load_candidates(lake, repo)
     if reference is None or reference not in candidates:
@@ -492,7 +602,8 @@ def run_candidates(
         if cancel is not None and cancel.is_set():
             break
         candidate = candidates[name]
-        commit = resolve(candidate.ref)
+        resolved = resolve(candidate)
+        commit = resolved.commit
         saved = load_measurement(lake, repo, name)
         if saved is not None and measurement_matches(saved, commit, candidate, settings, backend.name, runtime):
             doc, fresh = saved, False
@@ -509,12 +620,14 @@ def run_candidates(
                 pool=pool,
                 workers=workers,
                 cancel=cancel,
+                resolved=resolved,
             )
             if cancel is not None and cancel.is_set():
                 break  # a cancelled measurement is not saved: the next run measures it again
             if not any(task["windows"] for task in doc["tasks"].values()):
                 raise CandidateError(
-                    f"{repo}: candidate {name!r} ({candidate.model or 'its agent config model'} at {commit[:12]}) "
+                    f"{repo}: candidate {name!r} ({candidate.model or 'its agent config model'} at {commit[:12]}"
+                    f"{'' if resolved.overrides is None else f', its overrides on {resolved.base_commit[:12]}'}) "
                     "was not measured: "
                     f"every window failed ({_failure_causes(doc)}); no measurement was saved"
                 )
@@ -540,13 +653,20 @@ def _failure_causes(doc: Mapping[str, Any]) -> str:
 
 
 def reading(doc: Mapping[str, Any]) -> str:
-    """A measurement in words: ``runbook-skill 0.85 [0.80, 0.89] · $0.00123/sample · p50 0.04 s``."""
+    """A measurement in words: ``runbook-skill 0.85 [0.80, 0.89] · $0.00123/sample · p50 0.04 s``
+    (and, for a candidate with overrides, which keys on which commit gave which commit)."""
     s = doc["suite"]
     iv = s.get("interval") or [None, None]
     score = "n/a" if s["mean"] is None else f"{s['mean']:.2f} [{iv[0]:.2f}, {iv[1]:.2f}]"
     cost = "cost unknown" if s.get("cost_per_sample") is None else f"${s['cost_per_sample']:.6f}/sample"
     p50 = "" if s.get("p50_latency_s") is None else f" · p50 {s['p50_latency_s']:.2f} s"
-    return f"{doc['name']} {score} · {cost}{p50}"
+    over = doc.get("agent_config_overrides")
+    made = (
+        f" · {', '.join(over['overrides'])} overridden on {over['base_commit'][:12]} (commit {over['commit'][:12]})"
+        if over
+        else ""
+    )
+    return f"{doc['name']} {score} · {cost}{p50}{made}"
 
 
 # --- the frontier ------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ summary_quality     0.50    ``summary_structure``: impact … cause … next ste
 
 So the bundled example's base skills give 0.60 / 0.80 / 0.90; its ``improve-runbook`` variant
 adds ``error_code_query`` (runbook_lookup 0.85), ``regress-escalation`` drops ``owner_lookup``
-(escalation_policy 0.55), and ``no-op-wording`` keeps every cue (no change).
+(escalation_policy 0.55), and ``no-op-wording`` keeps every cue (no change). Its ``runbook``
+skill, in the repository but not in ``agent.yaml``'s skills, carries ``error_code_query`` too:
+a candidate that switches it on (an agent-config override) gets runbook_lookup 0.85.
 
 A named simulated model (``_profiles``) may act on cues its prompt lacks (a fine-tune) or add a
 fixed lift to every behaviour (a bigger model); the draws stay the same for every model.
