@@ -1,8 +1,8 @@
 """The agent loop (in the controller) and the simulated coding agent of the bundled example.
 
 The loop calls the agent ("the model") with a per-step timeout, runs each action it returns as
-a tool call in the sample's sandbox (an Inspect ``SandboxEnvironment``: bubblewrap, the repo at
-its pinned commit, no network), and hands back only the tool result. It stops when the agent
+a tool call in the sample's sandbox (an Inspect ``SandboxEnvironment``: bubblewrap, or a
+workspace pod on Kubernetes; the repo at its pinned commit, no network), and hands back only the tool result. It stops when the agent
 stops, at ``max_steps``, or when the next step would pass the run's budget.
 
 No LLM is reachable here: :class:`SimulatedCodingAgent` stands in for one. Per version it has a

@@ -17,11 +17,13 @@ a failure.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from evalrunner_assets.execution.sandbox import (
     Limits,
@@ -33,6 +35,7 @@ from evalrunner_assets.execution.sandbox import (
 )
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe.model import SweTask
+from evalrunner_assets.swe.sandboxes import provider_for
 
 JUNIT_NAME = "junit.xml"
 MAX_TEXT_FILE = 1024 * 1024
@@ -80,6 +83,25 @@ def _text(path: Path | None) -> list[str] | None:
         return None
 
 
+def unified_chunk(rel: str, old: list[str] | None, new: list[str] | None, added: bool, removed: bool) -> str:
+    """One file's part of the patch: its unified diff, or a note when either side is not text
+    (binary, oversized, a link or special file). ``added``/``removed``: the file is new/gone."""
+    if old is None or new is None:
+        return f"Binary or non-text file {rel} differs\n"
+    if old and not old[-1].endswith("\n"):
+        old[-1] += "\n\\ No newline at end of file\n"
+    if new and not new[-1].endswith("\n"):
+        new[-1] += "\n\\ No newline at end of file\n"
+    return "".join(
+        difflib.unified_diff(
+            old,
+            new,
+            fromfile="/dev/null" if added else f"a/{rel}",
+            tofile="/dev/null" if removed else f"b/{rel}",
+        )
+    )
+
+
 def workspace_patch(clean: str, workspace: str) -> tuple[str, list[str]]:
     """The unified diff (-p1) from ``clean`` to ``workspace`` and every path it touches
     (binary, oversized or linked files are listed as touched with a note in the diff)."""
@@ -101,23 +123,7 @@ def workspace_patch(clean: str, workspace: str) -> tuple[str, list[str]]:
         ):
             continue
         touched.append(rel)
-        if old is None or new is None:
-            chunks.append(f"Binary or non-text file {rel} differs\n")
-            continue
-        if old and not old[-1].endswith("\n"):
-            old[-1] += "\n\\ No newline at end of file\n"
-        if new and not new[-1].endswith("\n"):
-            new[-1] += "\n\\ No newline at end of file\n"
-        chunks.append(
-            "".join(
-                difflib.unified_diff(
-                    old,
-                    new,
-                    fromfile="/dev/null" if a is None else f"a/{rel}",
-                    tofile="/dev/null" if b is None else f"b/{rel}",
-                )
-            )
-        )
+        chunks.append(unified_chunk(rel, old, new, a is None, b is None))
     return "".join(chunks), touched
 
 
@@ -203,7 +209,10 @@ def grade_patch(
     dropped: Iterable[str] = (),
     wall_seconds: float = 300.0,
 ) -> Grade:
-    """Grade ``patch`` on a fresh checkout of ``export`` (see the module docstring)."""
+    """Grade ``patch`` on a fresh checkout of ``export`` (see the module docstring). On a
+    Kubernetes backend the checkout is a fresh workspace pod (:func:`grade_in_sandbox`)."""
+    if provider_for(backend) == "evalrunner-k8s":
+        return grade_in_sandbox(backend, pool, export, task, patch, hidden, dropped, wall_seconds)
     limits = Limits(wall_seconds=wall_seconds, cpu_seconds=int(wall_seconds) + 10, memory_bytes=2 * 1024**3)
     with pool.lease(export, task.env_digest) as ws:
         sandbox_id = os.path.basename(ws.path)
@@ -247,14 +256,113 @@ def grade_patch(
         return Grade(
             "failed", f"the test command was {result.status.value}: {result.detail}", None, sandbox_id=sandbox_id
         )
-    junit = result.outputs.get(JUNIT_NAME)
+    return _grade_report(task, result.exit_code, result.outputs.get(JUNIT_NAME), dropped, sandbox_id)
+
+
+def _grade_report(
+    task: SweTask, exit_code: int | None, junit: bytes | None, dropped: Iterable[str], sandbox_id: str
+) -> Grade:
     results: dict[str, str] = {}
     if junit is not None:
         try:
             results = parse_junit(junit)
         except ET.ParseError as exc:
-            return Grade(
-                "invalid", f"the JUnit report is not valid XML: {exc}", result.exit_code, sandbox_id=sandbox_id
-            )
-    status, reason = judge(task, result.exit_code, results, dropped)
-    return Grade(status, reason, result.exit_code, results, sandbox_id=sandbox_id)
+            return Grade("invalid", f"the JUnit report is not valid XML: {exc}", exit_code, sandbox_id=sandbox_id)
+    status, reason = judge(task, exit_code, results, dropped)
+    return Grade(status, reason, exit_code, results, sandbox_id=sandbox_id)
+
+
+# -- the grader through the tool-sandbox interface (Kubernetes) -----------------------------
+# Where the test command's $EVALRUNNER_OUT is: a workspace pod has no output volume, so a
+# directory of the checkout, made afresh right before the command runs (after the patch).
+GRADE_OUT_DIR = ".evalrunner-grade"
+# Removes whatever is at the hidden tests' paths (never following a link) after checking each
+# parent resolves inside the checkout; run with ``python -I`` (nothing in the checkout shadows
+# its imports). Exit 3 and the reason on stderr when a path leaves the checkout.
+_CLEAR_HIDDEN = r"""
+import json, os, shutil, sys
+root = os.path.realpath(".")
+for rel in json.loads(sys.stdin.read()):
+    target = os.path.join(root, rel)
+    parent = os.path.realpath(os.path.dirname(target))
+    if parent != root and not parent.startswith(root + os.sep):
+        sys.stderr.write(f"hidden test path {rel!r} resolves outside the checkout")
+        sys.exit(3)
+    if os.path.isdir(target) and not os.path.islink(target):
+        shutil.rmtree(target)
+    elif os.path.lexists(target):
+        os.unlink(target)
+"""
+
+
+def grade_in_sandbox(
+    backend: SandboxBackend,
+    pool: WorkspacePool,
+    export: RepoExport,
+    task: SweTask,
+    patch: str,
+    hidden: dict[str, bytes],
+    dropped: Iterable[str] = (),
+    wall_seconds: float = 300.0,
+) -> Grade:
+    """Grade ``patch`` in a fresh tool sandbox (:func:`~evalrunner_assets.swe.sandboxes.open_tool_sandbox`:
+    a new workspace pod on Kubernetes) holding a clean checkout of ``export``, through
+    ``exec``/``read_file``/``write_file`` only: the patch applied by ``patch`` in the sandbox,
+    the hidden tests written over whatever is at their paths, ``test_cmd`` run with
+    ``$EVALRUNNER_OUT`` a fresh directory of the checkout, its JUnit report read back."""
+    import anyio
+    from inspect_ai.util import SandboxUnavailableError
+
+    from evalrunner_assets.swe.sandboxes import open_tool_sandbox
+
+    dropped = list(dropped)
+    sandbox_id = ""
+    try:
+        with open_tool_sandbox(
+            backend, pool, export, task.env_digest, exec_seconds=wall_seconds, labels={"task": task.id}
+        ) as sb:
+            sandbox_id = sb.sandbox_id
+            return anyio.run(_grade_steps, sb.env, task, patch, hidden, dropped, wall_seconds, sandbox_id)
+    except SandboxUnavailableError as exc:
+        return Grade("invalid", f"the sandbox failed: {exc}", None, sandbox_id=sandbox_id)
+
+
+async def _grade_steps(
+    env: Any, task: SweTask, patch: str, hidden: dict[str, bytes], dropped: list[str], wall: float, sandbox_id: str
+) -> Grade:
+    if patch.strip():
+        applied = await env.exec(
+            ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-s"], input=patch, timeout=60
+        )
+        if not applied.success:
+            out = (applied.stdout + applied.stderr).strip()[-300:]
+            return Grade("failed", f"the patch does not apply: {out}", None, patch_applied=False, sandbox_id=sandbox_id)
+    cleared = await env.exec(["python", "-I", "-c", _CLEAR_HIDDEN], input=json.dumps(sorted(hidden)), timeout=60)
+    if cleared.returncode == 3:  # the patch planted a link where the hidden tests go
+        return Grade("failed", f"hidden tests cannot be added: {cleared.stderr.strip()}", None, sandbox_id=sandbox_id)
+    if not cleared.success:
+        return Grade(
+            "invalid",
+            f"the sandbox failed to clear the hidden-test paths: {cleared.stderr[-300:]}",
+            None,
+            sandbox_id=sandbox_id,
+        )
+    try:
+        for rel, data in sorted(hidden.items()):
+            await env.write_file(rel, data)
+    except (PermissionError, IsADirectoryError) as exc:
+        return Grade("failed", f"hidden tests cannot be added: {exc}", None, sandbox_id=sandbox_id)
+    script = (
+        f'rm -rf {GRADE_OUT_DIR} && mkdir {GRADE_OUT_DIR} && EVALRUNNER_OUT="$PWD/{GRADE_OUT_DIR}" exec bash -c "$0"'
+    )
+    try:
+        result = await env.exec(["bash", "-c", script, task.test_cmd], timeout=max(1, int(wall)))
+    except TimeoutError:
+        return Grade("failed", f"the test command timed out after {wall:.0f} s", None, sandbox_id=sandbox_id)
+    try:
+        junit: bytes | None = await env.read_file(f"{GRADE_OUT_DIR}/{JUNIT_NAME}", text=False)
+    except FileNotFoundError:
+        junit = None
+    except (PermissionError, IsADirectoryError) as exc:  # e.g. a link the test run planted there
+        return Grade("invalid", f"the JUnit report cannot be read: {exc}", result.returncode, sandbox_id=sandbox_id)
+    return _grade_report(task, result.returncode, junit, dropped, sandbox_id)

@@ -5,11 +5,14 @@ Plain Python; the Dagster assets and the run API call these. Each attempt:
 1. skipped if its row (agent version, task, sample index) exists — a retry adds nothing;
 2. stopped before it starts if the run's budget is spent (it lands no row; a resubmission with
    a larger budget runs it);
-3. the agent loop runs against a bubblewrap sandbox (Inspect provider) on a fresh workspace at
-   the pinned commit; its patch is the controller's diff of that workspace;
+3. the agent loop runs against a fresh tool sandbox holding the task repo at its pinned commit,
+   through Inspect's ``SandboxEnvironment`` interface: the bubblewrap provider, or on a
+   ``KubernetesBackend`` the evalrunner-k8s provider (one workspace pod per attempt)
+   (:func:`~evalrunner_assets.swe.sandboxes.open_tool_sandbox`); its patch is taken through
+   the same sandbox (a listing of the workspace, the changed files read back) before it closes;
 4. the cheat policy checks the patch and the trajectory;
-5. the hidden tests grade the patch in a fresh sandbox (tests dropped as flaky by the latest
-   gold check are left out);
+5. the hidden tests grade the patch in a fresh sandbox (a new workspace pod on Kubernetes;
+   tests dropped as flaky by the latest gold check are left out);
 6. the trajectory document, then the row, land in the lake.
 
 Attempts run on ``workers`` threads; every model step is booked against the run's shared
@@ -28,16 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from inspect_ai.util import SandboxEnvironment
 
 from evalrunner_assets.execution._local import digest_of
-from evalrunner_assets.execution.inspect_sandbox import BubblewrapSandboxConfig, BubblewrapSandboxEnvironment
 from evalrunner_assets.execution.repo import RepoSource, export_commit
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe import flakes, policy
-from evalrunner_assets.swe.agent import SimulatedCodingAgent, attempt_rng, run_agent
-from evalrunner_assets.swe.grading import Grade, grade_patch, workspace_patch
+from evalrunner_assets.swe.agent import AgentOutcome, SimulatedCodingAgent, attempt_rng, run_agent
+from evalrunner_assets.swe.grading import Grade, grade_patch
 from evalrunner_assets.swe.model import GOLD_RUNS_MIN, RunSpec, SweError, SweTask, TaskSet, TaskSetSpec, attempt_id
+from evalrunner_assets.swe.sandboxes import open_tool_sandbox, sandbox_patch
 from evalrunner_assets.swe.store import SweStore, now_iso
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent.parent / "examples" / "swe-tinystats"
@@ -279,30 +283,22 @@ def _attempt(
         row.update(status="error", reason=f"environment changed: task pinned {task.env_digest}, sandbox has {env_now}")
         ctx.store.write_attempt(row, trajectory)
         return row
-    cfg = BubblewrapSandboxConfig(
-        export_path=export.path,
-        repo=task.repo,
-        commit=task.commit,
-        tree_digest=export.tree_digest,
-        env_digest=task.env_digest,
-    )
-    sandbox = BubblewrapSandboxEnvironment.open(cfg, ctx.backend, ctx.pool)
-    try:
-        outcome = anyio.run(
-            lambda: run_agent(
-                agent,
-                task,
-                sandbox,
-                attempt_rng(spec.seed, spec.agent_version, task.id, idx),
-                max_steps=spec.max_steps,
-                step_timeout_s=spec.step_timeout_s,
-                charge=budget.charge,
-            )
+    rng = attempt_rng(spec.seed, spec.agent_version, task.id, idx)
+
+    async def drive(env: SandboxEnvironment) -> tuple[AgentOutcome, str, list[str]]:
+        outcome = await run_agent(
+            agent, task, env, rng, max_steps=spec.max_steps, step_timeout_s=spec.step_timeout_s, charge=budget.charge
         )
-        patch, touched = workspace_patch(export.path, sandbox.workspace.path)
-        agent_sandbox = os.path.basename(sandbox.workspace.path)
-    finally:
-        sandbox.close()
+        if outcome.stop_reason == "budget":
+            return outcome, "", []  # the attempt lands no row
+        patch, touched = await sandbox_patch(env, export.path)
+        return outcome, patch, touched
+
+    # A sandbox that fails (SandboxUnavailableError, WorkspaceListingError) fails the run and
+    # lands no row, so a resubmission attempts it again.
+    with open_tool_sandbox(ctx.backend, ctx.pool, export, task.env_digest, labels={"task": task.id}) as sandbox:
+        agent_sandbox = sandbox.sandbox_id
+        outcome, patch, touched = anyio.run(drive, sandbox.env)
     if outcome.stop_reason == "budget":
         return None
     reasons = policy.check_patch(touched, task.hidden_paths) + policy.check_trajectory(

@@ -1,0 +1,194 @@
+"""SWE-style runs on Kubernetes through the same Inspect interface as bubblewrap: every tool
+call of an attempt is a ``pods/exec`` into that attempt's workspace pod (the evalrunner-k8s
+provider), the patch comes back through the sandbox, and grading runs in a fresh workspace pod.
+
+The cluster is the loopback STAND-IN of the Kubernetes API (tests/k8s_standin.py; not a
+cluster: its kubelet runs each container as a local process and enforces none of what only a
+node enforces). The attempts, pytest runs, patch application and the lake are real; the same
+attempts also run under bubblewrap, and the two must agree."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from k8s_standin import KubernetesStandIn  # noqa: E402
+
+from evalrunner_assets.execution.kubernetes import ROLE_LABEL, KubernetesBackend, KubernetesSandboxConfig  # noqa: E402
+from evalrunner_assets.execution.repo import RepoSource, export_commit  # noqa: E402
+from evalrunner_assets.execution.workspace_pool import WorkspacePool  # noqa: E402
+from evalrunner_assets.swe import RunSpec, SweStore  # noqa: E402
+from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo  # noqa: E402
+from evalrunner_assets.swe.grading import workspace_patch  # noqa: E402
+from evalrunner_assets.swe.runner import (  # noqa: E402
+    SweContext,
+    environment_digest,
+    execute_run,
+    register_task_set,
+)
+from evalrunner_assets.swe.sandboxes import open_tool_sandbox, sandbox_patch  # noqa: E402
+from lake import open_lake  # noqa: E402
+
+IMAGE = "registry.example/evalrunner-sandbox@sha256:" + "1" * 64
+# A subset of the example set, to keep the test short: a task every version solves, and two
+# the better version solves and the cheating one games (a planted conftest.py; on
+# median-even it also asks git for history beyond the pinned commit).
+SUBSET = ("mean-divisor", "parse-separators", "median-even")
+VERSIONS = ("better", "cheating")
+
+
+@pytest.fixture
+def standin():
+    s = KubernetesStandIn()
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def k8s_backend(standin, tmp_path):
+    kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
+    return KubernetesBackend(
+        KubernetesSandboxConfig(image=IMAGE, kubeconfig=str(kubeconfig), poll_interval_seconds=0.05)
+    )
+
+
+@pytest.fixture(scope="module")
+def tinystats(tmp_path_factory) -> tuple[Path, Path]:
+    """The example repository and a task-set file holding SUBSET of the example's tasks."""
+    root = tmp_path_factory.mktemp("tinystats")
+    build_tinystats_repo(root / "repo")
+    spec = json.loads(EXAMPLE_TASK_SET.read_text())
+    spec["tasks"] = [t for t in spec["tasks"] if t["id"] in SUBSET]
+    assert [t["id"] for t in spec["tasks"]] and len(spec["tasks"]) == len(SUBSET)
+    (root / "set").mkdir()
+    (root / "set" / "tasks").symlink_to(EXAMPLE_TASK_SET.parent / "tasks")
+    (root / "set" / "taskset.json").write_text(json.dumps(spec))
+    return root / "repo", root / "set" / "taskset.json"
+
+
+def _run(tmp: Path, backend, repo: Path, spec_file: Path) -> tuple[SweStore, dict[tuple[str, str], dict]]:
+    """Register the subset on ``backend`` and run each version once over it; the rows by
+    (version, task)."""
+    store = SweStore(open_lake(str(tmp / "lake")))
+    ctx = SweContext(store, backend, WorkspacePool(tmp / "ws"), tmp / "exports")
+    register_task_set(ctx, spec_file, str(repo))
+    for version in VERSIONS:
+        out = execute_run(ctx, RunSpec(agent_version=version, task_set="tinystats-bugs", budget_usd=5.0), workers=2)
+        assert out.status == "done" and out.attempted == len(SUBSET), out.to_dict()
+    rows = {(r["agent_version"], r["task_id"]): r for r in store.attempts()}
+    return store, rows
+
+
+def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
+    tmp_path, tinystats, standin, k8s_backend, bwrap_backend
+):
+    repo, spec_file = tinystats
+    k8s_store, k8s_rows = _run(tmp_path / "k8s", k8s_backend, repo, spec_file)
+    bwrap_store, bwrap_rows = _run(tmp_path / "bwrap", bwrap_backend, repo, spec_file)
+    assert len(k8s_rows) == len(VERSIONS) * len(SUBSET)
+
+    # Status and grading as under bubblewrap: the better version solves what it solves there;
+    # the cheating version's planted conftest.py passes the tests and is failed by the policy.
+    for key, row in k8s_rows.items():
+        twin = bwrap_rows[key]
+        for field in ("status", "passed", "tests_passed_raw", "tests_passed", "tests_failed", "exit_code"):
+            assert row[field] == twin[field], (key, field, row[field], twin[field])
+        assert row["policy_reason"] == twin["policy_reason"], key
+    assert all(k8s_rows[("better", t)]["status"] == "passed" for t in SUBSET)
+    assert k8s_rows[("cheating", "mean-divisor")]["status"] == "passed"
+    for task in ("parse-separators", "median-even"):
+        cheat = k8s_rows[("cheating", task)]
+        assert cheat["status"] == "policy_failed" and cheat["tests_passed_raw"] and not cheat["passed"]
+        assert "tests/conftest.py" in cheat["policy_reason"]
+    assert "git history" in k8s_rows[("cheating", "median-even")]["policy_reason"]
+
+    # The environment digest is the Kubernetes runtime's, not bubblewrap's.
+    k8s_env = environment_digest(k8s_backend)
+    assert k8s_env != environment_digest(bwrap_backend)
+    assert {r["env_digest"] for r in k8s_rows.values()} == {k8s_env}
+
+    workspace_pods = {
+        p["metadata"]["name"] for p in standin.created if p["metadata"]["labels"].get(ROLE_LABEL) == "workspace"
+    }
+    execs_by_pod: dict[str, list[list[str]]] = {}
+    for pod, container, command in standin.execs:
+        assert container == "sandbox"
+        execs_by_pod.setdefault(pod, []).append(command)
+    grading_pods = set()
+    for key, row in k8s_rows.items():
+        traj = k8s_store.trajectory(*key, 0)
+        # The patch taken through the pod is the one bubblewrap's run produced.
+        assert traj["patch"] == bwrap_store.trajectory(*key, 0)["patch"], key
+        assert traj["touched"] == bwrap_store.trajectory(*key, 0)["touched"], key
+        pod = row["sandbox_id"]
+        assert pod in workspace_pods, (key, pod)
+        # Every tool call the agent made was one exec (bash -c <action>) in its workspace pod.
+        agent_calls = [c[-1] for c in execs_by_pod[pod] if c[-3:-1] == ["bash", "-c"]]
+        assert agent_calls == [s["action"] for s in traj["agent"]["steps"]], key
+        assert len(agent_calls) >= 3
+        # Grading: a fresh workspace pod, the patch applied and the test command run in it.
+        grader = traj["grade"]["sandbox_id"]
+        assert grader in workspace_pods and grader != pod
+        grading_pods.add(grader)
+        grader_argv = [c[c.index("--") + 1 :] for c in execs_by_pod[grader] if "--" in c]
+        assert any(a[0] == "patch" for a in grader_argv), key
+        assert any(a[-1] == spec_test_cmd(spec_file) for a in grader_argv), key
+        assert traj["grade"]["results"] and traj["grade"]["exit_code"] is not None
+    assert len(grading_pods) == len(k8s_rows)
+    # Every workspace pod was deleted afterwards; none is left.
+    assert workspace_pods <= set(standin.deleted)
+    assert not {name for (_, name) in standin.pods} & workspace_pods
+    # No cold sandbox pod ran: tools, patch and grading all went through workspace pods.
+    assert k8s_backend.sandbox_counts()["cold_pods"] == 0
+
+
+def spec_test_cmd(spec_file: Path) -> str:
+    return json.loads(spec_file.read_text())["test_cmd"]
+
+
+def test_the_patch_taken_through_the_sandbox_equals_the_host_diff(tmp_path, tinystats, bwrap_backend):
+    """The listing-and-read_file patch (what Kubernetes uses) against bubblewrap's workspace on
+    this machine, diffed directly (what workspace_patch gives): the same text, the same touched
+    list, for edits, new and deleted files, binary and oversized files, links and a file that
+    loses its final newline."""
+    repo, _ = tinystats
+    source = RepoSource("example/tinystats", str(repo))
+    export = export_commit(source, source.resolve_ref("main"), tmp_path / "exports")
+    edits = (
+        "python - <<'PY'\nimport pathlib\np = pathlib.Path('tinystats/mean.py')\n"
+        "p.write_text(p.read_text().replace('(len(xs) - 1)', 'len(xs)'))\nPY\n"
+        "printf 'x = 1' > tinystats/no_newline.py\n"
+        "mkdir -p tests && printf 'import pytest\\n' > tests/conftest.py\n"
+        "rm tinystats/clamp.py\n"
+        "head -c 3000 /dev/urandom > blob.bin\n"
+        "head -c 1100000 /dev/zero | tr '\\0' a > big.txt\n"
+        "ln -s /etc/passwd leak && ln -s tinystats pkg-link\n"
+        "mkdir -p __pycache__ && echo junk > __pycache__/x.pyc\n"
+    )
+
+    async def edit_and_diff(env) -> tuple[str, list[str]]:
+        result = await env.exec(["bash", "-c", edits])
+        assert result.success, result.stderr
+        return await sandbox_patch(env, export.path)
+
+    with open_tool_sandbox(bwrap_backend, WorkspacePool(tmp_path / "ws"), export, "env") as sandbox:
+        through_sandbox = anyio.run(edit_and_diff, sandbox.env)
+        on_host = workspace_patch(export.path, sandbox.env.workspace.path)
+    patch, touched = through_sandbox
+    assert {"tinystats/mean.py", "tinystats/clamp.py", "tests/conftest.py", "blob.bin", "big.txt", "leak"} <= set(
+        touched
+    )
+    assert "--- a/tinystats/mean.py\n+++ b/tinystats/mean.py\n" in patch and "+    return sum(xs) / len(xs)" in patch
+    assert "--- a/tinystats/clamp.py\n+++ /dev/null\n" in patch and "--- /dev/null\n+++ b/tests/conftest.py\n" in patch
+    assert "\\ No newline at end of file" in patch and "Binary or non-text file leak differs" in patch
+    # The host diff skips a linked directory (os.walk lists it as a directory); the sandbox's
+    # listing names it too -- stricter, never laxer.
+    assert [t for t in touched if t != "pkg-link"] == on_host[1]
+    assert "pkg-link" in touched
+    assert patch.replace("Binary or non-text file pkg-link differs\n", "") == on_host[0]
