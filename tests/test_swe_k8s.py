@@ -30,6 +30,7 @@ from evalrunner_assets.swe.runner import (  # noqa: E402
     environment_digest,
     execute_run,
     register_task_set,
+    run_gold_check,
 )
 from evalrunner_assets.swe.sandboxes import open_tool_sandbox, sandbox_patch  # noqa: E402
 from lake import open_lake  # noqa: E402
@@ -72,7 +73,7 @@ def tinystats(tmp_path_factory) -> tuple[Path, Path]:
     return root / "repo", root / "set" / "taskset.json"
 
 
-def _run(tmp: Path, backend, repo: Path, spec_file: Path) -> tuple[SweStore, dict[tuple[str, str], dict]]:
+def _run(tmp: Path, backend, repo: Path, spec_file: Path) -> tuple[SweContext, dict[tuple[str, str], dict]]:
     """Register the subset on ``backend`` and run each version once over it; the rows by
     (version, task)."""
     store = SweStore(open_lake(str(tmp / "lake")))
@@ -82,15 +83,16 @@ def _run(tmp: Path, backend, repo: Path, spec_file: Path) -> tuple[SweStore, dic
         out = execute_run(ctx, RunSpec(agent_version=version, task_set="tinystats-bugs", budget_usd=5.0), workers=2)
         assert out.status == "done" and out.attempted == len(SUBSET), out.to_dict()
     rows = {(r["agent_version"], r["task_id"]): r for r in store.attempts()}
-    return store, rows
+    return ctx, rows
 
 
 def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
     tmp_path, tinystats, standin, k8s_backend, bwrap_backend
 ):
     repo, spec_file = tinystats
-    k8s_store, k8s_rows = _run(tmp_path / "k8s", k8s_backend, repo, spec_file)
-    bwrap_store, bwrap_rows = _run(tmp_path / "bwrap", bwrap_backend, repo, spec_file)
+    k8s_ctx, k8s_rows = _run(tmp_path / "k8s", k8s_backend, repo, spec_file)
+    bwrap_ctx, bwrap_rows = _run(tmp_path / "bwrap", bwrap_backend, repo, spec_file)
+    k8s_store, bwrap_store = k8s_ctx.store, bwrap_ctx.store
     assert len(k8s_rows) == len(VERSIONS) * len(SUBSET)
 
     # Status and grading as under bubblewrap: the better version solves what it solves there;
@@ -141,6 +143,16 @@ def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
         assert any(a[-1] == spec_test_cmd(spec_file) for a in grader_argv), key
         assert traj["grade"]["results"] and traj["grade"]["exit_code"] is not None
     assert len(grading_pods) == len(k8s_rows)
+
+    # The gold check grades in pods too: every gold patch passes its runs, each a fresh pod.
+    before = set(workspace_pods)
+    gold = run_gold_check(k8s_ctx, "tinystats-bugs")
+    assert {t: v["status"] for t, v in gold["tasks"].items()} == dict.fromkeys(SUBSET, "ok"), gold
+    gold_pods = {
+        p["metadata"]["name"] for p in standin.created if p["metadata"]["labels"].get(ROLE_LABEL) == "workspace"
+    } - before
+    assert len(gold_pods) == len(SUBSET) * gold["runs"]
+    workspace_pods |= gold_pods
     # Every workspace pod was deleted afterwards; none is left.
     assert workspace_pods <= set(standin.deleted)
     assert not {name for (_, name) in standin.pods} & workspace_pods
