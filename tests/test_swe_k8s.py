@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from k8s_standin import KubernetesStandIn  # noqa: E402
 
-from evalrunner_assets.execution.kubernetes import ROLE_LABEL, KubernetesBackend, KubernetesSandboxConfig  # noqa: E402
+from evalrunner_assets.execution.kubernetes import NETWORK_LABEL, ROLE_LABEL, KubernetesBackend, KubernetesSandboxConfig  # noqa: E402
 from evalrunner_assets.execution.repo import RepoSource, export_commit  # noqa: E402
 from evalrunner_assets.execution.workspace_pool import WorkspacePool  # noqa: E402
 from evalrunner_assets.swe import RunSpec, SweStore  # noqa: E402
@@ -118,6 +118,8 @@ def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
     workspace_pods = {
         p["metadata"]["name"] for p in standin.created if p["metadata"]["labels"].get(ROLE_LABEL) == "workspace"
     }
+    # No egress: no pod carries a label an allowing NetworkPolicy selects (model egress, index).
+    assert {p["metadata"]["labels"][NETWORK_LABEL] for p in standin.created} == {"none"}
     execs_by_pod: dict[str, list[list[str]]] = {}
     for pod, container, command in standin.execs:
         assert container == "sandbox"
