@@ -27,6 +27,15 @@ ENV_FIELDS = {
     "EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS": "k8s_env_retain_days",
 }
 _INT_FIELDS = ("k8s_max_concurrent_pods", "k8s_model_egress_port")
+
+
+def configured_backend_name(env: Mapping[str, str] | None = None) -> str:
+    """The sandbox backend this deployment runs (``EVALRUNNER_SANDBOX_BACKEND``, default
+    bubblewrap): the kind the UI shows on the assets that run sandboxes."""
+    env = os.environ if env is None else env
+    return env.get("EVALRUNNER_SANDBOX_BACKEND") or "bubblewrap"
+
+
 _FLOAT_FIELDS = ("k8s_env_retain_days",)
 
 

@@ -100,3 +100,24 @@ def test_materializing_from_the_ui_needs_no_run_config() -> None:
     assert set(names) >= PIPELINE_JOBS
     for name in names:
         dg.validate_run_config(defs.get_job_def(name), {})  # raises naming the missing field
+
+
+def test_assets_that_run_sandboxes_show_the_configured_backend_as_their_kind():
+    import subprocess
+    import sys
+
+    probe = (
+        "from evalrunner_assets.definitions import defs\n"
+        "import dagster as dg\n"
+        "for key in ('eval_manifest', 'swe_attempts', 'swe_gold_check'):\n"
+        "    spec = next(iter(defs.resolve_assets_def(dg.AssetKey(key)).specs))\n"
+        "    print(key, sorted(spec.kinds))\n"
+    )
+    for backend in ("kubernetes", None):
+        env = {k: v for k, v in os.environ.items() if k != "EVALRUNNER_SANDBOX_BACKEND"}
+        if backend:
+            env["EVALRUNNER_SANDBOX_BACKEND"] = backend
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+        lines = out.strip().splitlines()
+        assert len(lines) == 3, out
+        assert all((backend or "bubblewrap") in line for line in lines), out

@@ -31,6 +31,7 @@ from lake import LAYOUT, Window
 from lake.integrity import LakeIntegrityError, load_record, quarantine, verify_record
 from lake.schema import BatchRecord
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
+from resources.sandbox import configured_backend_name
 
 GROUP = "evals"
 OWNERS = ["team:evals"]
@@ -44,7 +45,7 @@ INTEGRITY_CHECK = "lake_files_match_records"
 @dg.asset(
     partitions_def=commits_partitions,
     group_name=GROUP,
-    kinds={"inspect", "bubblewrap"},
+    kinds={"inspect", configured_backend_name()},
     owners=OWNERS,
     tags={NOUN_TAG: "eval-manifest"},
     backfill_policy=dg.BackfillPolicy.multi_run(1),

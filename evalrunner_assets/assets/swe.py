@@ -15,6 +15,7 @@ from evalrunner_assets.swe import RunSpec, SweStore
 from evalrunner_assets.swe.model import GOLD_RUNS_MIN, REPRO_FIELDS
 from evalrunner_assets.swe.runner import execute_run, local_context, run_gold_check
 from resources import LakeResource, SandboxResource
+from resources.sandbox import configured_backend_name
 
 GROUP = "swe"
 REPRO_CHECK = "rows_have_reproducibility_fields"
@@ -28,7 +29,7 @@ class GoldCheckConfig(dg.Config):
 @dg.asset(
     partitions_def=swe_runs_partitions,
     group_name=GROUP,
-    kinds={"bubblewrap", "parquet"},
+    kinds={configured_backend_name(), "parquet"},
     owners=["team:evals"],
     tags={"evalrunner/noun": "swe-attempts"},
     check_specs=[dg.AssetCheckSpec(REPRO_CHECK, asset="swe_attempts")],
@@ -72,7 +73,7 @@ def swe_attempts(context: dg.AssetExecutionContext, lake: LakeResource, sandbox:
 @dg.asset(
     partitions_def=swe_task_sets_partitions,
     group_name=GROUP,
-    kinds={"bubblewrap", "parquet"},
+    kinds={configured_backend_name(), "parquet"},
     owners=["team:evals"],
     tags={"evalrunner/noun": "swe-gold-check"},
     check_specs=[dg.AssetCheckSpec(GOLD_CHECK, asset="swe_gold_check")],
