@@ -57,6 +57,17 @@ def make_repo(tmp_path: Path) -> Callable[..., tuple[Path, str]]:
     return make
 
 
+@pytest.fixture
+def standin():
+    """A stand-in Kubernetes API on loopback (tests/k8s_standin.py), stopped after the test."""
+    from k8s_standin import KubernetesStandIn
+
+    s = KubernetesStandIn()
+    s.start()
+    yield s
+    s.stop()
+
+
 @pytest.fixture(scope="session")
 def bwrap_backend():
     """The bubblewrap backend, preflighted once. Fails (not skips) when it cannot run:

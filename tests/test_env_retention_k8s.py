@@ -41,14 +41,6 @@ DAY = 86400.0
 
 
 @pytest.fixture
-def standin():
-    s = KubernetesStandIn()
-    s.start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
 def repo(tmp_path) -> RepoExport:
     root = tmp_path / "export"
     root.mkdir()

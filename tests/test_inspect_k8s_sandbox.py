@@ -22,7 +22,6 @@ from inspect_ai.tool import Tool, tool
 from inspect_ai.util import sandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
-from k8s_standin import KubernetesStandIn  # noqa: E402
 from test_k8s_manifests import K8S_VERSION, psa_restricted_violations  # noqa: E402
 
 from evalrunner_assets.execution import inspect_k8s_sandbox  # noqa: E402
@@ -41,14 +40,6 @@ from evalrunner_assets.execution.sandbox import Limits, RepoExport, SandboxReque
 
 IMAGE = "registry.example/evalrunner-sandbox@sha256:" + "1" * 64
 BINARY = bytes(range(256)) * 3 + b"\r\n\x00 tail"
-
-
-@pytest.fixture
-def standin():
-    s = KubernetesStandIn()
-    s.start()
-    yield s
-    s.stop()
 
 
 @pytest.fixture

@@ -31,14 +31,6 @@ IMAGE = "registry.example/evalrunner-sandbox@sha256:" + "1" * 64
 
 
 @pytest.fixture
-def standin():
-    s = KubernetesStandIn()
-    s.start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
 def repo(tmp_path) -> RepoExport:
     root = tmp_path / "export"
     (root / "evals").mkdir(parents=True)

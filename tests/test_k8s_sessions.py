@@ -43,14 +43,6 @@ for line in sys.stdin:
 
 
 @pytest.fixture
-def standin():
-    s = KubernetesStandIn()
-    s.start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
 def repo(tmp_path) -> RepoExport:
     root = tmp_path / "export"
     root.mkdir()

@@ -147,14 +147,6 @@ def test_a_sandbox_pod_mounts_its_environment_read_only_and_refuses_a_local_dire
 
 
 @pytest.fixture
-def standin():
-    s = KubernetesStandIn()
-    s.start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
 def index(tmp_path):
     idx = PackageIndex(tmp_path / "index")
     (tmp_path / "wheels").mkdir()

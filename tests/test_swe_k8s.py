@@ -17,7 +17,6 @@ import anyio
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from k8s_standin import KubernetesStandIn  # noqa: E402
 
 from evalrunner_assets.execution.kubernetes import NETWORK_LABEL, ROLE_LABEL, KubernetesBackend, KubernetesSandboxConfig  # noqa: E402
 from evalrunner_assets.execution.repo import RepoSource, export_commit  # noqa: E402
@@ -41,14 +40,6 @@ IMAGE = "registry.example/evalrunner-sandbox@sha256:" + "1" * 64
 # median-even it also asks git for history beyond the pinned commit).
 SUBSET = ("mean-divisor", "parse-separators", "median-even")
 VERSIONS = ("better", "cheating")
-
-
-@pytest.fixture
-def standin():
-    s = KubernetesStandIn()
-    s.start()
-    yield s
-    s.stop()
 
 
 @pytest.fixture
