@@ -6,7 +6,6 @@ keys a sensor already used, as the sensor daemon does)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 from dataclasses import dataclass, field
@@ -15,13 +14,13 @@ from typing import Any
 import dagster as dg
 from github_standin import LoopbackServer
 from shared_files import shared_path
+from webhook_delivery import post_delivery
 
 from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.jobs import JOBS
 from lake.storage import Lake
 from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
-from sensors.webhook import sign
 
 FIXTURES = shared_path("fixtures/github-webhooks")
 FIXTURE_REPO = "Codertocat/Hello-World"
@@ -65,24 +64,7 @@ def deliver(
 ) -> tuple[int, dict]:
     """POST a delivery signed as GitHub signs it; returns (status, answer)."""
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        conn.request(
-            "POST",
-            "/webhooks/github",
-            body=body,
-            headers={
-                "Content-Type": "application/json",
-                "X-GitHub-Event": event,
-                "X-GitHub-Delivery": delivery,
-                "X-Hub-Signature-256": sign(secret, body),
-                "User-Agent": "GitHub-Hookshot/e2e",
-            },
-        )
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"{}")
-    finally:
-        conn.close()
+    return post_delivery(server.port, secret, event, body, delivery, user_agent="GitHub-Hookshot/e2e", timeout=30)
 
 
 # -- the sensors, evaluated and their runs executed ------------------------------------------------

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +22,10 @@ from typing import Any
 
 from github_standin import GitHubStandin, free_port
 from shared_files import shared_path
+from webhook_delivery import post_delivery
 
 from lake import Lake
 from resources import RepoResource
-from sensors.webhook import sign
 
 EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
 FIXTURES = shared_path("fixtures/github-webhooks")
@@ -162,24 +161,9 @@ class ServedEvalrunner:
     def deliver(self, event: str, payload: dict[str, Any], delivery: str | None = None) -> tuple[int, dict]:
         """POST a delivery signed as GitHub signs it; returns (status, answer)."""
         body = json.dumps(payload).encode()
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            conn.request(
-                "POST",
-                "/webhooks/github",
-                body=body,
-                headers={
-                    "Content-Type": "application/json",
-                    "X-GitHub-Event": event,
-                    "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
-                    "X-Hub-Signature-256": sign(SECRET, body),
-                    "User-Agent": "GitHub-Hookshot/served-evalrunner",
-                },
-            )
-            resp = conn.getresponse()
-            return resp.status, json.loads(resp.read() or b"{}")
-        finally:
-            conn.close()
+        return post_delivery(
+            self.port, SECRET, event, body, delivery, user_agent="GitHub-Hookshot/served-evalrunner", timeout=30
+        )
 
     def completed_check_run(self, repo: str, sha: str) -> dict[str, Any] | None:
         """The head's check run once completed (None while there is none, or it is not)."""

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import copy
-import http.client
 import json
-import uuid
 from typing import Any
 
 from shared_files import shared_path
-
-from sensors.webhook import sign
+from webhook_delivery import post_delivery
 
 FIXTURES = shared_path("fixtures/github-webhooks")
 SECRET = b"reliability-secret"
@@ -65,28 +62,7 @@ def post(
     port: int, body: bytes, event: str, delivery: str | None = None, content_type: str = "application/json"
 ) -> tuple[int, dict[str, Any]]:
     """POST ``body`` to the receiver on loopback, signed as GitHub signs it."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        conn.request(
-            "POST",
-            "/webhooks/github",
-            body=body,
-            headers={
-                "Content-Type": content_type,
-                "X-GitHub-Event": event,
-                "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
-                "X-Hub-Signature-256": sign(SECRET, body),
-            },
-        )
-        resp = conn.getresponse()
-        raw = resp.read()
-        try:
-            answer = json.loads(raw or b"{}")
-        except ValueError:
-            answer = {"raw": raw.decode("utf-8", "replace")}
-        return resp.status, answer
-    finally:
-        conn.close()
+    return post_delivery(port, SECRET, event, body, delivery, content_type=content_type)
 
 
 def send(port: int, event: str, payload: dict[str, Any], delivery: str | None = None) -> tuple[int, dict[str, Any]]:
