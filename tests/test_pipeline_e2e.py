@@ -407,7 +407,9 @@ def test_check_run_is_in_progress_with_sample_counts_until_the_verdict(improved:
         assert (check["status"], check["conclusion"]) == ("in_progress", None)
         m = re.fullmatch(r"running · (\d+) of (\d+) samples", check["title"])
         assert m is not None, check["title"]
-        assert 0 < int(m.group(1)) < int(m.group(2)) == improved.result.samples_possible
+        # 0 is the report the engine makes as work starts (before any window has landed; on a
+        # loaded machine it may be the only one before the verdict).
+        assert 0 <= int(m.group(1)) < int(m.group(2)) == improved.result.samples_possible
     done = [int(re.search(r"(\d+) of", c["title"]).group(1)) for c in running]  # type: ignore[union-attr]
     assert done == sorted(done)
     assert (runs[-1]["status"], runs[-1]["conclusion"]) == ("completed", "success")
