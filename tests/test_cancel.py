@@ -61,9 +61,9 @@ def test_sigint_kills_every_sandbox_within_15s_and_records_the_cancellation(tmp_
         time.sleep(0.05)
     assert bwraps_of(home) == [], "a sandbox outlived the cancelled comparison"
 
-    doc = json.loads(
-        next(p for p in (lake(home) / "comparisons").rglob("*.json") if p.name.count(".") == 1).read_text()
-    )
+    saved = next((p for p in (lake(home) / "comparisons").rglob("*.json") if p.name.count(".") == 1), None)
+    assert saved is not None, f"no comparison document was saved; the comparison's stderr ends:\n{err[-3000:]}"
+    doc = json.loads(saved.read_text())
     assert doc["status"] == "cancelled"
     assert doc["execution"]["status"] == "cancelled"
     assert "breaker" not in doc

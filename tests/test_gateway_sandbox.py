@@ -246,13 +246,19 @@ def test_a_spent_dollar_budget_ends_the_comparison_as_a_budget_stop(tmp_path, up
     assert "model budget of $0.0001 was spent" in doc["stopped_reason"]
     assert doc["verdict"] == "INCONCLUSIVE"
     assert "budget" in output and "spent" in output
-    assert doc["execution"]["windows"].get("budget_stopped", 0) >= 1
-    assert doc["execution"]["gateway"]["budget_refusals"] >= 1
     assert "breaker" not in doc  # not an outage
     assert not (lake_root / "failures").exists() or not list((lake_root / "failures").rglob("*.json"))
+    assert KEY not in output
+    windows = doc["execution"]["windows"]
+    if windows.get("budget_stopped", 0) == 0:
+        # Every call of the first windows (one per worker) was admitted before the first one was
+        # priced: they land, and no window starts once the budget is spent.
+        assert windows.get("landed", 0) <= 2, windows
+        assert "0 window(s) stopped, nothing more was run" in doc["stopped_reason"]
+        return
+    assert doc["execution"]["gateway"]["budget_refusals"] >= 1
     stopped = [json.loads(p.read_text()) for p in (lake_root / "gateway").rglob("*.json")]
     assert any(r["failure_kind"] == "budget_spent" and r["usage"]["budget_refusals"] > 0 for r in stopped)
-    assert KEY not in output
 
 
 def test_a_429_storm_and_server_errors_are_absorbed_by_the_gateway_and_the_window_succeeds(

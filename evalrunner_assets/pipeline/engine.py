@@ -695,26 +695,28 @@ class ComparisonEngine:
 
     def run_windows(self) -> ComparisonDocument:
         try:
-            self.scheduler.run()
-            if not self.stop.is_set():
-                self.record_progress(final=True)
-            self.progress_thread.shutdown(wait=not self.stop.is_set(), cancel_futures=self.stop.is_set())
-            for f in self._progress:
-                if not f.cancelled():
-                    f.result()  # a failed progress report stops the comparison
-        except KeyboardInterrupt:
-            self.stop_recording()
-            self.finish(
-                "cancelled", "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume"
-            )
-            raise
-        except BaseException:
-            self.stop_recording()
-            raise
-        finally:
-            self._close_pool()
-        try:
+            try:
+                self.scheduler.run()
+                if not self.stop.is_set():
+                    self.record_progress(final=True)
+                self.progress_thread.shutdown(wait=not self.stop.is_set(), cancel_futures=self.stop.is_set())
+                for f in self._progress:
+                    if not f.cancelled():
+                        f.result()  # a failed progress report stops the comparison
+            finally:
+                self._close_pool()
             return self.conclude()
+        except KeyboardInterrupt:
+            # Ctrl-C may also arrive while the pool closes or the verdict is being concluded:
+            # the cancellation is recorded unless an end was already saved.
+            self.stop_recording()
+            saved = self.saved()
+            if saved is None or saved.status == "running":
+                self.finish(
+                    "cancelled",
+                    "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume",
+                )
+            raise
         except BaseException:
             self.stop_recording()
             raise
