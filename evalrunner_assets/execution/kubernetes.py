@@ -1660,6 +1660,26 @@ class _PodRun:
                 )
         return bytes(out)
 
+    def start(self, manifest: dict, what: str) -> None:
+        """Create a long-lived pod (``what``: e.g. "warm session") and wait until it runs; a pod
+        that cannot start is deleted and the error says why."""
+        import kubernetes
+
+        try:
+            self._create(manifest)
+        except kubernetes.client.ApiException as exc:
+            raise KubernetesSandboxError(
+                f"{what} pod creation refused: {exc.status} {exc.reason}: {_api_message(exc)}"
+            ) from exc
+        try:
+            failed = self.wait_running()
+        except BaseException:
+            self._delete()
+            raise
+        if failed is not None:
+            self._delete()
+            raise KubernetesSandboxError(f"{what} pod did not start ({failed[0].value}): {failed[1]}")
+
     def wait_running(self) -> tuple[SandboxStatus, str] | None:
         """Deliver the repository and wait until the sandbox container runs (a warm session's
         worker is up). None when it does; else the status and cause of why not."""
@@ -1782,7 +1802,6 @@ class KubernetesWarmSession:
     pod deleted, and every later call returns CRASHED -- as for the local warm sessions."""
 
     def __init__(self, backend: KubernetesBackend, request: SandboxRequest) -> None:
-        import kubernetes
 
         self.backend, self.request = backend, request
         self.dead = ""
@@ -1793,20 +1812,7 @@ class KubernetesWarmSession:
         manifest = build_sandbox_pod(
             request, backend.config, sandbox_id=self.pod.sandbox_id, pod_name=self.pod.pod_name, session=True
         )
-        try:
-            self.pod._create(manifest)
-        except kubernetes.client.ApiException as exc:
-            raise KubernetesSandboxError(
-                f"session pod creation refused: {exc.status} {exc.reason}: {_api_message(exc)}"
-            ) from exc
-        try:
-            failed = self.pod.wait_running()
-        except BaseException:
-            self.pod._delete()
-            raise
-        if failed is not None:
-            self.pod._delete()
-            raise KubernetesSandboxError(f"warm session pod did not start ({failed[0].value}): {failed[1]}")
+        self.pod.start(manifest, "warm session")
         self.start_s = time.monotonic() - started
 
     @property

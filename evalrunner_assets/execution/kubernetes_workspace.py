@@ -39,7 +39,6 @@ from evalrunner_assets.execution.kubernetes import (
     SANDBOX_CONTAINER,
     KubernetesBackend,
     KubernetesSandboxError,
-    _api_message,
     _PodRun,
     _wrapper_command,
     build_repo_tarball,
@@ -128,7 +127,6 @@ class KubernetesWorkspace:
         labels: dict[str, str] | None = None,
         owner: ControllerIdentity | None = None,
     ) -> None:
-        import kubernetes
 
         self.backend, self.config = backend, backend.config
         self.limits = limits
@@ -150,20 +148,7 @@ class KubernetesWorkspace:
         self.manifest = build_sandbox_pod(
             self.request, self.config, sandbox_id=self.pod.sandbox_id, pod_name=self.pod.pod_name, workspace=True
         )
-        try:
-            self.pod._create(self.manifest)
-        except kubernetes.client.ApiException as exc:
-            raise KubernetesSandboxError(
-                f"workspace pod creation refused: {exc.status} {exc.reason}: {_api_message(exc)}"
-            ) from exc
-        try:
-            failed = self.pod.wait_running()
-        except BaseException:
-            self.pod._delete()
-            raise
-        if failed is not None:
-            self.pod._delete()
-            raise KubernetesSandboxError(f"workspace pod did not start ({failed[0].value}): {failed[1]}")
+        self.pod.start(self.manifest, "workspace")
         self.start_s = round(time.monotonic() - started, 3)
 
     @property
