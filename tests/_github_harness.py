@@ -14,7 +14,7 @@ from typing import Any
 import dagster as dg
 from github_standin import LoopbackServer
 from shared_files import shared_path
-from webhook_delivery import post_delivery
+from webhook_delivery import post_delivery, retarget
 
 from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.jobs import JOBS
@@ -23,7 +23,6 @@ from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
 
 FIXTURES = shared_path("fixtures/github-webhooks")
-FIXTURE_REPO = "Codertocat/Hello-World"
 JOBS_BY_NAME = {job.name: job for job in JOBS}
 MAX_SAMPLING_TICKS = 40
 
@@ -31,16 +30,6 @@ MAX_SAMPLING_TICKS = 40
 # -- deliveries built from GitHub's own payload examples -----------------------------------------
 def fixture_text(name: str) -> str:
     return (FIXTURES / f"{name}.json").read_text()
-
-
-def retarget(payload: dict[str, Any], repo: str) -> dict[str, Any]:
-    """Move a fixture from Codertocat/Hello-World to ``repo`` (URLs included)."""
-    payload = json.loads(json.dumps(payload).replace(FIXTURE_REPO, repo))
-    owner, name = repo.split("/")
-    payload["repository"]["name"] = name
-    payload["repository"]["owner"]["login"] = owner
-    payload["repository"]["default_branch"] = "main"
-    return payload
 
 
 def pull_request_delivery(

@@ -22,14 +22,13 @@ from typing import Any
 
 from github_standin import GitHubStandin, free_port
 from shared_files import shared_path
-from webhook_delivery import post_delivery
+from webhook_delivery import post_delivery, retarget
 
 from lake import Lake
 from resources import RepoResource
 
 EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
 FIXTURES = shared_path("fixtures/github-webhooks")
-FIXTURE_REPO = "Codertocat/Hello-World"
 SECRET = b"served-evalrunner-webhook-secret"
 TOKEN = "served-evalrunner-github-token"
 # The sensor daemon logs this on every tick once the code location is loaded.
@@ -37,22 +36,12 @@ SENSOR_TICKING = "Checking for new runs for sensor: pr_sensor"
 
 
 # -- deliveries built from GitHub's own payload examples -----------------------------------------
-def _retarget(payload: dict[str, Any], repo: str) -> dict[str, Any]:
-    """Move a fixture from Codertocat/Hello-World to ``repo`` (URLs included)."""
-    payload = json.loads(json.dumps(payload).replace(FIXTURE_REPO, repo))
-    owner, name = repo.split("/")
-    payload["repository"]["name"] = name
-    payload["repository"]["owner"]["login"] = owner
-    payload["repository"]["default_branch"] = "main"
-    return payload
-
-
 def pull_request_delivery(action: str, *, repo: str, pr: int, head: str, base: str, head_ref: str) -> dict[str, Any]:
     """GitHub's ``pull_request.<action>`` example, for PR ``pr`` of ``repo`` at these SHAs."""
     raw = (FIXTURES / f"pull_request.{action}.json").read_text()
     old = json.loads(raw)
     raw = raw.replace(old["pull_request"]["head"]["sha"], head).replace(old["pull_request"]["base"]["sha"], base)
-    payload = _retarget(json.loads(raw), repo)
+    payload = retarget(json.loads(raw), repo)
     payload["number"] = pr
     payload["pull_request"]["number"] = pr
     payload["pull_request"]["head"]["ref"], payload["pull_request"]["base"]["ref"] = head_ref, "main"
@@ -61,7 +50,7 @@ def pull_request_delivery(action: str, *, repo: str, pr: int, head: str, base: s
 
 def comment_delivery(body: str, *, repo: str, pr: int, association: str = "MEMBER") -> dict[str, Any]:
     """GitHub's ``issue_comment.created`` example as a comment on PR ``pr``."""
-    payload = _retarget(json.loads((FIXTURES / "issue_comment.created.json").read_text()), repo)
+    payload = retarget(json.loads((FIXTURES / "issue_comment.created.json").read_text()), repo)
     payload["issue"]["number"] = pr
     payload["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{repo}/pulls/{pr}"}
     payload["comment"]["body"] = body

@@ -1,5 +1,6 @@
-"""POST a webhook delivery to the receiver on loopback, signed as GitHub signs it (shared by
-the end-to-end, served and reliability tests)."""
+"""Webhook deliveries for tests: GitHub's payload examples moved to a test repository, and a
+POST to the receiver on loopback signed as GitHub signs it (shared by the end-to-end, served
+and reliability tests)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,19 @@ import uuid
 from typing import Any
 
 from sensors.webhook import sign
+
+# The repository GitHub's payload examples name (tests/fixtures/github-webhooks/).
+FIXTURE_REPO = "Codertocat/Hello-World"
+
+
+def retarget(payload: dict[str, Any], repo: str) -> dict[str, Any]:
+    """Move a fixture from Codertocat/Hello-World to ``repo`` (URLs included)."""
+    payload = json.loads(json.dumps(payload).replace(FIXTURE_REPO, repo))
+    owner, name = repo.split("/")
+    payload["repository"]["name"] = name
+    payload["repository"]["owner"]["login"] = owner
+    payload["repository"]["default_branch"] = "main"
+    return payload
 
 
 def post_delivery(

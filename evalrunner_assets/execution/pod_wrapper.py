@@ -326,6 +326,22 @@ def _child_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+def feed_stdin(child: subprocess.Popen, data: bytes) -> None:
+    """Write ``data`` to the child's stdin (started with stdin=PIPE) and close it, from a thread,
+    so a child that does not read cannot block the wrapper; one that exits early is fine."""
+    child_stdin = child.stdin
+    assert child_stdin is not None
+
+    def feed() -> None:
+        try:
+            child_stdin.write(data)
+            child_stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    threading.Thread(target=feed, daemon=True).start()
+
+
 def run(args: argparse.Namespace) -> int:
     control = Path(args.control)
     key = _take_key(control)
@@ -369,17 +385,7 @@ def run(args: argparse.Namespace) -> int:
         out.start()
         err.start()
 
-        child_stdin = child.stdin
-        assert child_stdin is not None  # started with stdin=PIPE
-
-        def feed() -> None:
-            try:
-                child_stdin.write(stdin_bytes)
-                child_stdin.close()
-            except (BrokenPipeError, OSError):
-                pass
-
-        threading.Thread(target=feed, daemon=True).start()
+        feed_stdin(child, stdin_bytes)
         deadline = start + args.wall_seconds
         while child.poll() is None:
             if terminated.is_set():
@@ -854,17 +860,7 @@ def exec_command(args: argparse.Namespace, stdin, sink) -> int:
         out.start()
         err.start()
         if stdin_bytes is not None:
-            child_stdin = child.stdin
-            assert child_stdin is not None
-
-            def feed() -> None:
-                try:
-                    child_stdin.write(stdin_bytes)
-                    child_stdin.close()
-                except (BrokenPipeError, OSError):
-                    pass
-
-            threading.Thread(target=feed, daemon=True).start()
+            feed_stdin(child, stdin_bytes)
         try:
             child.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
