@@ -52,27 +52,41 @@ def exact_selector(task_name: str, sample_id: str | int) -> str | int:
     return f"{task_name}:{escaped}"
 
 
-# A warm worker serves one commit export (read-only), so a task's listing cannot change while it
-# lives: load it once rather than on every window.
+# A warm worker serves one commit export (read-only), so a task and its listing cannot change
+# while it lives: the task is loaded once, not on every window. Loading it (parsing the task file,
+# building the dataset) was most of a small window's cost, and one Task object evaluated window
+# after window is what a single `inspect eval` over all the samples does too.
 _LISTINGS: dict[str, dict[str, Any]] = {}
+_TASKS: dict[str, Any] = {}
+
+
+def _key(spec: str, task_args: dict[str, Any]) -> str:
+    return json.dumps([spec, task_args], sort_keys=True)
+
+
+def load_task(spec: str, task_args: dict[str, Any]) -> Any:
+    key = _key(spec, task_args)
+    if key not in _TASKS:
+        from inspect_ai._eval.loader import load_tasks
+
+        tasks = load_tasks([spec], task_args)
+        if len(tasks) != 1:
+            raise ValueError(f"spec {spec!r} names {len(tasks)} tasks; give exactly one (file.py@task)")
+        _TASKS[key] = tasks[0]
+    return _TASKS[key]
 
 
 def list_ids(spec: str, task_args: dict[str, Any]) -> dict[str, Any]:
-    key = json.dumps([spec, task_args], sort_keys=True)
+    key = _key(spec, task_args)
     if key not in _LISTINGS:
         _LISTINGS[key] = _load_listing(spec, task_args)
     return _LISTINGS[key]
 
 
 def _load_listing(spec: str, task_args: dict[str, Any]) -> dict[str, Any]:
-    from inspect_ai._eval.loader import load_tasks
-
-    tasks = load_tasks([spec], task_args)
-    if len(tasks) != 1:
-        raise ValueError(f"spec {spec!r} names {len(tasks)} tasks; give exactly one (file.py@task)")
     from evalrunner_assets.sample_digest import digest_of_sample
 
-    task = tasks[0]
+    task = load_task(spec, task_args)
     # Inspect numbers samples without ids 1..n in dataset order before selecting any.
     ids = [s.id if s.id is not None else i + 1 for i, s in enumerate(task.dataset)]
     digests = [digest_of_sample(s) for s in task.dataset]
@@ -91,10 +105,11 @@ def run_eval(req: dict[str, Any]) -> dict[str, Any]:
     selectors = [exact_selector(name, by_text[s]) for s in req["sample_ids"]]
     started = time.monotonic()
     logs = inspect_ai.eval(
-        req["spec"],
+        # the loaded task (its arguments applied when it was loaded); its log header is the one
+        # `inspect eval SPEC -T …` writes
+        load_task(req["spec"], req.get("task_args") or {}),
         model=req["model"],
         model_args=req.get("model_args") or {},
-        task_args=req.get("task_args") or {},
         sample_id=selectors,
         epochs=req.get("epochs") or 1,
         seed=req.get("seed"),
@@ -106,7 +121,10 @@ def run_eval(req: dict[str, Any]) -> dict[str, Any]:
         # The log is read after the window ends, never live: real-time sample logging would
         # only add per-sample writes (it roughly doubles the time of a trivial sample).
         log_realtime=False,
-        display="none",
+        # Inspect's "none" still renders a rich results table after every eval (about a fifth of
+        # a small window's time, written to stderr for the controller to drain); "log" logs the
+        # same through `logging`, below the warning level (errors still reach stderr).
+        display="log",
         log_level="warning",
     )
     return {
