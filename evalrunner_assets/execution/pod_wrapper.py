@@ -599,6 +599,9 @@ def serve(args: argparse.Namespace) -> int:
                     child.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     pass
+                # Its last words are in the pipe still being drained; a leftover process holding
+                # the pipe open gets a bounded wait.
+                err.join(timeout=2)
                 status, detail, exit_code, sig = ended()
             else:
                 reply = line
