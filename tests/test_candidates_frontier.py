@@ -25,6 +25,9 @@ sample (0.85) while the other evals match main's.
 
 from __future__ import annotations
 
+import base64
+import re
+
 import dagster as dg
 import pyarrow.parquet as pq
 import pytest
@@ -34,6 +37,7 @@ from evalrunner_assets.candidates_run import add_candidate, measure_candidates
 from evalrunner_assets.example_repo import build_example_candidates
 from evalrunner_assets.pipeline import candidates as cands
 from evalrunner_assets.pipeline import series
+from evalrunner_assets.report.panel import PANEL_WIDTH, png_size
 from evalrunner_assets.simagent import SIMAGENT_PRICE, simulated_model
 from lake import LAYOUT
 
@@ -175,6 +179,8 @@ def test_the_chart_and_the_asset_metadata_land(measured):
     metadata = mats[0].asset_materialization.metadata
     assert metadata["promoted"].value == "runbook-skill-large"
     assert "runbook-skill → runbook-skill-large" in metadata["steps up the frontier"].value
+    (png,) = re.findall(r"base64,([A-Za-z0-9+/=]+)\)", metadata["chart"].value)
+    assert png_size(base64.b64decode(png))[0] <= PANEL_WIDTH  # fits the UI's metadata panel
     key = dg.AssetCheckKey(dg.AssetKey("continuum_frontier"), "same_inputs_as_reference")
     records = measured["instance"].event_log_storage.get_asset_check_execution_history(key, limit=10)
     assert len(records) == 2  # one per measure

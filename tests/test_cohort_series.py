@@ -9,6 +9,8 @@ no sandbox.
 
 from __future__ import annotations
 
+import base64
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -18,6 +20,7 @@ from _pipeline_fixtures import evalrunner_home
 from evalrunner_assets.backfill import run_backfill
 from evalrunner_assets.example_repo import build_example_history
 from evalrunner_assets.pipeline import series
+from evalrunner_assets.report.panel import PANEL_WIDTH, png_size
 from lake import LAYOUT, duck
 
 REPO = "example/support-agent"
@@ -123,6 +126,11 @@ def test_chart_and_sql_view_exist(backfilled):
     png = lake.read_bytes(LAYOUT.series_chart(REPO, "main", "png"))
     assert png.startswith(b"\x89PNG")
     assert b"<svg" in lake.read_bytes(LAYOUT.series_chart(REPO, "main", "svg"))
+    mats = backfilled["instance"].fetch_materializations(dg.AssetKey("cohort_series"), limit=1).records
+    metadata = mats[0].asset_materialization.metadata
+    (panel,) = re.findall(r"base64,([A-Za-z0-9+/=]+)\)", metadata[f"{REPO} chart"].value)
+    assert png_size(base64.b64decode(panel))[0] <= PANEL_WIDTH  # fits the UI's metadata panel
+    assert metadata[f"{REPO} chart_path"].value.endswith(".svg")
     con = duck.connect(lake)
     rows = con.sql(
         "select scope, name, flagged, annotation from cohort_series "

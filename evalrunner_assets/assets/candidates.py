@@ -9,7 +9,6 @@ every measurement of it. The measuring, pairing, frontier and gate live in
 the lake, so a materialization from the UI needs no run config.
 """
 
-import base64
 import functools
 from collections import defaultdict
 
@@ -110,7 +109,8 @@ def continuum_frontier(context: dg.AssetExecutionContext, lake: LakeResource) ->
     the_lake = lake.open()
     repo = context.partition_key
     frontier = cands.build_frontier(the_lake, repo)
-    from evalrunner_assets.report.frontier_chart import render_frontier_chart
+    from evalrunner_assets.report.frontier_chart import render_frontier_chart, render_frontier_panel
+    from evalrunner_assets.report.panel import markdown_image
 
     chart = render_frontier_chart(frontier.rows, repo)
     for ext, data in chart.items():
@@ -125,8 +125,9 @@ def continuum_frontier(context: dg.AssetExecutionContext, lake: LakeResource) ->
     on_frontier = [r["candidate"] for r in frontier.rows if r["status"] == "frontier"]
     return dg.MaterializeResult(
         metadata={
+            # sized for the metadata panel; the full chart is at chart_path
             "chart": dg.MetadataValue.md(
-                f"![{repo} continuum frontier](data:image/png;base64,{base64.b64encode(chart['png']).decode()})"
+                markdown_image(f"{repo} continuum frontier", render_frontier_panel(frontier.rows, repo))
             ),
             "candidates": dg.MetadataValue.md(table),
             "steps up the frontier": dg.MetadataValue.md(steps),

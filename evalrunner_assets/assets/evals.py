@@ -4,7 +4,6 @@ Each asset body is a short narrative; the steps live in ``evalrunner_assets.pipe
 ``lake`` and ``report`` (plain Python).
 """
 
-import base64
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -27,6 +26,8 @@ from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport, s
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, load_request
 from evalrunner_assets.pipeline.windows import batch_state, run_task_windows
 from evalrunner_assets.report import render_comment
+from evalrunner_assets.report.chart import render_panel_chart
+from evalrunner_assets.report.panel import markdown_image
 from lake import LAYOUT, Window
 from lake.integrity import LakeIntegrityError, load_record, quarantine, verify_record
 from lake.schema import BatchRecord
@@ -505,9 +506,13 @@ def comparison_metadata(saved: SavedComparison) -> dict[str, Any]:
         "comparison_json": dg.MetadataValue.path(saved.url),
         "summary": dg.MetadataValue.md(render_comment(result)),
     }
-    if saved.chart_png is not None:
-        png = base64.b64encode(saved.chart_png).decode()
-        metadata["chart"] = dg.MetadataValue.md(f"![how many samples until we know](data:image/png;base64,{png})")
+    if result.tasks:
+        # sized for the metadata panel; the full chart is in the lake once the comparison ended
+        metadata["chart"] = dg.MetadataValue.md(
+            markdown_image("how many samples until we know", render_panel_chart(result))
+        )
+    if saved.chart_url is not None:
+        metadata["chart_path"] = dg.MetadataValue.path(saved.chart_url)
     return metadata
 
 

@@ -6,7 +6,6 @@ of ``main_commits`` needs no run config. The measuring, reuse and flagging live 
 ``evalrunner_assets.pipeline.series`` (plain Python).
 """
 
-import base64
 from collections import defaultdict
 
 import dagster as dg
@@ -15,6 +14,8 @@ from evalrunner_assets.execution import RepoExport
 from evalrunner_assets.partitions import main_commits_partitions
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.keys import parse_commit_key
+from evalrunner_assets.report.panel import markdown_image
+from evalrunner_assets.report.series_chart import render_series_panel
 from evalrunner_assets.report.series_markdown import render_point_table, render_series_summary
 from lake import LAYOUT
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
@@ -99,10 +100,12 @@ def cohort_series(
                 if point["commit"] in run.measured and github.is_configured():
                     _post_flag(context, github, point)
         points = series.load_series(the_lake, repo, branch)
-        chart = _save_chart(the_lake, repo, branch, points)
+        _save_chart(the_lake, repo, branch, points)
+        # sized for the metadata panel; the full chart is in the lake
         metadata[f"{repo} chart"] = dg.MetadataValue.md(
-            f"![{repo} cohort series](data:image/png;base64,{base64.b64encode(chart['png']).decode()})"
+            markdown_image(f"{repo} cohort series", render_series_panel(points, repo, branch))
         )
+        metadata[f"{repo} chart_path"] = dg.MetadataValue.path(the_lake.url(LAYOUT.series_chart(repo, branch, "svg")))
         metadata[f"{repo} points"] = dg.MetadataValue.md(render_point_table(points))
         if run.points:
             metadata[f"{repo} latest"] = dg.MetadataValue.text(" | ".join(series.reading(run.points[-1])))

@@ -21,25 +21,25 @@ CHECK_RUN_NAME = "evalrunner / evals"
 
 @dataclass(frozen=True)
 class SavedComparison:
-    """A comparison document as saved to the lake, with its chart when it has tasks."""
+    """A comparison document as saved to the lake, with its chart when it has one."""
 
     result: ComparisonDocument
     url: str  # where the document lives in the lake
     chart_png: bytes | None
+    chart_url: str | None = None  # the full chart (SVG) in the lake
 
 
 def save_comparison(the_lake: Any, result: ComparisonDocument) -> SavedComparison:
-    """Save a comparison document (an assessment's ``result``, with detail) and its chart files."""
+    """Save a comparison document (an assessment's ``result``, with detail) and, once it has
+    tasks and is no longer running, its chart files (a progress save is not worth a render)."""
     url = assess_mod.save_result(the_lake, result)
-    png = None
-    if result.tasks:
-        chart = render_chart(result)
-        for ext, data in chart.items():
-            the_lake.write_bytes(
-                LAYOUT.comparison_artifact(result.repo, result.pr, result.head_sha, f"chart.{ext}"), data
-            )
-        png = chart["png"]
-    return SavedComparison(result, url, png)
+    if not result.tasks or result.status == "running":
+        return SavedComparison(result, url, None)
+    chart = render_chart(result)
+    for ext, data in chart.items():
+        the_lake.write_bytes(LAYOUT.comparison_artifact(result.repo, result.pr, result.head_sha, f"chart.{ext}"), data)
+    svg = the_lake.url(LAYOUT.comparison_artifact(result.repo, result.pr, result.head_sha, "chart.svg"))
+    return SavedComparison(result, url, chart["png"], svg)
 
 
 class ReportPoster(Protocol):

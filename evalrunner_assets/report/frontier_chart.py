@@ -17,7 +17,9 @@ STATUSES = ["frontier", "uncertain", "dominated", "cost unknown"]
 COLOURS = ["#1f77b4", "#ff7f0e", "#9e9e9e", "#d62728"]
 
 
-def frontier_chart(rows: Sequence[Mapping[str, Any]], repo: str) -> alt.LayerChart:
+def frontier_chart(
+    rows: Sequence[Mapping[str, Any]], repo: str, *, width: int = 520, height: int = 300
+) -> alt.LayerChart:
     values = [
         {
             "candidate": r["candidate"],
@@ -74,7 +76,7 @@ def frontier_chart(rows: Sequence[Mapping[str, Any]], repo: str) -> alt.LayerCha
     return cast(
         alt.LayerChart,
         chart.properties(
-            width=520, height=300, title=f"{repo}: continuum frontier (score vs cost per sample; ■ reference)"
+            width=width, height=height, title=f"{repo}: continuum frontier (score vs cost per sample; ■ reference)"
         ),
     )
 
@@ -85,3 +87,10 @@ def render_frontier_chart(rows: Sequence[Mapping[str, Any]], repo: str) -> dict[
 
     spec = frontier_chart(rows, repo).to_json()
     return {"png": vlc.vegalite_to_png(spec, scale=1.5), "svg": vlc.vegalite_to_svg(spec).encode()}
+
+
+def render_frontier_panel(rows: Sequence[Mapping[str, Any]], repo: str) -> bytes:
+    """The chart laid out for the Dagster metadata panel (see :mod:`evalrunner_assets.report.panel`)."""
+    from evalrunner_assets.report.panel import panel_png
+
+    return panel_png(frontier_chart(rows, repo, width=330, height=220).to_json())

@@ -36,7 +36,9 @@ def _rows(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
     return lines, marks
 
 
-def series_chart(points: Sequence[dict[str, Any]], repo: str, branch: str) -> alt.LayerChart:
+def series_chart(
+    points: Sequence[dict[str, Any]], repo: str, branch: str, *, width: int = 520, height: int = 240
+) -> alt.LayerChart:
     lines, marks = _rows(points)
     x = alt.X("committed_at:T", title=f"commit time ({branch}, first-parent)")
     band = (
@@ -93,7 +95,7 @@ def series_chart(points: Sequence[dict[str, Any]], repo: str, branch: str) -> al
     return (
         alt.layer(*layers)
         .resolve_scale(color="independent")
-        .properties(width=520, height=240, title=f"{repo} · {branch}: cohort series")
+        .properties(width=width, height=height, title=f"{repo} · {branch}: cohort series")
     )
 
 
@@ -103,3 +105,10 @@ def render_series_chart(points: Sequence[dict[str, Any]], repo: str, branch: str
 
     spec = series_chart(points, repo, branch).to_json()
     return {"png": vlc.vegalite_to_png(spec, scale=1.5), "svg": vlc.vegalite_to_svg(spec).encode()}
+
+
+def render_series_panel(points: Sequence[dict[str, Any]], repo: str, branch: str) -> bytes:
+    """The chart laid out for the Dagster metadata panel (see :mod:`evalrunner_assets.report.panel`)."""
+    from evalrunner_assets.report.panel import panel_png
+
+    return panel_png(series_chart(points, repo, branch, width=330, height=180).to_json())
