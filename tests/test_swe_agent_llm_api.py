@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inspect_ai.log import read_eval_log
 
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe import RunSpec, SweStore
@@ -156,7 +157,9 @@ def swe_ctx(tmp_path, bwrap_backend):
     return ctx
 
 
-def test_an_agent_version_served_by_a_mocked_llm_api_over_http_runs_like_the_in_process_model(mock_llm_api, swe_ctx):
+def test_an_agent_version_served_by_a_mocked_llm_api_over_http_runs_like_the_in_process_model(
+    mock_llm_api, swe_ctx, tmp_path
+):
     for version in ("cheating", "cheating-remote"):
         out = execute_run(swe_ctx, RunSpec(agent_version=version, task_set="tinystats-bugs", budget_usd=5.0))
         assert out.status == "done" and out.attempted == len(SUBSET), out.to_dict()
@@ -197,6 +200,19 @@ def test_an_agent_version_served_by_a_mocked_llm_api_over_http_runs_like_the_in_
         assert roles[:2] == ["system", "user"] and set(roles[2:]) <= {"assistant", "tool"}
         seen = [_text(m["content"]) for m in last_request_of[task]["messages"] if m["role"] == "tool"]
         assert seen == [s["observation"] for s in traj["agent"]["steps"]]
+
+    # Each attempt is also an Inspect log (.eval, a lake blob): the same conversation and verdict.
+    log_file = tmp_path / "median-even.eval"
+    log_file.write_bytes(store.blob(store.trajectory("cheating-remote", "median-even", 0)["inspect_log"]))
+    log = read_eval_log(str(log_file))
+    assert log.status == "success" and log.eval.model == "openai-api/standin/cheating"
+    (sample,) = log.samples or []
+    assert sample.id == "median-even" and sample.scores["hidden_tests"].value == 0.0
+    assert sample.scores["hidden_tests"].answer == "policy_failed"
+    assert sample.metadata["commit"] == gamed["commit"] and sample.metadata["seed"] == gamed["seed"]
+    assert [m.text for m in sample.messages if m.role == "tool"] == [
+        s["observation"] for s in store.trajectory("cheating-remote", "median-even", 0)["agent"]["steps"]
+    ]
 
     # Cost is the reported usage priced by the version's prices ($2 / $10 per million tokens).
     usage = [r["usage"] for r in mock_llm_api.responses]

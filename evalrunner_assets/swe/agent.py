@@ -45,6 +45,7 @@ EXAMPLE_DIR = Path(__file__).resolve().parent.parent.parent / "examples" / "swe-
 AGENT_ENV = "EVALRUNNER_SWE_AGENT"
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_MAX_RETRIES = 2
+MODEL_CONNECTIONS = 1024
 # A call is booked before it is made at this many input tokens per prompt character (plus a
 # fixed allowance for the tool schema and message framing) and ``max_tokens`` output tokens,
 # then settled to the usage the model reports: no tokenizer counts fewer than 1 per 2 chars.
@@ -235,6 +236,10 @@ async def run_agent(
         seed=seed,
         timeout=max(1, math.ceil(step_timeout_s)),
         max_retries=version.max_retries,
+        # Each attempt has one call in flight, so the run's workers bound the connections. A
+        # lower cap would make attempts wait on Inspect's connection semaphore, which the
+        # attempts (each its own event loop, on its own thread) cannot share safely.
+        max_connections=MODEL_CONNECTIONS,
     )
     messages: list[ChatMessage] = [ChatMessageSystem(content=SYSTEM_PROMPT), ChatMessageUser(content=task_prompt(task))]
     outcome.messages = messages

@@ -15,7 +15,8 @@ Plain Python; the Dagster assets and the run API call these. Each attempt:
 4. the cheat policy checks the patch and the trajectory;
 5. the hidden tests grade the patch in a fresh sandbox (a new workspace pod on Kubernetes;
    tests dropped as flaky by the latest gold check are left out);
-6. the trajectory document, then the row, land in the lake.
+6. the trajectory document (with the digest of the attempt as an Inspect ``.eval`` log, stored
+   as a blob: :mod:`~evalrunner_assets.swe.inspect_log`), then the row, land in the lake.
 
 Attempts run on ``workers`` threads; every model call is booked against the run's shared
 budget before it is made (:class:`RunBudget`), so the run never spends more than its budget.
@@ -42,6 +43,7 @@ from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe import flakes, policy
 from evalrunner_assets.swe.agent import AgentOutcome, AgentVersion, agent_definition, attempt_seed, run_agent
 from evalrunner_assets.swe.grading import Grade, grade_patch
+from evalrunner_assets.swe.inspect_log import attempt_eval_log
 from evalrunner_assets.swe.model import GOLD_RUNS_MIN, RunSpec, SweError, SweTask, TaskSet, TaskSetSpec, attempt_id
 from evalrunner_assets.swe.sandboxes import open_tool_sandbox, sandbox_patch
 from evalrunner_assets.swe.store import SweStore, now_iso
@@ -343,6 +345,7 @@ def _attempt(
             "sandbox_id": grade.sandbox_id,
         },
     )
+    trajectory["inspect_log"] = ctx.store.put_blob(attempt_eval_log(task, row, outcome, row["created_at"], now_iso()))
     ctx.store.write_attempt(row, trajectory)
     return row
 
