@@ -7,7 +7,8 @@ HTTP client, bubblewrap sandboxes, grading, the policy check, the lake.
 
 A version served over HTTP must give the same attempts as the same behaviour served in-process
 (``simcoder/<version>``); a stand-in that stalls past the step timeout stops the attempt with
-``step_timeout`` and the attempt is still recorded."""
+``step_timeout`` and the attempt is still recorded. Also: ``max_steps`` counts tool calls, and
+agent definitions with bad fields are refused with the version and field named."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from inspect_ai.log import read_eval_log
 
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe import RunSpec, SweStore
-from evalrunner_assets.swe.agent import EXAMPLE_DIR
+from evalrunner_assets.swe.agent import EXAMPLE_DIR, AgentVersion
 from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo
+from evalrunner_assets.swe.model import SweError
 from evalrunner_assets.swe.runner import SweContext, execute_run, register_task_set
 from evalrunner_assets.swe.simcoder import SimulatedCoder, reply_usage
 from lake import open_lake
@@ -237,3 +239,45 @@ def test_a_mocked_llm_api_that_stalls_past_the_step_timeout_stops_the_attempt_as
         assert row["steps"] == 0 and row["status"] == "failed" and not row["passed"]
         # A timed-out call stays booked at its reservation: its usage is unknown.
         assert row["cost_usd"] > 0
+
+
+def test_the_loop_stops_at_max_steps_tool_calls(swe_ctx):
+    spec = RunSpec(agent_version="better", task_set="tinystats-bugs", budget_usd=5.0, max_steps=2)
+    out = execute_run(swe_ctx, spec)
+    assert out.attempted == len(SUBSET), out.to_dict()
+    for row in swe_ctx.store.attempts():
+        traj = swe_ctx.store.trajectory("better", row["task_id"], 0)
+        assert row["steps"] == 2 and traj["agent"]["stop_reason"] == "max_steps"
+        assert traj["agent"]["model_calls"] == 2 and row["status"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        ({"price_in_per_mtok": 1.0}, "'model' must name an Inspect model"),
+        ({"model": "gpt-4o"}, "'model' must name an Inspect model"),
+        ({"model": "openai/gpt-4o", "model_args": ["x"]}, "'model_args' must be an object"),
+        ({"model": "openai/gpt-4o", "model_base_url": 8000}, "'model_base_url' must be a string"),
+        ({"model": "openai/gpt-4o", "price_out_per_mtok": "cheap"}, "must be numbers"),
+        ({"model": "openai/gpt-4o", "max_tokens": 0}, "'max_tokens' >= 1"),
+    ],
+)
+def test_an_agent_version_with_a_bad_field_is_refused_naming_version_and_field(tmp_path, version, message):
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps({"versions": {"v1": version}}))
+    with pytest.raises(SweError, match="agent version 'v1'") as err:
+        AgentVersion.load(path, "v1")
+    assert message in str(err.value)
+
+
+def test_unknown_versions_and_unreadable_definitions_are_refused(tmp_path):
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps({"versions": {"real": {"model": "anthropic/claude-sonnet-4-5"}}}))
+    with pytest.raises(SweError, match=r"agent version 'nope' is not defined .* \(known: real\)"):
+        AgentVersion.load(path, "nope")
+    # A version that calls a real model is not a simulated one: simcoder/<it> is refused.
+    with pytest.raises(SweError, match="defines no simulated version 'real'"):
+        SimulatedCoder.load(path, "real")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(SweError, match="is not a readable JSON file"):
+        AgentVersion.load(tmp_path / "bad.json", "real")
