@@ -1,7 +1,7 @@
 """Entry point for Inspect (``[project.entry-points.inspect_ai]``): importing registers providers.
 
 Kept import-light: Inspect imports every entry point when it looks up a name it does not know,
-so the provider module itself is only imported when a ``simagent/...`` model is created.
+so a provider module is only imported when a ``simagent/...`` or ``simcoder/...`` model is created.
 """
 
 from inspect_ai.model import ModelAPI, modelapi
@@ -12,6 +12,14 @@ def simagent() -> type[ModelAPI]:
     from ._provider import SimulatedAgentAPI
 
     return SimulatedAgentAPI
+
+
+@modelapi(name="simcoder")
+def simcoder() -> type[ModelAPI]:
+    # The SWE example's simulated coding model (the agent versions of examples/swe-tinystats).
+    from evalrunner_assets.swe.simcoder import SimulatedCoderAPI
+
+    return SimulatedCoderAPI
 
 
 # The tool-sandbox providers (`sandbox="bubblewrap"`, and `sandbox="evalrunner-k8s"`: one pod

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from evalrunner_assets.example_repo import _Git
-from evalrunner_assets.swe.runner import EXAMPLE_DIR
+from evalrunner_assets.swe.agent import EXAMPLE_DIR
 
 EXAMPLE_TASK_SET = EXAMPLE_DIR / "taskset.json"
 EXAMPLE_REPO_SOURCE = EXAMPLE_DIR / "repo"

@@ -5,7 +5,9 @@ Plain Python; the Dagster assets and the run API call these. Each attempt:
 1. skipped if its row (agent version, task, sample index) exists — a retry adds nothing;
 2. stopped before it starts if the run's budget is spent (it lands no row; a resubmission with
    a larger budget runs it);
-3. the agent loop runs against a fresh tool sandbox holding the task repo at its pinned commit,
+3. the agent loop (:func:`~evalrunner_assets.swe.agent.run_agent`: the version's model called
+   through Inspect's model API, its ``bash`` tool calls run in the sandbox) runs against a fresh
+   tool sandbox holding the task repo at its pinned commit,
    through Inspect's ``SandboxEnvironment`` interface: the bubblewrap provider, or on a
    ``KubernetesBackend`` the evalrunner-k8s provider (one workspace pod per attempt)
    (:func:`~evalrunner_assets.swe.sandboxes.open_tool_sandbox`); its patch is taken through
@@ -13,10 +15,11 @@ Plain Python; the Dagster assets and the run API call these. Each attempt:
 4. the cheat policy checks the patch and the trajectory;
 5. the hidden tests grade the patch in a fresh sandbox (a new workspace pod on Kubernetes;
    tests dropped as flaky by the latest gold check are left out);
-6. the trajectory document, then the row, land in the lake.
+6. the trajectory document (with the digest of the attempt as an Inspect ``.eval`` log, stored
+   as a blob: :mod:`~evalrunner_assets.swe.inspect_log`), then the row, land in the lake.
 
-Attempts run on ``workers`` threads; every model step is booked against the run's shared
-budget before it runs (:class:`RunBudget`), so the run never spends more than its budget.
+Attempts run on ``workers`` threads; every model call is booked against the run's shared
+budget before it is made (:class:`RunBudget`), so the run never spends more than its budget.
 """
 
 from __future__ import annotations
@@ -38,14 +41,12 @@ from evalrunner_assets.execution.repo import RepoSource, export_commit
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe import flakes, policy
-from evalrunner_assets.swe.agent import AgentOutcome, SimulatedCodingAgent, attempt_rng, run_agent
+from evalrunner_assets.swe.agent import AgentOutcome, AgentVersion, agent_definition, attempt_seed, run_agent
 from evalrunner_assets.swe.grading import Grade, grade_patch
+from evalrunner_assets.swe.inspect_log import attempt_eval_log
 from evalrunner_assets.swe.model import GOLD_RUNS_MIN, RunSpec, SweError, SweTask, TaskSet, TaskSetSpec, attempt_id
 from evalrunner_assets.swe.sandboxes import open_tool_sandbox, sandbox_patch
 from evalrunner_assets.swe.store import SweStore, now_iso
-
-EXAMPLE_DIR = Path(__file__).resolve().parent.parent.parent / "examples" / "swe-tinystats"
-AGENT_ENV = "EVALRUNNER_SWE_AGENT"
 
 
 def environment_digest(backend: SandboxBackend) -> str:
@@ -58,13 +59,10 @@ def environment_digest(backend: SandboxBackend) -> str:
     return digest_of({"runtime": backend.runtime_digest(), "pytest": pytest_version})
 
 
-def agent_definition() -> Path:
-    """The simulated agent's definition file: ``$EVALRUNNER_SWE_AGENT`` or the example's."""
-    return Path(os.environ.get(AGENT_ENV) or EXAMPLE_DIR / "agent.json")
-
-
-def load_agent(version: str) -> SimulatedCodingAgent:
-    return SimulatedCodingAgent.load(agent_definition(), version)
+def load_agent(version: str) -> AgentVersion:
+    """The agent version as the agent definition file (``$EVALRUNNER_SWE_AGENT`` or the
+    example's) defines it; ``SweError`` when it is not there or not valid."""
+    return AgentVersion.load(agent_definition(), version)
 
 
 @dataclass
@@ -190,8 +188,10 @@ class RunOutcome:
 
 
 class RunBudget:
-    """A run's dollars, shared by its workers: every model step is booked before it runs, so
-    the run never spends more than its budget, whatever the number of workers."""
+    """A run's dollars, shared by its workers: every model call is booked (reserved) before it
+    is made and settled to its reported usage after, so the run never spends more than its
+    budget, whatever the number of workers (as long as a call costs no more than its
+    reservation; see ``agent.run_agent``)."""
 
     def __init__(self, limit_usd: float) -> None:
         self.limit = limit_usd
@@ -199,13 +199,17 @@ class RunBudget:
         self.exhausted = False
         self._lock = threading.Lock()
 
-    def charge(self, cost: float) -> bool:
+    def reserve(self, amount: float) -> bool:
         with self._lock:
-            if self.spent + cost > self.limit:
+            if self.spent + amount > self.limit:
                 self.exhausted = True
                 return False
-            self.spent += cost
+            self.spent += amount
             return True
+
+    def settle(self, reserved: float, actual: float) -> None:
+        with self._lock:
+            self.spent += actual - reserved
 
 
 def execute_run(ctx: SweContext, spec: RunSpec, workers: int = 1) -> RunOutcome:
@@ -253,7 +257,7 @@ def _attempt(
     task: SweTask,
     idx: int,
     export: RepoExport,
-    agent: SimulatedCodingAgent,
+    agent: AgentVersion,
     dropped: list[str],
     env_now: str,
     budget: RunBudget,
@@ -283,11 +287,11 @@ def _attempt(
         row.update(status="error", reason=f"environment changed: task pinned {task.env_digest}, sandbox has {env_now}")
         ctx.store.write_attempt(row, trajectory)
         return row
-    rng = attempt_rng(spec.seed, spec.agent_version, task.id, idx)
+    seed = attempt_seed(spec.seed, spec.agent_version, task.id, idx)
 
     async def drive(env: SandboxEnvironment) -> tuple[AgentOutcome, str, list[str]]:
         outcome = await run_agent(
-            agent, task, env, rng, max_steps=spec.max_steps, step_timeout_s=spec.step_timeout_s, charge=budget.charge
+            agent, task, env, seed, max_steps=spec.max_steps, step_timeout_s=spec.step_timeout_s, budget=budget
         )
         if outcome.stop_reason == "budget":
             return outcome, "", []  # the attempt lands no row
@@ -341,6 +345,7 @@ def _attempt(
             "sandbox_id": grade.sandbox_id,
         },
     )
+    trajectory["inspect_log"] = ctx.store.put_blob(attempt_eval_log(task, row, outcome, row["created_at"], now_iso()))
     ctx.store.write_attempt(row, trajectory)
     return row
 
