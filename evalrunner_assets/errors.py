@@ -103,6 +103,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from evalrunner_assets.execution.sandbox import SandboxUnavailable
     from evalrunner_assets.gateway import GatewayError
     from evalrunner_assets.pipeline.documents import DocumentError
+    from evalrunner_assets.pipeline.lease import ComparisonBusy
     from evalrunner_assets.pipeline.pricing import PriceTableError
     from evalrunner_assets.pipeline.series import SeriesError
     from evalrunner_assets.pipeline.spec import ComparisonRequestError
@@ -125,6 +126,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
         BackfillError,
         SeriesError,
         GatewayError,
+        ComparisonBusy,
     )
 
 

@@ -4,8 +4,9 @@ A comparison runs as one Dagster run of ``comparison_job``: its ``comparison`` a
 comparison engine (the one ``evalrunner compare`` drives), which learns the commits, runs every
 ready window of both arms on one pool of warm sandboxes, decides and reports. The PR sensor
 requests the first run of a head. Each tick here lists the open comparisons (the lake's index,
-``pipeline.open_index``: not every PR ever), skips those with a run queued or under way, reads
-each other one's request and state (the lake alone) and asks the same ``next_steps`` the engine
+``pipeline.open_index``: not every PR ever), skips those with a run queued or under way or
+held by another engine's live lease (``pipeline.lease``: an ``evalrunner compare`` on the same
+lake), reads each other one's request and state (the lake alone) and asks the same ``next_steps`` the engine
 uses: when anything is left — a raised allowance (``/eval more``), a run that died (a daemon
 restart, a killed run worker) — it requests one more run. Its run key names the comparison's
 state (status, samples run, allowance), so the request is idempotent and survives a daemon
@@ -36,6 +37,7 @@ from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline import open_index
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import parse_comparison_key
+from evalrunner_assets.pipeline.lease import live_holder
 from evalrunner_assets.pipeline.loop import next_steps
 from evalrunner_assets.pipeline.spec import ComparisonRequest, ComparisonRequestError, load_request
 from lake import Lake
@@ -261,6 +263,8 @@ def sampling_sensor(
         open_requests.append(request)
         if key in in_flight:
             continue  # its run is working on it (or queued behind the one that is)
+        if live_holder(the_lake, request) is not None:
+            continue  # an engine outside this instance's runs (`evalrunner compare`) is on it
         assessment = assess_mod.assess(
             the_lake,
             request,

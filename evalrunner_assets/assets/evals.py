@@ -22,6 +22,7 @@ from evalrunner_assets.pipeline import engine, nouns
 from evalrunner_assets.pipeline.defaults import samples_defaults
 from evalrunner_assets.pipeline.facts import facts_summary, learn_commit, load_facts
 from evalrunner_assets.pipeline.keys import parse_commit_key, parse_comparison_key
+from evalrunner_assets.pipeline.lease import ComparisonBusy
 from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport, save_comparison, write_report
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, load_request
 from evalrunner_assets.pipeline.windows import batch_state, run_task_windows
@@ -468,9 +469,14 @@ def comparison(
                 retry_failed=False,
                 report_at_start=True,
                 sandbox_context=context,
+                lease_owner=f"comparison_job run {context.run_id}",
             )
         except engine.ComparisonStopped as exc:
             raise dg.Failure(f"the comparison stopped: {exc}") from exc
+        except ComparisonBusy as exc:
+            # Another engine (e.g. `evalrunner compare`) is on it; the sampling sensor asks again
+            # once that holder is gone, if anything is still left.
+            raise dg.Failure(str(exc)) from exc
         finally:
             for event in recorder.take_events():
                 context.log_event(event)

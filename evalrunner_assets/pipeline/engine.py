@@ -33,6 +33,7 @@ from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, Status
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
 from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
+from evalrunner_assets.pipeline.lease import ComparisonLease
 from evalrunner_assets.pipeline.loop import Step, next_steps
 from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport, save_comparison, write_report
 from evalrunner_assets.pipeline.scheduler import (
@@ -299,6 +300,7 @@ class ComparisonEngine:
         retry_failed: bool = True,
         model_gateway: bool | None = None,
         sandbox_context: Any = None,
+        lease_owner: str = "evalrunner compare",
         **options: Any,
     ) -> ComparisonEngine:
         """Prepare the lake (sweep, register the repository, open the comparison, retire old
@@ -312,33 +314,45 @@ class ComparisonEngine:
         if request.source:
             resources["repos"].register(the_lake, request.repo, request.source)
         request = open_comparison(the_lake, request)
-        # A window that failed on infrastructure in an earlier run (an outage since fixed) gets
-        # one more try in this one; within this run a failure stops its task.
-        retired = retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha)) if retry_failed else []
-        backend = resources["sandbox"].backend(sandbox_context)
-        backend.preflight()
-        runtime = backend.runtime_digest()
-        gateway = start_gateway(_gateway_model(request, resources, the_lake), request.budget_usd, model_gateway)
-        if gateway is not None:
-            if backend.name == "kubernetes":
-                gateway.close()
-                raise GatewayError(
-                    "the model gateway is not supported on the kubernetes backend yet "
-                    "(sandbox pods have no channel to it); use --backend bubblewrap"
-                )
-            backend = with_gateway(backend, gateway)
-        return cls(
-            request,
-            resources,
-            recorder,
-            the_lake=the_lake,
-            backend=backend,
-            runtime=runtime,
-            retired=retired,
-            gateway=gateway,
-            quarantined_before=quarantined_before,
-            **options,
-        )
+        # One engine at a time per comparison (the CLI and the daemon share the lake); held
+        # until run() ends. A live holder elsewhere raises ComparisonBusy, naming it.
+        lease = ComparisonLease(the_lake, request, lease_owner)
+        lease.acquire()
+        try:
+            # A window that failed on infrastructure in an earlier run (an outage since fixed)
+            # gets one more try in this one; within this run a failure stops its task.
+            retired = (
+                retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha)) if retry_failed else []
+            )
+            backend = resources["sandbox"].backend(sandbox_context)
+            backend.preflight()
+            runtime = backend.runtime_digest()
+            gateway = start_gateway(_gateway_model(request, resources, the_lake), request.budget_usd, model_gateway)
+            if gateway is not None:
+                if backend.name == "kubernetes":
+                    gateway.close()
+                    raise GatewayError(
+                        "the model gateway is not supported on the kubernetes backend yet "
+                        "(sandbox pods have no channel to it); use --backend bubblewrap"
+                    )
+                backend = with_gateway(backend, gateway)
+            engine = cls(
+                request,
+                resources,
+                recorder,
+                the_lake=the_lake,
+                backend=backend,
+                runtime=runtime,
+                retired=retired,
+                gateway=gateway,
+                quarantined_before=quarantined_before,
+                **options,
+            )
+        except BaseException:
+            lease.release()
+            raise
+        engine.lease = lease
+        return engine
 
     def __init__(
         self,
@@ -363,6 +377,7 @@ class ComparisonEngine:
         self.request, self.resources, self.recorder = request, resources, recorder
         self.lake, self.backend, self.runtime = the_lake, backend, runtime
         self.retired, self.gateway, self.quarantined_before = retired, gateway, quarantined_before
+        self.lease: ComparisonLease | None = None  # set by open(); released when run() ends
         self.on_step, self.progress_every_s = on_step, progress_every_s
         self.report_at_start = report_at_start
         sandbox = resources["sandbox"]
@@ -447,6 +462,8 @@ class ComparisonEngine:
         finally:
             if self.gateway is not None:
                 self.gateway.close()
+            if self.lease is not None:
+                self.lease.release()
 
     def report_work_started(self) -> None:
         """When anything is left to run, save and report the comparison at once (the check run
