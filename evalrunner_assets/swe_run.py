@@ -24,6 +24,7 @@ one process on an instance with a ``dagster.yaml`` deadlock it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +55,27 @@ _IN_PROCESS_RUN = threading.Lock()
 class SweLauncher:
     """Submits SWE runs and gold checks to one Dagster instance over one lake."""
 
-    def __init__(self, lake: Lake, instance: dg.DagsterInstance, resources: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        lake: Lake,
+        instance: dg.DagsterInstance | Callable[[], dg.DagsterInstance],
+        resources: dict[str, Any] | None = None,
+    ) -> None:
         self.store = SweStore(lake)
-        self.instance = instance
+        self._instance = instance
         self._resources = resources
         self._lock = threading.Lock()
+        self._opening = threading.Lock()
         self.keep_runs = SWE_RUNS_KEPT  # swe_runs keys kept on the instance (the oldest go first)
+
+    @property
+    def instance(self) -> dg.DagsterInstance:
+        """The instance, opened on first use when given as a factory (a server whose API has no
+        token never needs one, and starts without reaching its storage)."""
+        with self._opening:
+            if not isinstance(self._instance, dg.DagsterInstance):
+                self._instance = self._instance()
+            return self._instance
 
     @property
     def resources(self) -> dict[str, Any]:
@@ -185,13 +201,13 @@ def local_launcher() -> SweLauncher:
 
 def api_routes(lake: Lake) -> list[Any]:
     """The run API's routes for ``evalrunner serve``: a launcher on the home's Dagster instance
-    (``DAGSTER_HOME``) over ``lake``, whose runs the daemon of that instance launches; the token
-    comes from the environment."""
+    (``DAGSTER_HOME``, opened at the first authorized request) over ``lake``, whose runs the
+    daemon of that instance launches; the token comes from the environment."""
     import os
 
     from evalrunner_assets import home
     from sensors.swe_api import create_api, load_api_token
 
     os.environ.setdefault("DAGSTER_HOME", str(home.ensure_dagster_home()))
-    launcher = SweLauncher(lake, dg.DagsterInstance.get())
+    launcher = SweLauncher(lake, dg.DagsterInstance.get)
     return list(create_api(launcher, load_api_token()).routes)

@@ -176,3 +176,30 @@ def test_an_unexpected_server_error_is_answered_in_json_with_its_cause(tmp_path)
         status, err = _call(server, "POST", "/v1/runs", body)
     assert status == 500
     assert "/v1/runs" in err["error"] and "RuntimeError: database table is locked: runs" in err["error"]
+
+
+def test_a_receiver_whose_api_has_no_token_starts_without_reaching_the_instance(tmp_path, monkeypatch):
+    """The cluster's receiver (deploy/k8s/50-webhook.yaml) runs `evalrunner serve --webhook-only`
+    with the image's dagster.yaml (Postgres) but not its password and no API token: the API's
+    instance is opened at the first authorized request, so the receiver starts and the API
+    answers 503 instead of the process failing on the storage's configuration."""
+    from pathlib import Path
+
+    from starlette.applications import Starlette
+
+    from evalrunner_assets.swe_run import api_routes
+
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text((Path(__file__).parent.parent / "deploy/dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    for name in ("DAGSTER_PG_HOST", "DAGSTER_PG_USER", "DAGSTER_PG_DB"):
+        monkeypatch.setenv(name, "unused")
+    for name in ("DAGSTER_PG_PASSWORD", "EVALRUNNER_API_TOKEN", "EVALRUNNER_API_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(dg.DagsterInvalidConfigError, match="DAGSTER_PG_PASSWORD"):
+        dg.DagsterInstance.get()  # what opening it at start would have done
+    with LoopbackServer(Starlette(routes=api_routes(open_lake(str(tmp_path / "lake"))))) as server:
+        body = {"task_set": "tinystats-bugs", "samples": 1, "budget_usd": 1.0, "agent_version": "better"}
+        status, err = _call(server, "POST", "/v1/runs", body)
+    assert status == 503 and "EVALRUNNER_API_TOKEN" in err["error"]
