@@ -37,6 +37,7 @@ def test_api_runs_are_launched_by_the_daemon_graded_and_ranked(tmp_path, bwrap_b
     repo = tmp_path / "tinystats"
     build_tinystats_repo(repo)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALRUNNER_", "DAGSTER_"))}
+    began = time.monotonic()
     # Registration runs the gold check at once, in the command's own process (as a user does).
     subprocess.run(
         [EVALRUNNER, "swe", "register", "--spec", str(EXAMPLE_TASK_SET), "--repo", str(repo), "--gold-runs", "3"],
@@ -46,8 +47,10 @@ def test_api_runs_are_launched_by_the_daemon_graded_and_ranked(tmp_path, bwrap_b
         capture_output=True,
     )
     store = SweStore(open_lake(str(home / "lake")))
+    registered = time.monotonic()
     with GitHubStandin(token="swe-served-token") as standin:
         served = ServedEvalrunner.start(home, standin, {})
+        print(f"registered in {registered - began:.1f}s, serve ready in {time.monotonic() - registered:.1f}s")
         try:
             ids: dict[str, str] = {}
             for version in VERSIONS:
