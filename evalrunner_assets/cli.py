@@ -580,8 +580,7 @@ def cmd_swe(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 prompt_version=args.prompt_version,
             )
-            record, launched = launcher.submit(spec)
-            launcher.wait(record["id"])
+            record, launched = launcher.run_here(spec)
             print(json.dumps({**launcher.status(record["id"]), "launched_now": launched}, indent=2, default=str))
             return 0
         board = leaderboard(launcher.store, args.task_set, args.reference)
@@ -960,7 +959,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repo", required=True, help="where the repository is fetched from (path or URL)")
     s.add_argument("--gold-runs", type=_count(3, " (a gold check needs 3 runs or more)"), default=3)
     s.add_argument("--backend", default="bubblewrap", choices=("bubblewrap", "unsafe-local"))
-    s = swe.add_parser("run", help="run an agent version on a task set (waits; idempotent)")
+    s = swe.add_parser("run", help="run an agent version on a task set in this process (waits; idempotent)")
     s.add_argument("--agent-version", required=True)
     s.add_argument("--task-set", required=True)
     s.add_argument("--samples", type=_count(1), default=1)

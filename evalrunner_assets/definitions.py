@@ -19,12 +19,12 @@ from evalrunner_assets.jobs import JOBS
 from resources import SandboxResource, default_resources
 from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
-from sensors.swe import swe_gold_schedule
+from sensors.swe import swe_gold_schedule, swe_run_sensor
 
 defs = dg.Definitions(
     assets=[*ASSETS, *SERIES_ASSETS, *CANDIDATE_ASSETS, *SWE_ASSETS, GITHUB_INBOX],
     jobs=JOBS,
-    sensors=[pr_sensor, sampling_sensor],
+    sensors=[pr_sensor, sampling_sensor, swe_run_sensor],
     schedules=[swe_gold_schedule],
     # deploy/k8s sets EVALRUNNER_SANDBOX_* in the pods
     resources=default_resources(sandbox=SandboxResource.from_env()),

@@ -32,8 +32,34 @@ cohort_series_job = dg.define_asset_job("cohort_series_job", selection=[cohort_s
 candidate_measurements_job = dg.define_asset_job("candidate_measurements_job", selection=[candidate_measurements])
 continuum_frontier_job = dg.define_asset_job("continuum_frontier_job", selection=[continuum_frontier])
 
-swe_run_job = dg.define_asset_job("swe_run_job", selection=[swe_attempts])
-swe_gold_job = dg.define_asset_job("swe_gold_job", selection=[swe_gold_check])
+# One step each, spreading its attempts over the sandbox's workers itself: in the run worker's
+# own process (a step process would load the code location once more).
+swe_run_job = dg.define_asset_job("swe_run_job", selection=[swe_attempts], executor_def=dg.in_process_executor)
+swe_gold_job = dg.define_asset_job("swe_gold_job", selection=[swe_gold_check], executor_def=dg.in_process_executor)
+
+# Tags of SWE runs and gold checks: the run id (``swe_runs`` key) / the task set.
+SWE_RUN_TAG = "evalrunner/swe-run"
+SWE_GOLD_TAG = "evalrunner/swe-gold"
+# Dagster's own log lines at WARNING: the run's outcome is in the lake and the run record.
+SWE_QUIET_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def swe_run_key(run_id: str, launch: int) -> str:
+    """The run key of one launch of a submitted SWE run: the run id, then one suffix per
+    relaunch after a failed or cancelled run (``launch`` counts those)."""
+    return run_id if launch == 0 else f"{run_id}:launch-{launch}"
+
+
+def swe_run_request(run_id: str, launch: int) -> dg.RunRequest:
+    """The Dagster run of a submitted SWE run (requested by ``swe_run_sensor``)."""
+    return dg.RunRequest(
+        run_key=swe_run_key(run_id, launch),
+        job_name=swe_run_job.name,
+        partition_key=run_id,
+        tags={SWE_RUN_TAG: run_id},
+        run_config=SWE_QUIET_CONFIG,
+    )
+
 
 # Runs that write one head's comparison document and check run wait for each other: the run
 # coordinator (dagster.yaml, `tag_concurrency_limits`) allows one per value of this tag, so two

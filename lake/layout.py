@@ -438,6 +438,14 @@ class LakeLayout:
         """A submitted run (agent version, task set, samples, budget) and its launch record."""
         return f"swe/runs/{_check_name('run id', run_id)}.json"
 
+    def swe_run_request(self, run_id: str) -> str:
+        """A submitted run waiting for its Dagster run (which launch of the run it asks for):
+        ``swe_run_sensor`` requests the run and removes the file once the run exists."""
+        return f"swe/run-requests/{_check_name('run id', run_id)}.json"
+
+    def swe_run_requests_glob(self) -> str:
+        return "swe/run-requests/*.json"
+
     def swe_gold(self, name: str) -> str:
         """The latest gold-patch check of a task set: per task whether gold passed in every run,
         per-test flake rates, and the tests dropped from grading."""

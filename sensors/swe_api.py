@@ -1,6 +1,6 @@
 """The run API of SWE-style task sets (served by ``evalrunner serve`` beside the webhook receiver).
 
-    POST /v1/runs                     {agent_version, task_set, samples, budget_usd, ...} → 202 (launched) / 200 (known)
+    POST /v1/runs                     {agent_version, task_set, samples, budget_usd, ...} → 202 (queued) / 200 (known)
     GET  /v1/runs/{id}                status, per-task results, cost, links to trajectories
     GET  /v1/leaderboard?task_set=…   per agent version: solve rate + interval, paired vs reference, cost per task
     GET  /v1/trajectories/{agent_version}/{task_id}/{sample_idx}
@@ -9,6 +9,9 @@
 Every other route needs ``Authorization: Bearer <token>`` (``EVALRUNNER_API_TOKEN`` or the file
 named by ``EVALRUNNER_API_TOKEN_FILE``), compared in constant time. Bad input answers 400 with
 the field and the problem; an unknown run, task set or trajectory 404.
+
+A submission only records the run and queues it (``SweLauncher.submit``): the daemon's
+``swe_run_sensor`` launches its Dagster run, in a process of its own.
 """
 
 from __future__ import annotations
@@ -77,8 +80,11 @@ def openapi_schema() -> dict[str, Any]:
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunSpec"}}},
                     },
                     "responses": {
-                        "202": {"description": "launched", "content": {"application/json": {"schema": obj}}},
-                        "200": {"description": "already submitted; nothing launched"},
+                        "202": {
+                            "description": "queued: the daemon launches its Dagster run",
+                            "content": {"application/json": {"schema": obj}},
+                        },
+                        "200": {"description": "already queued, running or done; nothing launched"},
                         "400": {"description": "invalid request"},
                         "401": {"description": "missing or wrong token"},
                         "404": {"description": "unknown task set"},
@@ -155,6 +161,7 @@ def run_view(launcher: Launcher, run_id: str) -> dict[str, Any]:
         "spec": record["spec"],
         "submitted_at": record.get("submitted_at"),
         "dagster_runs": record.get("dagster_runs", []),
+        "worker": record.get("worker"),
         "outcome": record.get("outcome"),
         "pool": record.get("pool"),
         "attempts_expected": len(task_ids) * spec.samples,
@@ -192,8 +199,9 @@ def create_api(launcher: Launcher, token: str | None) -> Starlette:
         except SweError as exc:
             status = 404 if "not registered" in str(exc) else 400
             return _error(status, str(exc))
+        now = "queued" if launched else (await run_in_threadpool(launcher.status, record["id"]))["status"]
         return JSONResponse(
-            {"id": record["id"], "launched": launched, "status_url": f"/v1/runs/{record['id']}"},
+            {"id": record["id"], "launched": launched, "status": now, "status_url": f"/v1/runs/{record['id']}"},
             status_code=202 if launched else 200,
         )
 

@@ -3,7 +3,7 @@ daemon, code server, a run worker process per run) — on loopback, fed GitHub d
 as GitHub signs them, with GitHub itself the REST stand-in of ``github_standin`` (github.com is
 not reachable here). Nothing calls a sensor by hand: the daemon ticks them and launches their runs.
 
-Used by ``tests/test_daemon_e2e.py`` and ``bench/daemon_vs_cli.py``.
+Used by ``tests/test_daemon_e2e.py``, ``tests/test_swe_served_e2e.py`` and ``bench/daemon_vs_cli.py``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
 FIXTURES = shared_path("fixtures/github-webhooks")
 SECRET = b"served-evalrunner-webhook-secret"
 TOKEN = "served-evalrunner-github-token"
+API_TOKEN = "served-evalrunner-api-token"  # bearer token of the SWE run API (/v1/...)
 # The sensor daemon logs this on every tick once the code location is loaded.
 SENSOR_TICKING = "Checking for new runs for sensor: pr_sensor"
 
@@ -94,6 +95,7 @@ class ServedEvalrunner:
             EVALRUNNER_WEBHOOK_REPOS=",".join(repos),
             EVALRUNNER_GITHUB_API_URL=standin.base_url,
             EVALRUNNER_GITHUB_TOKEN=standin.token or "",
+            EVALRUNNER_API_TOKEN=API_TOKEN,
             PYTHONUNBUFFERED="1",
             PATH=f"{Path(EVALRUNNER).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         )
@@ -153,6 +155,19 @@ class ServedEvalrunner:
         return post_delivery(
             self.port, SECRET, event, body, delivery, user_agent="GitHub-Hookshot/served-evalrunner", timeout=30
         )
+
+    def call_api(self, method: str, path: str, body: Any = None, token: str | None = API_TOKEN) -> tuple[int, Any]:
+        """One request to the run API on the receiver's port; (status, JSON answer)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
+        finally:
+            conn.close()
 
     def completed_check_run(self, repo: str, sha: str) -> dict[str, Any] | None:
         """The head's check run once completed (None while there is none, or it is not)."""

@@ -32,7 +32,7 @@ CARD_NOUNS = {
     "continuum_frontier": {"candidate_measurements"},
 }
 PIPELINE_JOBS = {"eval_manifest_job", "task_samples_job", "comparison_job"}
-SENSORS = {"pr_sensor", "sampling_sensor"}
+SENSORS = {"pr_sensor", "sampling_sensor", "swe_run_sensor"}
 
 
 def test_definitions_resolve_every_asset_job_and_sensor() -> None:
@@ -52,6 +52,10 @@ def test_sensors_target_the_pipeline_jobs() -> None:
     # One run per comparison: the comparison asset drives the engine over all its windows.
     assert {t.job_name for t in sampling.targets} == {"comparison_job"}
     assert sampling.default_status == dg.DefaultSensorStatus.RUNNING
+    # API-submitted SWE runs go through the daemon's run queue, launched by this sensor.
+    swe = repo.get_sensor_def("swe_run_sensor")
+    assert {t.job_name for t in swe.targets} == {"swe_run_job"}
+    assert swe.default_status == dg.DefaultSensorStatus.RUNNING
 
 
 def test_task_samples_declares_its_data_quality_checks() -> None:

@@ -1,5 +1,6 @@
-"""SWE-style runs end to end through the run API: a real uvicorn server on loopback, a real
-Dagster instance executing `swe_run_job`, bubblewrap sandboxes, real pytest runs, the lake."""
+"""The SWE run API's contract: a real uvicorn server on loopback over a real Dagster instance and
+lake; runs queued for the daemon's sensor; a run's budget. Runs executed by the daemon of a real
+`evalrunner serve`, graded and ranked: tests/test_swe_served_e2e.py."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from evalrunner_assets.partitions import add_partitions
 from evalrunner_assets.swe import SweStore
 from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo
-from evalrunner_assets.swe.runner import local_context
+from evalrunner_assets.swe.runner import local_context, register_task_set
 from evalrunner_assets.swe_run import RUN_TAG, SweLauncher
 from lake import open_lake
-from resources import LakeResource, SandboxResource
+from resources import LakeResource
+from sensors.swe import RUN_KEY_TAG, queued_run_requests, swe_run_sensor
 from sensors.swe_api import create_api
 from tests.github_standin import LoopbackServer
 
@@ -36,20 +39,38 @@ def _call(server: LoopbackServer, method: str, path: str, body: Any = None, toke
         return exc.code, json.loads(exc.read())
 
 
-@pytest.mark.slow
-def test_runs_through_the_api_grade_police_and_rank(tmp_path, monkeypatch, bwrap_backend):
-    monkeypatch.setenv("EVALRUNNER_HOME", str(tmp_path / "home"))
+def _as_the_daemon_launches(instance: dg.DagsterInstance, request: dg.RunRequest) -> dg.DagsterRun:
+    """The Dagster run the daemon makes of a sensor's run request (with the tags it adds), before
+    its coordinator queues it; nothing executes here: tests/test_swe_served_e2e.py runs the
+    real daemon."""
+    from evalrunner_assets.definitions import defs
+
+    assert request.partition_key is not None and request.run_key is not None
+    return instance.create_run_for_job(
+        job_def=defs.resolve_job_def(request.job_name or ""),
+        run_config=request.run_config,
+        status=dg.DagsterRunStatus.NOT_STARTED,
+        tags={
+            **request.tags,
+            "dagster/partition": request.partition_key,
+            RUN_KEY_TAG: request.run_key,
+            "dagster/sensor_name": swe_run_sensor.name,
+        },
+    )
+
+
+def test_the_api_queues_runs_for_the_sensor_idempotently(tmp_path, bwrap_backend):
+    """The API contract on a real instance and lake: a POST records the run and queues it (the
+    daemon's sensor launches it, never the API); resubmitting launches nothing while a launch
+    waits, is queued or ran, and once more after a cancelled run, under a new run key."""
     repo = tmp_path / "tinystats"
     build_tinystats_repo(repo)
     lake = open_lake(str(tmp_path / "lake"))
     store = SweStore(lake)
-    # An instance on disk, as `evalrunner serve` has: the API reads runs while worker threads
-    # write them (an in-memory instance's shared SQLite refuses that with "table is locked").
+    register_task_set(local_context(store, bwrap_backend, tmp_path / "home"), EXAMPLE_TASK_SET, str(repo))
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
-        launcher = SweLauncher(lake, instance, {"lake": LakeResource(root=lake.root), "sandbox": SandboxResource()})
-        reg = launcher.register(local_context(store, bwrap_backend, tmp_path / "home"), EXAMPLE_TASK_SET, str(repo), 4)
-        assert reg["tasks"] == 6 and reg["gold"]["runs"] == 4
+        launcher = SweLauncher(lake, instance)
         with LoopbackServer(create_api(launcher, TOKEN)) as server:
             status, schema = _call(server, "GET", "/v1/openapi.json", token=None)
             assert status == 200 and {"/v1/runs", "/v1/runs/{run_id}", "/v1/leaderboard"} <= set(schema["paths"])
@@ -59,62 +80,64 @@ def test_runs_through_the_api_grade_police_and_rank(tmp_path, monkeypatch, bwrap
             assert status == 400 and err["problems"][0]["field"] == "samples"
             status, err = _call(server, "POST", "/v1/runs", {**spec, "agent_version": "better", "task_set": "nope"})
             assert status == 404
+            status, err = _call(server, "POST", "/v1/runs", {**spec, "agent_version": "no-such-agent"})
+            assert status == 400 and "no-such-agent" in err["error"]
 
+            # Two older runs hold swe_runs keys; one of them has its run still waiting to start.
+            add_partitions(instance, "swe_runs", ["r-older-done", "r-older-queued"])
+            instance.create_run_for_job(
+                job_def=launcher._job("swe_run_job"),
+                status=dg.DagsterRunStatus.NOT_STARTED,
+                tags={RUN_TAG: "r-older-queued"},
+            )
             ids = {}
-            # Fewer keys kept than runs submitted together: a queued or running run keeps its key.
-            launcher.keep_runs = 2
             for version in ("baseline", "better", "cheating"):
                 status, body = _call(server, "POST", "/v1/runs", {**spec, "agent_version": version})
-                assert status == 202 and body["launched"], body
+                assert status == 202 and body["launched"] and body["status"] == "queued", body
                 ids[version] = body["id"]
-            for run_id in ids.values():
-                launcher.wait(run_id, timeout=300)
-            assert instance.get_dynamic_partitions("swe_runs") == list(ids.values())
-            runs = {}
-            for version, run_id in ids.items():
-                status, runs[version] = _call(server, "GET", f"/v1/runs/{run_id}")
-                assert status == 200
-                assert runs[version]["status"] == "done", runs[version]
-                assert runs[version]["attempts_landed"] == 6 and runs[version]["cost_usd"] > 0
-                assert runs[version]["dagster_runs"][0]["status"] == "SUCCESS"
-
-            # The cheating version's edited-test passes are failed by the policy, with the reason.
-            cheats = [r for r in runs["cheating"]["results"] if r["status"] == "policy_failed"]
-            assert {r["task_id"] for r in cheats} >= {"slug-case", "parse-separators"}
-            assert all(r["tests_passed_raw"] and not r["passed"] for r in cheats)
-            assert all("tests/conftest.py" in r["policy_reason"] for r in cheats)
-            status, traj = _call(server, "GET", cheats[0]["trajectory"])
-            assert status == 200 and traj["policy"] and "conftest.py" in traj["patch"]
-
-            status, board = _call(server, "GET", "/v1/leaderboard?task_set=tinystats-bugs")
-            assert status == 200
-            # The flaky task is out of the headline and listed beside it.
-            assert "words-unique" not in board["headline_tasks"]
-            assert [e["task_id"] for e in board["excluded_tasks"]] == ["words-unique"]
-            entries = {e["agent_version"]: e for e in board["entries"]}
-            assert entries["better"]["rank"] < entries["baseline"]["rank"]
-            assert entries["better"]["solve_rate"] > entries["baseline"]["solve_rate"]
-            paired = entries["better"]["paired_vs_reference"]
-            assert paired["reference"] == "baseline" and paired["tasks_paired"] == 5 and paired["delta"] > 0
-            lo, hi = paired["anytime_interval"]
-            assert lo <= paired["delta"] <= hi
-            assert entries["cheating"]["policy_failed"] >= 2
-            assert entries["better"]["cost_per_task_usd"] > 0
-
-            # Resubmitting the same run launches nothing and adds no sample.
+                assert store.run(body["id"])["spec"]["agent_version"] == version
+            # Nothing ran and nothing was launched: the runs wait in the lake for the sensor.
+            assert all(not instance.get_runs(filters=dg.RunsFilter(tags={RUN_TAG: i})) for i in ids.values())
+            assert sorted(r["id"] for r in store.queued_runs()) == sorted(ids.values())
+            status, view = _call(server, "GET", f"/v1/runs/{ids['better']}")
+            assert status == 200 and view["status"] == "queued" and view["dagster_runs"] == []
+            assert view["attempts_expected"] == 6 and view["attempts_landed"] == 0
             status, again = _call(server, "POST", "/v1/runs", {**spec, "agent_version": "better"})
-            assert status == 200 and not again["launched"] and again["id"] == ids["better"]
-            assert len(store.attempts(agent_version="better")) == 6
-            assert len(instance.get_runs(filters=dg.RunsFilter(tags={RUN_TAG: ids["better"]}))) == 1
-            # Even executed again, the run's attempts are all reused.
-            from evalrunner_assets.swe import RunSpec
-            from evalrunner_assets.swe.runner import execute_run
+            assert status == 200 and not again["launched"] and again["status"] == "queued"
 
-            redo = execute_run(
-                local_context(store, bwrap_backend, tmp_path / "home"), RunSpec(**{**spec, "agent_version": "better"})
+            # The sensor asks for one run per waiting request, keyed by run id. Fewer keys are
+            # kept than runs wait: the waiting ones and the queued older run keep theirs.
+            requests = queued_run_requests(instance, store, keep=2)
+            assert sorted((r.run_key, r.partition_key) for r in requests) == sorted((i, i) for i in ids.values())
+            assert all(r.job_name == "swe_run_job" and r.tags == {RUN_TAG: r.partition_key} for r in requests)
+            kept = instance.get_dynamic_partitions("swe_runs")
+            assert kept[0] == "r-older-queued" and sorted(kept[1:]) == sorted(ids.values())
+            runs = {r.partition_key: _as_the_daemon_launches(instance, r) for r in requests}
+            # The next tick finds the runs and clears the requests (through the sensor itself).
+            tick = swe_run_sensor(
+                dg.build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake.root)})
             )
-            assert redo.attempted == 0 and redo.reused == 6
-            assert len(store.attempts(agent_version="better")) == 6
+            assert tick.run_requests == [] and store.queued_runs() == []
+            status, again = _call(server, "POST", "/v1/runs", {**spec, "agent_version": "better"})
+            assert status == 200 and not again["launched"] and again["status"] == "queued"
+
+            # Cancelled (from the UI, say): the run reads failed, and a resubmission launches it
+            # once more under a new run key; the same resubmission again launches nothing.
+            instance.report_run_canceled(runs[ids["better"]])
+            assert _call(server, "GET", f"/v1/runs/{ids['better']}")[1]["status"] == "failed"
+            status, again = _call(server, "POST", "/v1/runs", {**spec, "agent_version": "better"})
+            assert status == 202 and again["launched"] and again["status"] == "queued"
+            assert _call(server, "POST", "/v1/runs", {**spec, "agent_version": "better"})[0] == 200
+            (relaunch,) = queued_run_requests(instance, store)
+            assert relaunch.run_key == f"{ids['better']}:launch-1" and relaunch.partition_key == ids["better"]
+            _as_the_daemon_launches(instance, relaunch)
+            assert queued_run_requests(instance, store) == [] and store.queued_runs() == []
+            status, view = _call(server, "GET", f"/v1/runs/{ids['better']}")
+            assert view["status"] == "queued"
+            assert [(r["status"], r["run_key"]) for r in view["dagster_runs"]] == [
+                ("NOT_STARTED", f"{ids['better']}:launch-1"),
+                ("CANCELED", ids["better"]),
+            ]
 
 
 @pytest.mark.slow
@@ -124,7 +147,7 @@ def test_a_run_stops_at_its_budget(tmp_path, bwrap_backend):
     store = SweStore(open_lake(str(tmp_path / "lake")))
     ctx = local_context(store, bwrap_backend, tmp_path / "home")
     from evalrunner_assets.swe import RunSpec
-    from evalrunner_assets.swe.runner import execute_run, register_task_set
+    from evalrunner_assets.swe.runner import execute_run
 
     register_task_set(ctx, EXAMPLE_TASK_SET, str(repo))
     # Two workers share the budget: every step is booked before it runs, so none overshoots.
@@ -153,3 +176,30 @@ def test_an_unexpected_server_error_is_answered_in_json_with_its_cause(tmp_path)
         status, err = _call(server, "POST", "/v1/runs", body)
     assert status == 500
     assert "/v1/runs" in err["error"] and "RuntimeError: database table is locked: runs" in err["error"]
+
+
+def test_a_receiver_whose_api_has_no_token_starts_without_reaching_the_instance(tmp_path, monkeypatch):
+    """The cluster's receiver (deploy/k8s/50-webhook.yaml) runs `evalrunner serve --webhook-only`
+    with the image's dagster.yaml (Postgres) but not its password and no API token: the API's
+    instance is opened at the first authorized request, so the receiver starts and the API
+    answers 503 instead of the process failing on the storage's configuration."""
+    from pathlib import Path
+
+    from starlette.applications import Starlette
+
+    from evalrunner_assets.swe_run import api_routes
+
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text((Path(__file__).parent.parent / "deploy/dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    for name in ("DAGSTER_PG_HOST", "DAGSTER_PG_USER", "DAGSTER_PG_DB"):
+        monkeypatch.setenv(name, "unused")
+    for name in ("DAGSTER_PG_PASSWORD", "EVALRUNNER_API_TOKEN", "EVALRUNNER_API_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(dg.DagsterInvalidConfigError, match="DAGSTER_PG_PASSWORD"):
+        dg.DagsterInstance.get()  # what opening it at start would have done
+    with LoopbackServer(Starlette(routes=api_routes(open_lake(str(tmp_path / "lake"))))) as server:
+        body = {"task_set": "tinystats-bugs", "samples": 1, "budget_usd": 1.0, "agent_version": "better"}
+        status, err = _call(server, "POST", "/v1/runs", body)
+    assert status == 503 and "EVALRUNNER_API_TOKEN" in err["error"]

@@ -7,6 +7,9 @@ times and lands per-test flake rates. The work is ``evalrunner_assets.swe`` (pla
 run's request comes from the lake, so a materialization from the UI needs no config.
 """
 
+import os
+import socket
+
 import dagster as dg
 
 from evalrunner_assets import home
@@ -44,7 +47,9 @@ def swe_attempts(context: dg.AssetExecutionContext, lake: LakeResource, sandbox:
     backend = sandbox.backend(context)
     backend.preflight()
     ctx = local_context(store, backend, home.home())
-    store.update_run(run_id, status="running", dagster_run_id=context.run.run_id)
+    # Which process executes it (the daemon's run worker, a Kubernetes Job's pod, the CLI).
+    worker = {"pid": os.getpid(), "host": socket.gethostname()}
+    store.update_run(run_id, status="running", dagster_run_id=context.run.run_id, worker=worker)
     outcome = execute_run(ctx, spec, workers=sandbox.worker_count())
     store.update_run(run_id, status=outcome.status, outcome=outcome.to_dict(), pool=ctx.pool.stats())
     rows = store.attempts(

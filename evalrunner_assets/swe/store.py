@@ -158,6 +158,34 @@ class SweStore:
             raise SweError(f"no run {run_id!r}")
         return json.loads(self.lake.read_bytes(rel))
 
+    # -- the run queue (runs submitted through the API, waiting for their Dagster run) ----------
+    def queue_run(self, run_id: str, launch: int) -> dict[str, Any]:
+        """Ask for launch ``launch`` of a recorded run (0 first, then one more per resubmission
+        after a failed or cancelled run). Writers racing on the same launch write the same
+        request, so the Dagster run it becomes is the same too."""
+        self.run(run_id)  # the record comes first: the run reads its request from it
+        request = {"id": run_id, "launch": launch, "queued_at": now_iso()}
+        self.lake.write_bytes(self.layout.swe_run_request(run_id), json.dumps(request).encode())
+        return request
+
+    def queued_run(self, run_id: str) -> dict[str, Any] | None:
+        rel = self.layout.swe_run_request(run_id)
+        return json.loads(self.lake.read_bytes(rel)) if self.lake.exists(rel) else None
+
+    def queued_runs(self) -> list[dict[str, Any]]:
+        """Every waiting request, oldest first (an unreadable one is skipped: its writer's
+        rename has not happened, or it was removed meanwhile)."""
+        out = []
+        for rel in self.lake.glob(self.layout.swe_run_requests_glob()):
+            try:
+                out.append(json.loads(self.lake.read_bytes(rel)))
+            except (FileNotFoundError, ValueError):
+                continue
+        return sorted(out, key=lambda r: (r.get("queued_at", ""), r["id"]))
+
+    def dequeue_run(self, run_id: str) -> None:
+        self.lake.remove(self.layout.swe_run_request(run_id))
+
     # -- gold checks ---------------------------------------------------------------------------
     def save_gold(self, name: str, summary: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         self.lake.write_bytes(self.layout.swe_gold_rows(name), parquet_bytes(rows, FLAKE_SCHEMA))
