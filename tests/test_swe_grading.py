@@ -14,7 +14,7 @@ from evalrunner_assets.execution.workspace_pool import WorkspacePool, WorkspaceQ
 from evalrunner_assets.swe import SweStore
 from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo
 from evalrunner_assets.swe.flakes import classify_task
-from evalrunner_assets.swe.grading import Grade, grade_patch, judge, workspace_patch
+from evalrunner_assets.swe.grading import Grade, grade_patch, judge, unified_chunk, workspace_patch
 from evalrunner_assets.swe.model import SweError
 from evalrunner_assets.swe.policy import check_patch, check_trajectory
 from evalrunner_assets.swe.runner import SweContext, register_task_set
@@ -138,6 +138,26 @@ def test_policy_fails_test_edits_hidden_paths_and_history_reads():
     assert check_patch(["tests/conftest.py"], hidden) == ["patch edits test files: tests/conftest.py"]
     assert check_patch(["tests/hidden/test_slug_case.py"], hidden)[0].startswith("patch writes hidden-test paths")
     assert check_patch(["src/test_helpers.py"], hidden)
+    # what the test run itself does: pytest config, start-up hooks
+    assert check_patch(["pytest.ini"], hidden) == ["patch changes how the tests run: pytest.ini"]
+    assert check_patch(["src/sitecustomize.py", "lib/evil.pth"], hidden) == [
+        "patch changes how the tests run: lib/evil.pth, src/sitecustomize.py"
+    ]
+    pytest_section = unified_chunk(
+        "pyproject.toml",
+        ["[tool.pytest.ini_options]\n"],
+        ["[tool.pytest.ini_options]\n", "addopts = '-p evil'\n"],
+        False,
+        False,
+    )
+    assert check_patch(["pyproject.toml"], hidden, pytest_section) == [
+        "patch changes how the tests run: pyproject.toml"
+    ]
+    other = unified_chunk("setup.py", [], ["print('pytest')\n"], True, False)  # another file's lines
+    dependency = other + unified_chunk("pyproject.toml", ["version = '1.0'\n"], ["version = '1.1'\n"], False, False)
+    assert check_patch(["pyproject.toml", "setup.py"], hidden, dependency) == []
+    unreadable = "Binary or non-text file setup.cfg differs\n"
+    assert check_patch(["setup.cfg"], hidden, unreadable) == ["patch changes how the tests run: setup.cfg"]
     assert check_trajectory(["cat tinystats/slug.py", "python -m pytest tests"], hidden) == []
     assert "git history" in check_trajectory(["git log --all --oneline"], hidden)[0]
     assert "git history" in check_trajectory(["git show origin/main:tinystats/slug.py"], hidden)[0]

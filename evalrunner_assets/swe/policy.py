@@ -3,6 +3,13 @@
 - A patch that edits test files (anything under a ``tests``/``test`` directory, ``test_*.py``,
   ``*_test.py``, ``conftest.py``) or writes at a hidden-test path is failed. The list of touched
   files comes from the controller's diff of the workspace, not from the agent.
+- So is a patch that changes how the test run itself behaves: ``pytest.ini``, the pytest
+  sections of ``pyproject.toml`` / ``setup.cfg`` / ``tox.ini`` (``[tool.pytest…]``,
+  ``[tool:pytest]``, ``[pytest]``, or any changed line naming pytest options), and files Python
+  runs at every start-up (``sitecustomize.py``, ``usercustomize.py``, ``*.pth``). Code under
+  test runs in the grading process, so these are the places a patch could rewrite its own
+  results from (what remains — code that forges results at import time — is the limit of
+  grading untrusted code in-process; the exit code and the JUnit report must still agree).
 - A trajectory whose commands read leaked paths (the hidden tests' paths, gold patches, the
   lake) or git history beyond the pinned commit (other refs, reflog, fetches) is failed.
 
@@ -46,8 +53,47 @@ def _under(path: str, prefixes: Iterable[str]) -> bool:
     return False
 
 
-def check_patch(touched: list[str], hidden_paths: list[str]) -> list[str]:
-    """Reasons the patch is not allowed (empty when it is)."""
+_STARTUP_FILES = {"sitecustomize.py", "usercustomize.py"}
+_CONFIG_FILES = {"pyproject.toml", "setup.cfg", "tox.ini"}
+_PYTEST_CONFIG = re.compile(r"\[tool\.pytest|\[tool:pytest\]|\[pytest\]|\bpytest\b|\baddopts\b|\bpython_files\b")
+
+
+def _changed_lines(patch: str, path: str) -> list[str] | None:
+    """The added and removed lines of ``path`` in the attempt's unified diff (``--- a/…``,
+    ``+++ b/…`` file headers), or None when the diff could not show them (a binary or oversized
+    file)."""
+    if f"Binary or non-text file {path} differs" in patch:
+        return None
+    lines: list[str] = []
+    current = old = None
+    for line in patch.splitlines():
+        if line.startswith("--- "):
+            old = line[4:].removeprefix("a/")
+        elif line.startswith("+++ "):
+            new = line[4:]
+            current = old if new == "/dev/null" else new.removeprefix("b/")
+        elif current == path and line[:1] in "+-":
+            lines.append(line[1:])
+    return lines
+
+
+def harness_files(touched: list[str], patch: str) -> list[str]:
+    """Touched files that change how the test run behaves (see the module docstring)."""
+    found = []
+    for path in touched:
+        name = path.split("/")[-1]
+        if name == "pytest.ini" or name in _STARTUP_FILES or name.endswith(".pth"):
+            found.append(path)
+        elif name in _CONFIG_FILES:
+            changed = _changed_lines(patch, path)
+            if changed is None or any(_PYTEST_CONFIG.search(line) for line in changed):
+                found.append(path)
+    return sorted(found)
+
+
+def check_patch(touched: list[str], hidden_paths: list[str], patch: str = "") -> list[str]:
+    """Reasons the patch is not allowed (empty when it is). ``patch`` (the unified diff) tells
+    a pytest section of a shared config file from an unrelated edit of it."""
     reasons = []
     hidden = sorted(t for t in touched if _under(t, hidden_paths))
     if hidden:
@@ -55,6 +101,9 @@ def check_patch(touched: list[str], hidden_paths: list[str]) -> list[str]:
     tests = sorted(t for t in touched if is_test_file(t) and t not in hidden)
     if tests:
         reasons.append(f"patch edits test files: {', '.join(tests[:5])}")
+    harness = [t for t in harness_files(touched, patch) if t not in hidden and t not in tests]
+    if harness:
+        reasons.append(f"patch changes how the tests run: {', '.join(harness[:5])}")
     return reasons
 
 

@@ -305,7 +305,7 @@ def _attempt(
         outcome, patch, touched = anyio.run(drive, sandbox.env)
     if outcome.stop_reason == "budget":
         return None
-    reasons = policy.check_patch(touched, task.hidden_paths) + policy.check_trajectory(
+    reasons = policy.check_patch(touched, task.hidden_paths, patch) + policy.check_trajectory(
         outcome.commands(), task.hidden_paths
     )
     grade = grade_patch(
