@@ -208,11 +208,16 @@ def grade_patch(
     hidden: dict[str, bytes],
     dropped: Iterable[str] = (),
     wall_seconds: float = 300.0,
+    *,
+    python_env: str | None = None,
 ) -> Grade:
-    """Grade ``patch`` on a fresh checkout of ``export`` (see the module docstring). On a
+    """Grade ``patch`` on a fresh checkout of ``export`` (see the module docstring), with the
+    task's repository environment ``python_env`` mounted read-only when it has one. On a
     Kubernetes backend the checkout is a fresh workspace pod (:func:`grade_in_sandbox`)."""
     if provider_for(backend) == "evalrunner-k8s":
-        return grade_in_sandbox(backend, pool, export, task, patch, hidden, dropped, wall_seconds)
+        return grade_in_sandbox(
+            backend, pool, export, task, patch, hidden, dropped, wall_seconds, python_env=python_env
+        )
     limits = Limits(wall_seconds=wall_seconds, cpu_seconds=int(wall_seconds) + 10, memory_bytes=2 * 1024**3)
     with pool.lease(export, task.env_digest) as ws:
         sandbox_id = os.path.basename(ws.path)
@@ -225,6 +230,7 @@ def grade_patch(
                     network=NetworkPolicy.NONE,
                     limits=Limits(wall_seconds=60, cpu_seconds=60),
                     repo_writable=True,
+                    python_env=python_env,
                 )
             )
             if applied.status is SandboxStatus.CRASHED:
@@ -246,6 +252,7 @@ def grade_patch(
                 limits=limits,
                 repo_writable=True,
                 labels={"task": task.id},
+                python_env=python_env,
             )
         )
     if result.status is SandboxStatus.CRASHED:
@@ -304,6 +311,8 @@ def grade_in_sandbox(
     hidden: dict[str, bytes],
     dropped: Iterable[str] = (),
     wall_seconds: float = 300.0,
+    *,
+    python_env: str | None = None,
 ) -> Grade:
     """Grade ``patch`` in a fresh tool sandbox (:func:`~evalrunner_assets.swe.sandboxes.open_tool_sandbox`:
     a new workspace pod on Kubernetes) holding a clean checkout of ``export``, through
@@ -319,7 +328,13 @@ def grade_in_sandbox(
     sandbox_id = ""
     try:
         with open_tool_sandbox(
-            backend, pool, export, task.env_digest, exec_seconds=wall_seconds, labels={"task": task.id}
+            backend,
+            pool,
+            export,
+            task.env_digest,
+            python_env=python_env,
+            exec_seconds=wall_seconds,
+            labels={"task": task.id},
         ) as sb:
             sandbox_id = sb.sandbox_id
             return anyio.run(_grade_steps, sb.env, task, patch, hidden, dropped, wall_seconds, sandbox_id)

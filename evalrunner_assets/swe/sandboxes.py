@@ -97,18 +97,22 @@ def open_tool_sandbox(
     export: RepoExport,
     env_digest: str,
     *,
+    python_env: str | None = None,
     exec_seconds: float = 120.0,
     labels: dict[str, str] | None = None,
 ) -> Iterator[ToolSandbox]:
     """A fresh sandbox holding ``export`` (the task repo at its pinned commit), no network;
-    closed (its workspace returned, or its pod deleted) on exit."""
+    closed (its workspace returned, or its pod deleted) on exit. ``python_env``: the task's
+    built repository environment (:meth:`~evalrunner_assets.swe.runner.SweContext.environment`),
+    mounted read-only with its ``bin`` first on ``PATH`` -- a local directory under
+    bubblewrap, ``/envs/<digest>`` (its volume claim) on Kubernetes."""
     if provider_for(backend) == "evalrunner-k8s":
         # Imported here: the Kubernetes modules load only in processes that use that backend.
         from evalrunner_assets.execution.inspect_k8s_sandbox import (
             KubernetesInspectSandboxConfig,
             KubernetesInspectSandboxEnvironment,
         )
-        from evalrunner_assets.execution.kubernetes import KubernetesBackend
+        from evalrunner_assets.execution.kubernetes import KubernetesBackend, env_digest_of
 
         assert isinstance(backend, KubernetesBackend)
         k8s = KubernetesInspectSandboxEnvironment.open(
@@ -117,6 +121,7 @@ def open_tool_sandbox(
                 repo=export.repo,
                 commit=export.commit,
                 tree_digest=export.tree_digest,
+                environment_digest=env_digest_of(python_env) if python_env else None,
                 exec_seconds=exec_seconds,
             ),
             backend,
@@ -136,6 +141,7 @@ def open_tool_sandbox(
             commit=export.commit,
             tree_digest=export.tree_digest,
             env_digest=env_digest,
+            python_env=python_env,
             exec_seconds=exec_seconds,
         ),
         backend,
