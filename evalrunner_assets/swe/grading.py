@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalrunner_assets.execution.sandbox import (
     Limits,
@@ -36,6 +36,9 @@ from evalrunner_assets.execution.sandbox import (
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe.model import SweTask
 from evalrunner_assets.swe.sandboxes import provider_for
+
+if TYPE_CHECKING:
+    from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
 
 JUNIT_NAME = "junit.xml"
 MAX_TEXT_FILE = 1024 * 1024
@@ -201,7 +204,7 @@ def _write_hidden(workspace: str, hidden: dict[str, bytes]) -> None:
 
 def grade_patch(
     backend: SandboxBackend,
-    pool: WorkspacePool,
+    pool: WorkspacePool | KubernetesWorkspacePool,
     export: RepoExport,
     task: SweTask,
     patch: str,
@@ -217,6 +220,10 @@ def grade_patch(
     if provider_for(backend) == "evalrunner-k8s":
         return grade_in_sandbox(
             backend, pool, export, task, patch, hidden, dropped, wall_seconds, python_env=python_env
+        )
+    if not isinstance(pool, WorkspacePool):
+        raise TypeError(
+            f"grading on {getattr(backend, 'name', backend)!r} needs a WorkspacePool, got {type(pool).__name__}"
         )
     limits = Limits(wall_seconds=wall_seconds, cpu_seconds=int(wall_seconds) + 10, memory_bytes=2 * 1024**3)
     with pool.lease(export, task.env_digest) as ws:
@@ -304,7 +311,7 @@ for rel in json.loads(sys.stdin.read()):
 
 def grade_in_sandbox(
     backend: SandboxBackend,
-    pool: WorkspacePool,
+    pool: WorkspacePool | KubernetesWorkspacePool,
     export: RepoExport,
     task: SweTask,
     patch: str,

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from inspect_ai.util import SandboxEnvironment
@@ -55,6 +55,9 @@ from evalrunner_assets.swe.inspect_log import attempt_eval_log
 from evalrunner_assets.swe.model import GOLD_RUNS_MIN, RunSpec, SweError, SweTask, TaskSet, TaskSetSpec, attempt_id
 from evalrunner_assets.swe.sandboxes import open_tool_sandbox, provider_for, sandbox_patch
 from evalrunner_assets.swe.store import SweStore, now_iso
+
+if TYPE_CHECKING:
+    from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
 
 
 def environment_digest(backend: SandboxBackend, env: EnvSpec | None = None) -> str:
@@ -94,14 +97,20 @@ class TaskEnvironment:
 
 @dataclass
 class SweContext:
-    """What a run needs: the lake, a sandbox backend, the workspace pool, an export cache, and
-    the repository environments (default: ``envs`` beside the export cache)."""
+    """What a run needs: the lake, a sandbox backend, the workspace pool (of workspaces on
+    this machine, or of workspace pods on Kubernetes), an export cache, and the repository
+    environments (default: ``envs`` beside the export cache)."""
 
     store: SweStore
     backend: SandboxBackend
-    pool: WorkspacePool
+    pool: WorkspacePool | KubernetesWorkspacePool
     export_root: Path
     envs: EnvironmentStore | None = None
+
+    def close(self) -> None:
+        """Delete the pool's ready pods (Kubernetes); a local pool is the process's, kept."""
+        if not isinstance(self.pool, WorkspacePool):
+            self.pool.close()
 
     def export(self, task_set: TaskSet, task: SweTask) -> RepoExport:
         return export_commit(RepoSource(task_set.repo, task_set.repo_source), task.commit, self.export_root)
@@ -430,6 +439,16 @@ def process_pool(root: Path) -> WorkspacePool:
 
 def local_context(store: SweStore, backend: SandboxBackend, home_dir: Path) -> SweContext:
     """A context whose exports, workspaces and repository environments (``$EVALRUNNER_ENVS``
-    when set) live under the evalrunner home."""
+    when set) live under the evalrunner home. On Kubernetes its pool is a new pool of
+    workspace pods, which :meth:`SweContext.close` deletes (call it when the run ends)."""
     envs = EnvironmentStore(os.environ.get(ENVS_DIR_ENV) or home_dir / "envs", lake=store.lake)
-    return SweContext(store, backend, process_pool(home_dir / "swe-workspaces"), home_dir / "exports", envs)
+    pool: WorkspacePool | KubernetesWorkspacePool
+    if provider_for(backend) == "evalrunner-k8s":
+        from evalrunner_assets.execution.kubernetes import KubernetesBackend
+        from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
+
+        assert isinstance(backend, KubernetesBackend)
+        pool = KubernetesWorkspacePool(backend)
+    else:
+        pool = process_pool(home_dir / "swe-workspaces")
+    return SweContext(store, backend, pool, home_dir / "exports", envs)
