@@ -9,7 +9,9 @@ Plain Python; the Dagster assets and the run API call these. Each attempt:
    through Inspect's model API, its ``bash`` tool calls run in the sandbox) runs against a fresh
    tool sandbox holding the task repo at its pinned commit,
    through Inspect's ``SandboxEnvironment`` interface: the bubblewrap provider, or on a
-   ``KubernetesBackend`` the evalrunner-k8s provider (one workspace pod per attempt)
+   ``KubernetesBackend`` the evalrunner-k8s provider (one workspace pod per attempt, leased
+   from the context's pool of prepared pods), with the task's declared repository
+   environment (built once per digest) mounted read-only
    (:func:`~evalrunner_assets.swe.sandboxes.open_tool_sandbox`); its patch is taken through
    the same sandbox (a listing of the workspace, the changed files read back) before it closes;
 4. the cheat policy checks the patch and the trajectory;

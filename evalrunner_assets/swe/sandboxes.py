@@ -3,8 +3,8 @@
 :func:`open_tool_sandbox` is the one place that picks the provider by the run's backend: the
 bubblewrap provider (``sandbox="bubblewrap"``: a workspace leased from the pool, one bubblewrap
 sandbox per command) locally, the Kubernetes provider (``sandbox="evalrunner-k8s"``: one
-workspace pod holding the export, every command one ``pods/exec``) when the backend is a
-``KubernetesBackend``. Everything else -- the agent's tool calls, the patch, grading -- uses
+workspace pod holding the export, leased from a ``KubernetesWorkspacePool`` when the context
+has one, every command one ``pods/exec``) when the backend is a ``KubernetesBackend``. Everything else -- the agent's tool calls, the patch, grading -- uses
 ``exec``/``read_file``/``write_file``, so it runs the same on either.
 
 :func:`sandbox_patch` is the attempt's patch taken through the sandbox: a listing of the
