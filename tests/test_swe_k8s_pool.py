@@ -124,6 +124,9 @@ def test_workspace_pod_pool_reuses_prepared_pods_within_its_bound_and_reports_qu
 
             waiter = threading.Thread(target=second)
             waiter.start()
+            deadline = time.monotonic() + 30
+            while pool.stats()["waiting"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
             time.sleep(0.5)
             stats = pool.stats()
             assert stats["waiting"] == 1 and stats["leased"] == 1 and stats["queue_age_s"] >= 0.4, stats
@@ -136,7 +139,7 @@ def test_workspace_pod_pool_reuses_prepared_pods_within_its_bound_and_reports_qu
         # Leased pods are deleted on release, never returned.
         assert {held, got["pod"]} <= set(standin.deleted)
         # The replacements started when the leases took their pods: one is ready now.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while pool.stats()["preparing"] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert pool.stats()["ready"] >= 1

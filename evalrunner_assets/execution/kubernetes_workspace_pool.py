@@ -103,50 +103,60 @@ class KubernetesWorkspacePool:
         return KubernetesWorkspace(self.backend, export, limits=self.limits, python_env=python_env, labels=labels)
 
     # -- preparing ------------------------------------------------------------------------------
+    def _reserve_locked(self) -> bool:
+        """Count one pod as being prepared if the bound allows it (ready + preparing)."""
+        if self._closed or len(self._order) + self._preparing >= self.max_ready:
+            return False
+        self._preparing += 1
+        return True
+
+    def _make_reserved(self, export: RepoExport, env_digest: str, python_env: str | None) -> bool:
+        """Create the pod a reservation stands for; True when it joined the ready pods."""
+        try:
+            pod = self._new_pod(export, python_env)
+        except Exception:
+            with self._cond:
+                self._preparing -= 1
+                self.prepare_failures += 1
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._preparing -= 1
+            closed = self._closed
+            if not closed:
+                ready = _Ready(pod, time.monotonic())
+                key = self._key(export, env_digest)
+                self._ready.setdefault(key, deque()).append(ready)
+                self._order.append((key, ready))
+            self._cond.notify_all()
+        if closed:
+            pod.close()
+        return not closed
+
     def prepare(self, export: RepoExport, env_digest: str, count: int = 1, *, python_env: str | None = None) -> int:
         """Start up to ``count`` ready pods (within ``max_ready``), blocking until they are
         delivered; returns how many were made."""
         made = 0
         for _ in range(count):
             with self._cond:
-                if self._closed or len(self._order) + self._preparing >= self.max_ready:
+                if not self._reserve_locked():
                     break
-                self._preparing += 1
-            try:
-                pod = self._new_pod(export, python_env)
-            except Exception:
-                with self._cond:
-                    self._preparing -= 1
-                    self.prepare_failures += 1
-                    self._cond.notify_all()
-                raise
-            with self._cond:
-                self._preparing -= 1
-                if self._closed:
-                    extra = pod
-                else:
-                    extra = None
-                    ready = _Ready(pod, time.monotonic())
-                    key = self._key(export, env_digest)
-                    self._ready.setdefault(key, deque()).append(ready)
-                    self._order.append((key, ready))
-                    made += 1
-                self._cond.notify_all()
-            if extra is not None:
-                extra.close()
+            if not self._make_reserved(export, env_digest, python_env):
                 break
+            made += 1
         return made
 
     def _prepare_in_background(self, export: RepoExport, env_digest: str, python_env: str | None) -> None:
         def run() -> None:
             try:
-                self.prepare(export, env_digest, 1, python_env=python_env)
+                self._make_reserved(export, env_digest, python_env)
             except Exception:  # counted in prepare_failures; the next lease starts cold
                 pass
 
         thread = threading.Thread(target=run, name="workspace-pod-prepare", daemon=True)
         with self._cond:
-            if self._closed:
+            # Reserved here, not in the thread: the bound and stats() count it at once.
+            if not self._reserve_locked():
                 return
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()

@@ -204,8 +204,12 @@ def run_gold_check(ctx: SweContext, task_set: str, runs: int = GOLD_RUNS_MIN) ->
     """Run every gold patch ``runs`` times; store per-test flake rates and the verdicts."""
     ts = ctx.store.task_set(task_set)
 
+    envs: dict[str, TaskEnvironment] = {}  # per task, for its runs (gold runs are sequential)
+
     def grade_gold(task: SweTask) -> Grade:
         export = ctx.export(ts, task)
+        if task.id not in envs:
+            envs[task.id] = ctx.environment(task, export)
         return grade_patch(
             ctx.backend,
             ctx.pool,
@@ -213,7 +217,7 @@ def run_gold_check(ctx: SweContext, task_set: str, runs: int = GOLD_RUNS_MIN) ->
             task,
             ctx.store.blob(task.gold_patch_ref).decode(),
             ctx.store.hidden_files(task.hidden_tests_ref),
-            python_env=ctx.environment(task, export).python_env,
+            python_env=envs[task.id].python_env,
         )
 
     summary = flakes.gold_check(ts.tasks, grade_gold, runs)
