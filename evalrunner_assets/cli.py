@@ -563,7 +563,10 @@ def cmd_swe(args: argparse.Namespace) -> int:
         launcher = local_launcher()
         if args.swe_command == "register":
             ctx = local_context(launcher.store, make_backend(args.backend), home.home())
-            result = launcher.register(ctx, Path(args.spec), args.repo, args.gold_runs)
+            try:
+                result = launcher.register(ctx, Path(args.spec), args.repo, args.gold_runs)
+            finally:
+                ctx.close()
             gold = result["gold"] or {}
             print(
                 f"task set {result['task_set']}: {result['tasks']} tasks ({'new' if result['created'] else 'unchanged'})"

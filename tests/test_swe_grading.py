@@ -269,3 +269,34 @@ def test_leaderboard_publishes_no_row_missing_a_reproducibility_field(tmp_path):
     assert board["entries"][0]["passed"] == 1  # the second write of the same key changed nothing
     assert board["unpublished_versions"] == ["unpinned"]
     assert board["gold_note"]  # no gold check yet: said, not hidden
+
+
+def test_a_declared_environment_is_pinned_per_task_and_a_missing_file_is_refused_naming_it(example, tmp_path):
+    ctx, ts, export = example
+    # The example declares requirements.txt: every task records its environment's digest.
+    assert {t.env_source for t in ts.tasks} == {"requirements.txt"}
+    env = ctx.environment(ts.tasks[0], export)
+    assert env.python_env is not None and Path(env.python_env, ".evalrunner-env.json").is_file()
+    assert {t.env_digest for t in ts.tasks} == {env.digest}
+    # The grader runs test_cmd with that environment first on PATH.
+    task = ts.task("mean-divisor")
+    graded = grade_patch(
+        ctx.backend,
+        ctx.pool,
+        export,
+        task,
+        _gold(example, "mean-divisor"),
+        ctx.store.hidden_files(task.hidden_tests_ref),
+        python_env=env.python_env,
+    )
+    assert graded.status == "passed", graded.reason
+    spec = EXAMPLE_TASK_SET.read_text().replace('"requirements.txt"', '"requirements-missing.txt"')
+    bad = tmp_path / "set"
+    bad.mkdir()
+    (bad / "tasks").symlink_to(EXAMPLE_TASK_SET.parent / "tasks")
+    (bad / "taskset.json").write_text(spec)
+    with pytest.raises(SweError, match=r"task 'mean-divisor': environment 'requirements-missing.txt'"):
+        register_task_set(ctx, bad / "taskset.json", ts.repo_source)
+    (bad / "taskset.json").write_text(spec.replace('"requirements-missing.txt"', '"/etc/passwd"'))
+    with pytest.raises(SweError, match=r"environment.requirements '/etc/passwd' must be a relative path"):
+        register_task_set(ctx, bad / "taskset.json", ts.repo_source)

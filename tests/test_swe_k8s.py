@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from evalrunner_assets.execution.environment import spec_for_file  # noqa: E402
 from evalrunner_assets.execution.kubernetes import NETWORK_LABEL, ROLE_LABEL, KubernetesBackend, KubernetesSandboxConfig  # noqa: E402
 from evalrunner_assets.execution.repo import RepoSource, export_commit  # noqa: E402
 from evalrunner_assets.execution.workspace_pool import WorkspacePool  # noqa: E402
@@ -101,18 +102,35 @@ def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
         assert "tests/conftest.py" in cheat["policy_reason"]
     assert "git history" in k8s_rows[("cheating", "median-even")]["policy_reason"]
 
-    # The environment digest is the Kubernetes runtime's, not bubblewrap's.
-    k8s_env = environment_digest(k8s_backend)
-    assert k8s_env != environment_digest(bwrap_backend)
+    # The example declares its environment (requirements.txt: pytest). On Kubernetes it is one
+    # volume claim built by one Job; the digest every row records is that environment's on
+    # the Kubernetes runtime -- not the controller's pytest, not bubblewrap's.
+    ts = k8s_store.task_set("tinystats-bugs")
+    spec = spec_for_file(k8s_ctx.export(ts, ts.tasks[0]), "requirements.txt")
+    k8s_env = environment_digest(k8s_backend, spec)
+    assert k8s_env not in (environment_digest(k8s_backend), environment_digest(bwrap_backend, spec))
     assert {r["env_digest"] for r in k8s_rows.values()} == {k8s_env}
+    assert {t.env_digest for t in ts.tasks} == {k8s_env}
+    assert {r["env_digest"] for r in bwrap_rows.values()} == {environment_digest(bwrap_backend, spec)}
+    # Under bubblewrap the same declaration is a local environment (beside the export cache).
+    assert (tmp_path / "bwrap" / "envs" / spec.digest / ".evalrunner-env.json").is_file()
+    assert len(standin.jobs_created) == 1
+    assert (standin.jobs_created[0]["metadata"]["labels"] or {}).get(NETWORK_LABEL) == "package-index"
+    env_path = f"/envs/{spec.digest}"
 
     workspace_pods = {
         p["metadata"]["name"] for p in standin.created if p["metadata"]["labels"].get(ROLE_LABEL) == "workspace"
     }
-    # No egress: no pod carries a label an allowing NetworkPolicy selects (model egress, index).
-    assert {p["metadata"]["labels"][NETWORK_LABEL] for p in standin.created} == {"none"}
+    # No egress: no pod but the build Job's carries a label an allowing NetworkPolicy selects.
+    assert {
+        p["metadata"]["labels"][NETWORK_LABEL]
+        for p in standin.created
+        if not p["metadata"]["name"].startswith("evalrunner-env-")
+    } == {"none"}
     execs_by_pod: dict[str, list[list[str]]] = {}
     for pod, container, command in standin.execs:
+        if pod.startswith("evalrunner-env-"):
+            continue  # the build Job's pod: its result is collected by exec in its collector
         assert container == "sandbox"
         execs_by_pod.setdefault(pod, []).append(command)
     grading_pods = set()
@@ -134,6 +152,9 @@ def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
         grader_argv = [c[c.index("--") + 1 :] for c in execs_by_pod[grader] if "--" in c]
         assert any(a[0] == "patch" for a in grader_argv), key
         assert any(a[-1] == spec_test_cmd(spec_file) for a in grader_argv), key
+        # test_cmd ran with the environment's bin first on PATH (the wrapper's --python-env).
+        test_runs = [c for c in execs_by_pod[grader] if c[-1] == spec_test_cmd(spec_file)]
+        assert test_runs and all(c[c.index("--python-env") + 1] == env_path for c in test_runs), key
         assert traj["grade"]["results"] and traj["grade"]["exit_code"] is not None
     assert len(grading_pods) == len(k8s_rows)
 
@@ -146,6 +167,17 @@ def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
     } - before
     assert len(gold_pods) == len(SUBSET) * gold["runs"]
     workspace_pods |= gold_pods
+    # Every workspace pod -- attempts', graders', gold runs' -- mounts the environment's claim
+    # read-only (the stand-in does not enforce readOnly; a real kubelet does).
+    manifests = {p["metadata"]["name"]: p for p in standin.created}
+    assert len(workspace_pods) == len(k8s_rows) * 2 + len(gold_pods)
+    for name in workspace_pods:
+        pod_spec = manifests[name]["spec"]
+        claim = {"claimName": f"evalrunner-env-{spec.digest}", "readOnly": True}
+        assert {"name": "env", "persistentVolumeClaim": claim} in pod_spec["volumes"], name
+        sandbox = next(c for c in pod_spec["containers"] if c["name"] == "sandbox")
+        env_mounts = [m for m in sandbox["volumeMounts"] if m["name"] == "env"]
+        assert env_mounts == [{"name": "env", "mountPath": env_path, "subPath": spec.digest, "readOnly": True}], name
     # Every workspace pod was deleted afterwards; none is left.
     assert workspace_pods <= set(standin.deleted)
     assert not {name for (_, name) in standin.pods} & workspace_pods

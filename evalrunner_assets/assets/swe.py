@@ -50,8 +50,12 @@ def swe_attempts(context: dg.AssetExecutionContext, lake: LakeResource, sandbox:
     # Which process executes it (the daemon's run worker, a Kubernetes Job's pod, the CLI).
     worker = {"pid": os.getpid(), "host": socket.gethostname()}
     store.update_run(run_id, status="running", dagster_run_id=context.run.run_id, worker=worker)
-    outcome = execute_run(ctx, spec, workers=sandbox.worker_count())
-    store.update_run(run_id, status=outcome.status, outcome=outcome.to_dict(), pool=ctx.pool.stats())
+    try:
+        outcome = execute_run(ctx, spec, workers=sandbox.worker_count())
+    finally:
+        ctx.close()  # on Kubernetes: the pool's ready workspace pods are deleted
+    pool_stats = ctx.pool.stats()
+    store.update_run(run_id, status=outcome.status, outcome=outcome.to_dict(), pool=pool_stats)
     rows = store.attempts(
         task_ids=[t.id for t in store.task_set(spec.task_set).tasks], agent_version=spec.agent_version
     )
@@ -63,7 +67,7 @@ def swe_attempts(context: dg.AssetExecutionContext, lake: LakeResource, sandbox:
             "budget_stopped": dg.MetadataValue.int(len(outcome.budget_stopped)),
             "spent_usd": dg.MetadataValue.float(round(outcome.spent_usd, 4)),
             "statuses": dg.MetadataValue.json(outcome.statuses),
-            "queue_age_s": dg.MetadataValue.float(float(ctx.pool.stats()["max_wait_s"])),
+            "queue_age_s": dg.MetadataValue.float(float(pool_stats["max_wait_s"])),
         },
         check_results=[
             dg.AssetCheckResult(
@@ -91,7 +95,11 @@ def swe_gold_check(
     store = SweStore(lake.open())
     backend = sandbox.backend(context)
     backend.preflight()
-    summary = run_gold_check(local_context(store, backend, home.home()), context.partition_key, config.runs)
+    ctx = local_context(store, backend, home.home())
+    try:
+        summary = run_gold_check(ctx, context.partition_key, config.runs)
+    finally:
+        ctx.close()
     lines = [f"- `{tid}`: {v['status']} — {v['reason']}" for tid, v in sorted(summary["tasks"].items())]
     dropped = sum(len(v) for v in summary["dropped_tests"].values())
     return dg.MaterializeResult(

@@ -64,6 +64,11 @@ class BubblewrapSandboxConfig(BaseModel):
     commit: str = Field(default="0" * 40, description="the pinned commit the export holds")
     tree_digest: str = Field(default="", description="digest of the exported tree")
     env_digest: str = Field(default="", description="environment digest the pool keys ready workspaces by")
+    python_env: str | None = Field(
+        default=None,
+        description="a built repository environment on this machine (EnvironmentStore): bound read-only, "
+        "its bin first on PATH",
+    )
     exec_seconds: float = Field(default=DEFAULT_EXEC_SECONDS, description="default wall-clock limit of one exec")
     memory_bytes: int = Field(default=2 * 1024**3, description="memory limit per process")
 
@@ -247,6 +252,7 @@ class BubblewrapSandboxEnvironment(SandboxEnvironment):
             stdin=input.encode() if isinstance(input, str) else input,
             labels={"repo": self.workspace.export.repo, "commit": self.workspace.export.commit},
             repo_writable=True,
+            python_env=self.config.python_env,
         )
         result = await anyio.to_thread.run_sync(self.backend.run, request)
         self.exec_count += 1

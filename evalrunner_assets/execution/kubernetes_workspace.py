@@ -142,6 +142,9 @@ class KubernetesWorkspace:
         )
         self.closed = threading.Event()
         started = time.monotonic()
+        # Stamps the environment claim's last use (the retention sweep keeps it), or refuses a
+        # claim that is gone -- before the pod, which would otherwise wait unschedulable.
+        backend._note_environment_use(self.request)
         tarball = build_repo_tarball(export.path, self.config.repo_size_limit_bytes)
         self.pod = _PodRun(backend, self.request, tarball, threading.Event(), started)
         self.pod.pod_name = f"evalrunner-ws-{self.pod.sandbox_id}"

@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalrunner_assets.execution.sandbox import (
     Limits,
@@ -36,6 +36,9 @@ from evalrunner_assets.execution.sandbox import (
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe.model import SweTask
 from evalrunner_assets.swe.sandboxes import provider_for
+
+if TYPE_CHECKING:
+    from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
 
 JUNIT_NAME = "junit.xml"
 MAX_TEXT_FILE = 1024 * 1024
@@ -201,18 +204,27 @@ def _write_hidden(workspace: str, hidden: dict[str, bytes]) -> None:
 
 def grade_patch(
     backend: SandboxBackend,
-    pool: WorkspacePool,
+    pool: WorkspacePool | KubernetesWorkspacePool,
     export: RepoExport,
     task: SweTask,
     patch: str,
     hidden: dict[str, bytes],
     dropped: Iterable[str] = (),
     wall_seconds: float = 300.0,
+    *,
+    python_env: str | None = None,
 ) -> Grade:
-    """Grade ``patch`` on a fresh checkout of ``export`` (see the module docstring). On a
+    """Grade ``patch`` on a fresh checkout of ``export`` (see the module docstring), with the
+    task's repository environment ``python_env`` mounted read-only when it has one. On a
     Kubernetes backend the checkout is a fresh workspace pod (:func:`grade_in_sandbox`)."""
     if provider_for(backend) == "evalrunner-k8s":
-        return grade_in_sandbox(backend, pool, export, task, patch, hidden, dropped, wall_seconds)
+        return grade_in_sandbox(
+            backend, pool, export, task, patch, hidden, dropped, wall_seconds, python_env=python_env
+        )
+    if not isinstance(pool, WorkspacePool):
+        raise TypeError(
+            f"grading on {getattr(backend, 'name', backend)!r} needs a WorkspacePool, got {type(pool).__name__}"
+        )
     limits = Limits(wall_seconds=wall_seconds, cpu_seconds=int(wall_seconds) + 10, memory_bytes=2 * 1024**3)
     with pool.lease(export, task.env_digest) as ws:
         sandbox_id = os.path.basename(ws.path)
@@ -225,6 +237,7 @@ def grade_patch(
                     network=NetworkPolicy.NONE,
                     limits=Limits(wall_seconds=60, cpu_seconds=60),
                     repo_writable=True,
+                    python_env=python_env,
                 )
             )
             if applied.status is SandboxStatus.CRASHED:
@@ -246,6 +259,7 @@ def grade_patch(
                 limits=limits,
                 repo_writable=True,
                 labels={"task": task.id},
+                python_env=python_env,
             )
         )
     if result.status is SandboxStatus.CRASHED:
@@ -297,13 +311,15 @@ for rel in json.loads(sys.stdin.read()):
 
 def grade_in_sandbox(
     backend: SandboxBackend,
-    pool: WorkspacePool,
+    pool: WorkspacePool | KubernetesWorkspacePool,
     export: RepoExport,
     task: SweTask,
     patch: str,
     hidden: dict[str, bytes],
     dropped: Iterable[str] = (),
     wall_seconds: float = 300.0,
+    *,
+    python_env: str | None = None,
 ) -> Grade:
     """Grade ``patch`` in a fresh tool sandbox (:func:`~evalrunner_assets.swe.sandboxes.open_tool_sandbox`:
     a new workspace pod on Kubernetes) holding a clean checkout of ``export``, through
@@ -319,7 +335,13 @@ def grade_in_sandbox(
     sandbox_id = ""
     try:
         with open_tool_sandbox(
-            backend, pool, export, task.env_digest, exec_seconds=wall_seconds, labels={"task": task.id}
+            backend,
+            pool,
+            export,
+            task.env_digest,
+            python_env=python_env,
+            exec_seconds=wall_seconds,
+            labels={"task": task.id},
         ) as sb:
             sandbox_id = sb.sandbox_id
             return anyio.run(_grade_steps, sb.env, task, patch, hidden, dropped, wall_seconds, sandbox_id)

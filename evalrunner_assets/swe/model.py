@@ -58,6 +58,22 @@ class TaskSpec(BaseModel):
         return v
 
 
+class EnvironmentDecl(BaseModel):
+    """The repository environment the tests run in, declared as ``.evals`` manifests declare
+    theirs: a dependency file of the repository (``requirements*.txt``; ``uv.lock`` or
+    ``pyproject.toml`` at the root), built once per digest
+    (:mod:`~evalrunner_assets.execution.environment`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requirements: str = Field(description="repository-relative dependency file the environment is built from")
+
+    @field_validator("requirements")
+    @classmethod
+    def _rel(cls, v: str) -> str:
+        return _check_rel_path("environment.requirements", v)
+
+
 class TaskSetSpec(BaseModel):
     """A task-set file (``taskset.json``)."""
 
@@ -69,6 +85,11 @@ class TaskSetSpec(BaseModel):
     ref: str = Field(description="the ref every task is pinned at unless it names its own")
     test_cmd: str = Field(
         description="shell command run in the checkout; it must write JUnit XML to $EVALRUNNER_OUT/junit.xml"
+    )
+    environment: EnvironmentDecl | None = Field(
+        default=None,
+        description="the repository environment test_cmd needs (none: the sandbox's own Python, "
+        "which on Kubernetes is the sandbox image's)",
     )
     tasks: list[TaskSpec] = Field(min_length=1)
 
@@ -86,6 +107,9 @@ class SweTask(BaseModel):
     repo: str
     commit: str = Field(description="the pinned commit (40 hex)")
     env_digest: str = Field(description="digest of the environment the tests run in, pinned at registration")
+    env_source: str | None = Field(
+        default=None, description="repository file the task's environment is built from (none: no environment)"
+    )
     test_cmd: str
     problem: str
     hidden_tests_ref: str = Field(description="sha256 of the hidden-test bundle blob")
@@ -95,7 +119,9 @@ class SweTask(BaseModel):
     pass_to_pass: list[str]
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.model_dump(), sort_keys=True).encode()).hexdigest()
+        # A task without an environment keeps the digest it had before tasks could declare one.
+        body = self.model_dump(exclude={"env_source"} if self.env_source is None else None)
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 class TaskSet(BaseModel):

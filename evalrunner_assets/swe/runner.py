@@ -9,7 +9,9 @@ Plain Python; the Dagster assets and the run API call these. Each attempt:
    through Inspect's model API, its ``bash`` tool calls run in the sandbox) runs against a fresh
    tool sandbox holding the task repo at its pinned commit,
    through Inspect's ``SandboxEnvironment`` interface: the bubblewrap provider, or on a
-   ``KubernetesBackend`` the evalrunner-k8s provider (one workspace pod per attempt)
+   ``KubernetesBackend`` the evalrunner-k8s provider (one workspace pod per attempt, leased
+   from the context's pool of prepared pods), with the task's declared repository
+   environment (built once per digest) mounted read-only
    (:func:`~evalrunner_assets.swe.sandboxes.open_tool_sandbox`); its patch is taken through
    the same sandbox (a listing of the workspace, the changed files read back) before it closes;
 4. the cheat policy checks the patch and the trajectory;
@@ -31,12 +33,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from inspect_ai.util import SandboxEnvironment
 
 from evalrunner_assets.execution._local import digest_of
+from evalrunner_assets.execution.environment import (
+    ENVS_DIR_ENV,
+    EnvironmentBuildError,
+    EnvironmentStore,
+    EnvSpec,
+    runtime_with_env,
+    spec_for_file,
+)
 from evalrunner_assets.execution.repo import RepoSource, export_commit
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
@@ -45,13 +55,25 @@ from evalrunner_assets.swe.agent import AgentOutcome, AgentVersion, agent_defini
 from evalrunner_assets.swe.grading import Grade, grade_patch
 from evalrunner_assets.swe.inspect_log import attempt_eval_log
 from evalrunner_assets.swe.model import GOLD_RUNS_MIN, RunSpec, SweError, SweTask, TaskSet, TaskSetSpec, attempt_id
-from evalrunner_assets.swe.sandboxes import open_tool_sandbox, sandbox_patch
+from evalrunner_assets.swe.sandboxes import open_tool_sandbox, provider_for, sandbox_patch
 from evalrunner_assets.swe.store import SweStore, now_iso
 
+if TYPE_CHECKING:
+    from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
 
-def environment_digest(backend: SandboxBackend) -> str:
-    """The pinned environment of a task: the sandbox runtime (backend, Python, inspect-ai,
-    evalrunner) and the test runner's version. Pinned at registration, checked per attempt."""
+
+def environment_digest(backend: SandboxBackend, env: EnvSpec | None = None) -> str:
+    """The pinned environment of a task, pinned at registration and checked per attempt: the
+    sandbox runtime (backend, Python, inspect-ai, evalrunner; on Kubernetes the sandbox image)
+    and what the tests run with. With a declared repository environment, that environment's
+    digest (its dependency file, Python, platform and evalrunner's distributions: the
+    environment every sandbox of the task mounts). Without one, on bubblewrap the test runner
+    is the controller's own pytest, so its version; on Kubernetes it is whatever the sandbox
+    image holds, which the image digest (in the runtime digest) already pins."""
+    if env is not None:
+        return runtime_with_env(backend.runtime_digest(), env.digest)
+    if provider_for(backend) == "evalrunner-k8s":
+        return digest_of({"runtime": backend.runtime_digest()})
     try:
         pytest_version = metadata.version("pytest")
     except metadata.PackageNotFoundError:
@@ -65,17 +87,50 @@ def load_agent(version: str) -> AgentVersion:
     return AgentVersion.load(agent_definition(), version)
 
 
+@dataclass(frozen=True)
+class TaskEnvironment:
+    """The environment a task's sandboxes run with: the digest attempt rows record, and the
+    built environment's path its sandboxes mount read-only (a local directory under
+    bubblewrap, ``/envs/<digest>`` -- its volume claim -- on Kubernetes; None: none declared)."""
+
+    digest: str
+    python_env: str | None = None
+
+
 @dataclass
 class SweContext:
-    """What a run needs: the lake, a sandbox backend, the workspace pool, an export cache."""
+    """What a run needs: the lake, a sandbox backend, the workspace pool (of workspaces on
+    this machine, or of workspace pods on Kubernetes), an export cache, and the repository
+    environments (default: ``envs`` beside the export cache)."""
 
     store: SweStore
     backend: SandboxBackend
-    pool: WorkspacePool
+    pool: WorkspacePool | KubernetesWorkspacePool
     export_root: Path
+    envs: EnvironmentStore | None = None
+
+    def close(self) -> None:
+        """Delete the pool's ready pods (Kubernetes); a local pool is the process's, kept."""
+        if not isinstance(self.pool, WorkspacePool):
+            self.pool.close()
 
     def export(self, task_set: TaskSet, task: SweTask) -> RepoExport:
         return export_commit(RepoSource(task_set.repo, task_set.repo_source), task.commit, self.export_root)
+
+    def environment(self, task: SweTask, export: RepoExport) -> TaskEnvironment:
+        """The task's environment, built (once per digest) unless it exists: on Kubernetes a
+        volume claim built by a Job, under bubblewrap a local directory. Raises
+        :class:`SweError` naming the task when it cannot be built."""
+        if not task.env_source:
+            return TaskEnvironment(environment_digest(self.backend))
+        if self.envs is None:
+            self.envs = EnvironmentStore(self.export_root.parent / "envs", lake=self.store.lake)
+        try:
+            spec = spec_for_file(export, task.env_source)
+            built = self.envs.ensure(self.backend, export, spec)
+        except (EnvironmentBuildError, OSError) as exc:
+            raise SweError(f"task {task.id!r}: environment {task.env_source!r} cannot be built: {exc}") from exc
+        return TaskEnvironment(environment_digest(self.backend, spec), built.path)
 
 
 # -- registration ---------------------------------------------------------------------------
@@ -90,9 +145,18 @@ def register_task_set(ctx: SweContext, spec_file: Path, repo_source: str) -> tup
         raise SweError(f"task-set file {str(spec_file)!r} is not valid: {exc}") from exc
     base = spec_file.parent
     source = RepoSource(spec.repo, repo_source)
-    env = environment_digest(ctx.backend)
+    env_source = spec.environment.requirements if spec.environment else None
     tasks = []
     for t in spec.tasks:
+        commit = source.resolve_ref(t.ref or spec.ref)
+        env = environment_digest(ctx.backend)
+        if env_source is not None:
+            # The digest is the declared file's at this commit (read from its export; built later).
+            try:
+                env_spec = spec_for_file(export_commit(source, commit, ctx.export_root), env_source)
+            except (EnvironmentBuildError, OSError) as exc:
+                raise SweError(f"task {t.id!r}: environment {env_source!r} at {commit[:12]}: {exc}") from exc
+            env = environment_digest(ctx.backend, env_spec)
         hidden_dir = base / t.hidden_tests
         if not hidden_dir.is_dir():
             raise SweError(f"task {t.id!r}: hidden tests {t.hidden_tests!r} is not a directory under {base}")
@@ -111,8 +175,9 @@ def register_task_set(ctx: SweContext, spec_file: Path, repo_source: str) -> tup
                 id=t.id,
                 task_set=spec.name,
                 repo=spec.repo,
-                commit=source.resolve_ref(t.ref or spec.ref),
+                commit=commit,
                 env_digest=env,
+                env_source=env_source,
                 test_cmd=spec.test_cmd,
                 problem=t.problem,
                 hidden_tests_ref=ctx.store.put_blob(json.dumps(bundle, sort_keys=True).encode()),
@@ -139,14 +204,20 @@ def run_gold_check(ctx: SweContext, task_set: str, runs: int = GOLD_RUNS_MIN) ->
     """Run every gold patch ``runs`` times; store per-test flake rates and the verdicts."""
     ts = ctx.store.task_set(task_set)
 
+    envs: dict[str, TaskEnvironment] = {}  # per task, for its runs (gold runs are sequential)
+
     def grade_gold(task: SweTask) -> Grade:
+        export = ctx.export(ts, task)
+        if task.id not in envs:
+            envs[task.id] = ctx.environment(task, export)
         return grade_patch(
             ctx.backend,
             ctx.pool,
-            ctx.export(ts, task),
+            export,
             task,
             ctx.store.blob(task.gold_patch_ref).decode(),
             ctx.store.hidden_files(task.hidden_tests_ref),
+            python_env=envs[task.id].python_env,
         )
 
     summary = flakes.gold_check(ts.tasks, grade_gold, runs)
@@ -220,22 +291,22 @@ def execute_run(ctx: SweContext, spec: RunSpec, workers: int = 1) -> RunOutcome:
     agent = load_agent(spec.agent_version)
     gold = ctx.store.gold(ts.name) or {}
     dropped: dict[str, list[str]] = gold.get("dropped_tests", {})
-    env_now = environment_digest(ctx.backend)
     out = RunOutcome(run_id)
     budget = RunBudget(spec.budget_usd)
     todo: list[tuple[SweTask, int, RepoExport]] = []
+    envs: dict[str, TaskEnvironment] = {}
     for task in ts.tasks:
         export = ctx.export(ts, task)
-        for idx in range(spec.samples):
-            if ctx.store.attempt_exists(spec.agent_version, task.id, idx):
-                out.reused += 1
-            else:
-                todo.append((task, idx, export))
+        missing = [i for i in range(spec.samples) if not ctx.store.attempt_exists(spec.agent_version, task.id, i)]
+        out.reused += spec.samples - len(missing)
+        if missing:  # the environment is built (or found) before any attempt of the task starts
+            envs[task.id] = ctx.environment(task, export)
+            todo += [(task, idx, export) for idx in missing]
 
     def one(task: SweTask, idx: int, export: RepoExport) -> dict[str, Any] | None:
         if budget.exhausted:
             return None
-        return _attempt(ctx, spec, run_id, task, idx, export, agent, dropped.get(task.id, []), env_now, budget)
+        return _attempt(ctx, spec, run_id, task, idx, export, agent, dropped.get(task.id, []), envs[task.id], budget)
 
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="swe-attempt") as pool:
         futures = [pool.submit(one, *item) for item in todo]
@@ -259,7 +330,7 @@ def _attempt(
     export: RepoExport,
     agent: AgentVersion,
     dropped: list[str],
-    env_now: str,
+    env_now: TaskEnvironment,
     budget: RunBudget,
 ) -> dict[str, Any] | None:
     row: dict[str, Any] = {
@@ -283,8 +354,10 @@ def _attempt(
         "tests_failed": 0,
     }
     trajectory: dict[str, Any] = {"task": task.model_dump(exclude={"hidden_tests_ref", "gold_patch_ref"})}
-    if task.env_digest != env_now:
-        row.update(status="error", reason=f"environment changed: task pinned {task.env_digest}, sandbox has {env_now}")
+    if task.env_digest != env_now.digest:
+        row.update(
+            status="error", reason=f"environment changed: task pinned {task.env_digest}, sandbox has {env_now.digest}"
+        )
         ctx.store.write_attempt(row, trajectory)
         return row
     seed = attempt_seed(spec.seed, spec.agent_version, task.id, idx)
@@ -300,7 +373,9 @@ def _attempt(
 
     # A sandbox that fails (SandboxUnavailableError, WorkspaceListingError) fails the run and
     # lands no row, so a resubmission attempts it again.
-    with open_tool_sandbox(ctx.backend, ctx.pool, export, task.env_digest, labels={"task": task.id}) as sandbox:
+    with open_tool_sandbox(
+        ctx.backend, ctx.pool, export, task.env_digest, python_env=env_now.python_env, labels={"task": task.id}
+    ) as sandbox:
         agent_sandbox = sandbox.sandbox_id
         outcome, patch, touched = anyio.run(drive, sandbox.env)
     if outcome.stop_reason == "budget":
@@ -309,7 +384,14 @@ def _attempt(
         outcome.commands(), task.hidden_paths
     )
     grade = grade_patch(
-        ctx.backend, ctx.pool, export, task, patch, ctx.store.hidden_files(task.hidden_tests_ref), dropped
+        ctx.backend,
+        ctx.pool,
+        export,
+        task,
+        patch,
+        ctx.store.hidden_files(task.hidden_tests_ref),
+        dropped,
+        python_env=env_now.python_env,
     )
     if grade.status == "invalid":
         status = "invalid"
@@ -362,5 +444,17 @@ def process_pool(root: Path) -> WorkspacePool:
 
 
 def local_context(store: SweStore, backend: SandboxBackend, home_dir: Path) -> SweContext:
-    """A context whose exports and workspaces live under the evalrunner home."""
-    return SweContext(store, backend, process_pool(home_dir / "swe-workspaces"), home_dir / "exports")
+    """A context whose exports, workspaces and repository environments (``$EVALRUNNER_ENVS``
+    when set) live under the evalrunner home. On Kubernetes its pool is a new pool of
+    workspace pods, which :meth:`SweContext.close` deletes (call it when the run ends)."""
+    envs = EnvironmentStore(os.environ.get(ENVS_DIR_ENV) or home_dir / "envs", lake=store.lake)
+    pool: WorkspacePool | KubernetesWorkspacePool
+    if provider_for(backend) == "evalrunner-k8s":
+        from evalrunner_assets.execution.kubernetes import KubernetesBackend
+        from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
+
+        assert isinstance(backend, KubernetesBackend)
+        pool = KubernetesWorkspacePool(backend)
+    else:
+        pool = process_pool(home_dir / "swe-workspaces")
+    return SweContext(store, backend, pool, home_dir / "exports", envs)

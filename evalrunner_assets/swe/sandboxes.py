@@ -3,8 +3,8 @@
 :func:`open_tool_sandbox` is the one place that picks the provider by the run's backend: the
 bubblewrap provider (``sandbox="bubblewrap"``: a workspace leased from the pool, one bubblewrap
 sandbox per command) locally, the Kubernetes provider (``sandbox="evalrunner-k8s"``: one
-workspace pod holding the export, every command one ``pods/exec``) when the backend is a
-``KubernetesBackend``. Everything else -- the agent's tool calls, the patch, grading -- uses
+workspace pod holding the export, leased from a ``KubernetesWorkspacePool`` when the context
+has one, every command one ``pods/exec``) when the backend is a ``KubernetesBackend``. Everything else -- the agent's tool calls, the patch, grading -- uses
 ``exec``/``read_file``/``write_file``, so it runs the same on either.
 
 :func:`sandbox_patch` is the attempt's patch taken through the sandbox: a listing of the
@@ -20,14 +20,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspect_ai.util import SandboxEnvironment
 
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
+
+if TYPE_CHECKING:
+    from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
 
 MAX_TEXT_FILE = 1024 * 1024  # as grading.workspace_patch: larger files are "non-text"
 LISTING_SECONDS = 120
@@ -93,41 +96,65 @@ def provider_for(backend: SandboxBackend) -> str:
 @contextmanager
 def open_tool_sandbox(
     backend: SandboxBackend,
-    pool: WorkspacePool,
+    pool: WorkspacePool | KubernetesWorkspacePool,
     export: RepoExport,
     env_digest: str,
     *,
+    python_env: str | None = None,
     exec_seconds: float = 120.0,
     labels: dict[str, str] | None = None,
 ) -> Iterator[ToolSandbox]:
     """A fresh sandbox holding ``export`` (the task repo at its pinned commit), no network;
-    closed (its workspace returned, or its pod deleted) on exit."""
+    closed (its workspace returned, or its pod deleted) on exit. On Kubernetes with a
+    :class:`~evalrunner_assets.execution.kubernetes_workspace_pool.KubernetesWorkspacePool` the
+    pod is leased from it (a prepared one when ready), else started for this sandbox.
+    ``python_env``: the task's
+    built repository environment (:meth:`~evalrunner_assets.swe.runner.SweContext.environment`),
+    mounted read-only with its ``bin`` first on ``PATH`` -- a local directory under
+    bubblewrap, ``/envs/<digest>`` (its volume claim) on Kubernetes."""
     if provider_for(backend) == "evalrunner-k8s":
         # Imported here: the Kubernetes modules load only in processes that use that backend.
         from evalrunner_assets.execution.inspect_k8s_sandbox import (
             KubernetesInspectSandboxConfig,
             KubernetesInspectSandboxEnvironment,
         )
-        from evalrunner_assets.execution.kubernetes import KubernetesBackend
+        from evalrunner_assets.execution.kubernetes import KubernetesBackend, env_digest_of
+        from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
 
         assert isinstance(backend, KubernetesBackend)
-        k8s = KubernetesInspectSandboxEnvironment.open(
-            KubernetesInspectSandboxConfig(
-                export_path=export.path,
-                repo=export.repo,
-                commit=export.commit,
-                tree_digest=export.tree_digest,
-                exec_seconds=exec_seconds,
-            ),
-            backend,
-            labels=labels,
+        cfg = KubernetesInspectSandboxConfig(
+            export_path=export.path,
+            repo=export.repo,
+            commit=export.commit,
+            tree_digest=export.tree_digest,
+            environment_digest=env_digest_of(python_env) if python_env else None,
+            exec_seconds=exec_seconds,
         )
+        if isinstance(pool, KubernetesWorkspacePool):
+            from inspect_ai.util import SandboxUnavailableError
+
+            from evalrunner_assets.execution.kubernetes import KubernetesSandboxError
+
+            with ExitStack() as stack:
+                try:
+                    leased = stack.enter_context(pool.lease(export, env_digest, python_env=python_env))
+                except KubernetesSandboxError as exc:
+                    raise SandboxUnavailableError(str(exc)) from exc
+                pod = leased.workspace
+                yield ToolSandbox(KubernetesInspectSandboxEnvironment(pod, cfg), pod.pod_name, "evalrunner-k8s")
+            return
+        k8s = KubernetesInspectSandboxEnvironment.open(cfg, backend, labels=labels)
         try:
             yield ToolSandbox(k8s, k8s.workspace.pod_name, "evalrunner-k8s")
         finally:
             k8s.close()
         return
     from evalrunner_assets.execution.inspect_sandbox import BubblewrapSandboxConfig, BubblewrapSandboxEnvironment
+
+    if not isinstance(pool, WorkspacePool):
+        raise TypeError(
+            f"a {getattr(backend, 'name', backend)!r} backend needs a WorkspacePool, got {type(pool).__name__}"
+        )
 
     bwrap = BubblewrapSandboxEnvironment.open(
         BubblewrapSandboxConfig(
@@ -136,6 +163,7 @@ def open_tool_sandbox(
             commit=export.commit,
             tree_digest=export.tree_digest,
             env_digest=env_digest,
+            python_env=python_env,
             exec_seconds=exec_seconds,
         ),
         backend,

@@ -204,6 +204,7 @@ def _tasks_schema() -> pa.Schema:
             ("repo", pa.string()),
             ("commit", pa.string()),
             ("env_digest", pa.string()),
+            ("env_source", pa.string()),
             ("test_cmd", pa.string()),
             ("problem", pa.string()),
             ("hidden_tests_ref", pa.string()),
