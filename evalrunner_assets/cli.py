@@ -175,10 +175,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from resources import default_resources
 
         resources = default_resources(sandbox=SandboxResource(backend_name=args.backend, max_workers=args.workers or 0))
+
     # The outage breaker (ComparisonStopped, exit 3), a gateway that cannot start (exit 2) and
     # Ctrl-C (exit 130) end up in main's handler like every other error.
+    def on_lease_wait(holder: Any) -> None:
+        print(
+            f"waiting: this comparison is being run by {holder.describe()}; it continues from what that "
+            "one lands once it ends",
+            flush=True,
+        )
+
     result = run_comparison(
-        request, resources=resources, on_step=_progress_printer(), model_gateway=True if args.model_gateway else None
+        request,
+        resources=resources,
+        on_step=_progress_printer(),
+        model_gateway=True if args.model_gateway else None,
+        on_lease_wait=on_lease_wait,
     )
     _print_outcome(result)
     if result.status == "budget_spent":

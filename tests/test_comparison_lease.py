@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,7 +135,24 @@ def test_the_sampling_sensor_leaves_a_comparison_to_the_engine_holding_it(tmp_pa
         assert requested()  # the holder died: the comparison is picked up again
 
 
-def test_compare_refuses_a_comparison_another_live_engine_holds_naming_it(tmp_path: Path, holder):
+def test_a_waiting_engine_takes_the_lease_once_the_holder_is_gone(tmp_path, holder, monkeypatch):
+    monkeypatch.setattr(lease_mod, "POLL_S", 0.05)
+    the_lake, req = open_lake(str(tmp_path / "lake")), request()
+    plant(the_lake, req, pid=holder.pid)
+    told: list[str] = []
+    waiter = ComparisonLease(the_lake, req, "evalrunner compare")
+    thread = threading.Thread(target=lambda: waiter.acquire(wait=True, on_wait=lambda h: told.append(h.owner)))
+    thread.start()
+    time.sleep(0.5)
+    assert thread.is_alive() and told == ["evalrunner compare"]  # told once, still waiting
+    holder.kill()
+    holder.wait()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and read_lease(the_lake, req) == waiter.lease
+    waiter.release()
+
+
+def test_a_second_compare_of_the_same_head_waits_for_the_holder_then_finishes(tmp_path: Path, holder):
     from evalrunner_assets.example_repo import build_example_repo
 
     repo = tmp_path / "repo"
@@ -149,15 +167,30 @@ def test_compare_refuses_a_comparison_another_live_engine_holds_naming_it(tmp_pa
         update={"repo": "local/repo", "pr": "local", "base_sha": sha("main"), "head_sha": sha("no-op-wording")}
     )
     plant(the_lake, req, pid=holder.pid, owner="comparison_job run 1234")
-    proc = subprocess.run(
-        [sys.executable, "-m", "evalrunner_assets.cli", "compare", "--repo", str(repo), "--base", "main"]
-        + ["--head", "no-op-wording"],
+    argv = [sys.executable, "-m", "evalrunner_assets.cli", "compare", "--repo", str(repo), "--base", "main"]
+    proc = subprocess.Popen(
+        argv + ["--head", "no-op-wording", "--cap", "16"],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
     )
-    assert proc.returncode == 2, proc.stderr
-    assert "is being run by comparison_job run 1234" in proc.stderr
-    assert "wait for it to finish" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    try:
+        assert proc.stdout is not None
+        first = ""
+        deadline = time.monotonic() + 120
+        while "waiting:" not in first and time.monotonic() < deadline:
+            first = proc.stdout.readline()
+            assert first or proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert "being run by comparison_job run 1234 (pid" in first
+        time.sleep(2)
+        assert proc.poll() is None  # still waiting while the holder lives
+        holder.kill()
+        holder.wait()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "verdict" in out.lower() and "Traceback" not in err
+    assert read_lease(the_lake, req) is None  # released at the end

@@ -470,6 +470,7 @@ def comparison(
                 report_at_start=True,
                 sandbox_context=context,
                 lease_owner=f"comparison_job run {context.run_id}",
+                lease_wait=False,  # a run slot is not held waiting: the sensor asks again later
             )
         except engine.ComparisonStopped as exc:
             raise dg.Failure(f"the comparison stopped: {exc}") from exc

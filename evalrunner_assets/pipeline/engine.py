@@ -301,6 +301,8 @@ class ComparisonEngine:
         model_gateway: bool | None = None,
         sandbox_context: Any = None,
         lease_owner: str = "evalrunner compare",
+        lease_wait: bool = True,
+        on_lease_wait: Callable[[Any], None] | None = None,
         **options: Any,
     ) -> ComparisonEngine:
         """Prepare the lake (sweep, register the repository, open the comparison, retire old
@@ -315,9 +317,10 @@ class ComparisonEngine:
             resources["repos"].register(the_lake, request.repo, request.source)
         request = open_comparison(the_lake, request)
         # One engine at a time per comparison (the CLI and the daemon share the lake); held
-        # until run() ends. A live holder elsewhere raises ComparisonBusy, naming it.
+        # until run() ends. A live holder is waited out, or (lease_wait=False) raises
+        # ComparisonBusy naming it.
         lease = ComparisonLease(the_lake, request, lease_owner)
-        lease.acquire()
+        lease.acquire(wait=lease_wait, on_wait=on_lease_wait)
         try:
             # A window that failed on infrastructure in an earlier run (an outage since fixed)
             # gets one more try in this one; within this run a failure stops its task.

@@ -11,7 +11,9 @@ create-only write), rewritten every :data:`HEARTBEAT_S` while the engine lives, 
 ends. A lease is live while its heartbeat is younger than :data:`TTL_S`; on the holder's own
 host a lease whose process is gone is stale at once, so a killed command can be resumed
 immediately. A stale lease is taken over (removed, then created again create-only, so two
-takers cannot both win).
+takers cannot both win). ``evalrunner compare`` waits for a live holder and then continues from
+what it landed and decided (two identical commands both end with the same verdict); a daemon
+run does not wait (it fails, naming the holder, and the sampling sensor asks again later).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,6 +32,7 @@ from evalrunner_assets.pipeline.spec import ComparisonRequest
 from lake import LAYOUT
 
 HEARTBEAT_S = 10.0
+POLL_S = 1.0  # how often a waiting engine looks at the lease again
 TTL_S = 60.0  # six missed heartbeats: a holder this quiet is gone (a stopped machine, a lost pod)
 LEASE_NAME = "lease.json"
 
@@ -112,19 +116,37 @@ class ComparisonLease:
     def _encode(self, lease: Lease) -> bytes:
         return json.dumps(asdict(lease), sort_keys=True).encode()
 
-    def acquire(self) -> None:
-        for _ in range(2):
-            if self.lake.write_once(self.path, self._encode(self.lease)):
+    def acquire(self, *, wait: bool = False, on_wait: Callable[[Lease], None] | None = None) -> None:
+        """Take the lease. A live holder raises :class:`ComparisonBusy`, or with ``wait`` is
+        waited out (polled every :data:`POLL_S`; ``on_wait(holder)`` is told once), so a second
+        identical command continues from what the first landed and decided."""
+        told = False
+        while True:
+            try:
+                self._take()
                 break
+            except ComparisonBusy as busy:
+                if not wait:
+                    raise
+                if on_wait is not None and not told:
+                    on_wait(busy.holder)
+                    told = True
+                time.sleep(POLL_S)
+        self._thread = threading.Thread(target=self._beat, name="evalrunner-lease", daemon=True)
+        self._thread.start()
+
+    def _take(self) -> None:
+        for _ in range(2):
+            now = time.time()
+            self.lease = Lease(**{**asdict(self.lease), "started_at": now, "heartbeat_at": now})
+            if self.lake.write_once(self.path, self._encode(self.lease)):
+                return
             held = read_lease(self.lake, self.request)
             if held is not None and held.is_live():
                 raise ComparisonBusy(self.request.key, held)
             self.lake.remove(self.path)  # stale (or damaged): take it over, create-only again
-        else:
-            held = read_lease(self.lake, self.request)
-            raise ComparisonBusy(self.request.key, held or self.lease)
-        self._thread = threading.Thread(target=self._beat, name="evalrunner-lease", daemon=True)
-        self._thread.start()
+        held = read_lease(self.lake, self.request)
+        raise ComparisonBusy(self.request.key, held or self.lease)
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
