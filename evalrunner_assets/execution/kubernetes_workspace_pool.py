@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from evalrunner_assets.execution.kubernetes import KubernetesBackend
 from evalrunner_assets.execution.kubernetes_workspace import KubernetesWorkspace
 from evalrunner_assets.execution.sandbox import Limits, RepoExport
-from evalrunner_assets.execution.workspace_pool import DEFAULT_MAX_LEASED, DEFAULT_MAX_READY, WorkspaceQueueTimeout
+from evalrunner_assets.execution.workspace_pool import DEFAULT_MAX_LEASED, DEFAULT_MAX_READY, LeaseQueue
 
 DEFAULT_MEMORY_BYTES = 2 * 1024**3
 
@@ -83,16 +83,14 @@ class KubernetesWorkspacePool:
         self._ready: dict[_Key, deque[_Ready]] = {}
         self._order: deque[tuple[_Key, _Ready]] = deque()  # ready pods, oldest first
         self._preparing = 0
-        self._leased = 0
-        self._waiters: deque[float] = deque()
-        self._cond = threading.Condition()
+        self._queue = LeaseQueue(max_leased)
+        self._cond = self._queue.cond  # one lock for the queue and the ready pods
         self._threads: list[threading.Thread] = []
         self._closed = False
         self.cold_starts = 0
         self.warm_hits = 0
         self.discarded = 0  # ready pods deleted unleased (too old, not running, over the bound)
         self.prepare_failures = 0
-        self.max_wait_s = 0.0
 
     @staticmethod
     def _key(export: RepoExport, env_digest: str) -> _Key:
@@ -190,26 +188,10 @@ class KubernetesWorkspacePool:
         ``python_env``: the environment claim's ``/envs/<digest>`` the pod mounts read-only
         (pods of one key share it: ``env_digest`` names the environment)."""
         key = self._key(export, env_digest)
-        enqueued = time.monotonic()
         with self._cond:
             if self._closed:
                 raise RuntimeError("the workspace pod pool is closed")
-            self._waiters.append(enqueued)
-            try:
-                while self._leased >= self.max_leased or self._waiters[0] != enqueued:
-                    left = None if timeout is None else timeout - (time.monotonic() - enqueued)
-                    if left is not None and left <= 0:
-                        raise WorkspaceQueueTimeout(
-                            f"no workspace pod for {export.repo}@{export.commit[:7]} within {timeout:.0f} s "
-                            f"({self._leased} leased, pool limit {self.max_leased})"
-                        )
-                    self._cond.wait(left)
-            finally:
-                self._waiters.remove(enqueued)
-                self._cond.notify_all()
-            self._leased += 1
-            waited = time.monotonic() - enqueued
-            self.max_wait_s = max(self.max_wait_s, waited)
+            waited = self._queue.admit_locked(f"workspace pod for {export.repo}@{export.commit[:7]}", timeout)
             stale: list[KubernetesWorkspace] = []
             taken = self._take_ready_locked(key, stale)
         workspace: KubernetesWorkspace | None = None
@@ -234,8 +216,7 @@ class KubernetesWorkspacePool:
             if workspace is not None:
                 workspace.close()
             with self._cond:
-                self._leased -= 1
-                self._cond.notify_all()
+                self._queue.release_locked()
 
     # -- reporting and closing ------------------------------------------------------------------
     def stats(self) -> dict[str, float | int]:
@@ -247,10 +228,10 @@ class KubernetesWorkspacePool:
             return {
                 "ready": len(self._order),
                 "preparing": self._preparing,
-                "leased": self._leased,
-                "waiting": len(self._waiters),
-                "queue_age_s": round(now - self._waiters[0], 3) if self._waiters else 0.0,
-                "max_wait_s": round(self.max_wait_s, 3),
+                "leased": self._queue.leased,
+                "waiting": len(self._queue.waiters),
+                "queue_age_s": self._queue.queue_age_s(now),
+                "max_wait_s": round(self._queue.max_wait_s, 3),
                 "warm_hits": self.warm_hits,
                 "cold_starts": self.cold_starts,
                 "discarded": self.discarded,

@@ -61,6 +61,46 @@ def copy_export(export: RepoExport, root: Path) -> str:
     return str(dest)
 
 
+class LeaseQueue:
+    """A FIFO queue of leases, at most ``max_leased`` out at once, with the queue's age: the
+    admission both workspace pools (local copies, Kubernetes pods) use."""
+
+    def __init__(self, max_leased: int) -> None:
+        self.max_leased = max_leased
+        self.leased = 0
+        self.waiters: deque[float] = deque()  # monotonic enqueue times of waiting leases
+        self.cond = threading.Condition()
+        self.max_wait_s = 0.0
+
+    def admit_locked(self, what: str, timeout: float | None) -> float:
+        """Wait (holding ``cond``) for this lease's turn and a free slot; returns the seconds
+        waited. Raises :class:`WorkspaceQueueTimeout` naming ``what`` after ``timeout``."""
+        enqueued = time.monotonic()
+        self.waiters.append(enqueued)
+        try:
+            while self.leased >= self.max_leased or self.waiters[0] != enqueued:
+                left = None if timeout is None else timeout - (time.monotonic() - enqueued)
+                if left is not None and left <= 0:
+                    raise WorkspaceQueueTimeout(
+                        f"no {what} within {timeout:.0f} s ({self.leased} leased, pool limit {self.max_leased})"
+                    )
+                self.cond.wait(left)
+        finally:
+            self.waiters.remove(enqueued)
+            self.cond.notify_all()
+        self.leased += 1
+        waited = time.monotonic() - enqueued
+        self.max_wait_s = max(self.max_wait_s, waited)
+        return waited
+
+    def release_locked(self) -> None:
+        self.leased -= 1
+        self.cond.notify_all()
+
+    def queue_age_s(self, now: float) -> float:
+        return round(now - self.waiters[0], 3) if self.waiters else 0.0
+
+
 class WorkspacePool:
     """Ready workspaces per (environment digest, commit export), bounded, with a FIFO lease queue."""
 
@@ -72,12 +112,10 @@ class WorkspacePool:
         self.max_leased = max_leased
         self._ready: dict[tuple[str, str, str], deque[str]] = {}
         self._order: deque[tuple[tuple[str, str, str], str]] = deque()  # ready copies, oldest first
-        self._leased = 0
-        self._waiters: deque[float] = deque()  # monotonic enqueue times of waiting leases
-        self._cond = threading.Condition()
+        self._queue = LeaseQueue(max_leased)
+        self._cond = self._queue.cond  # one lock for the queue and the ready copies
         self.cold_starts = 0
         self.warm_hits = 0
-        self.max_wait_s = 0.0
         self._refills: list[threading.Thread] = []
         self._closed = False
 
@@ -113,24 +151,8 @@ class WorkspacePool:
     @contextmanager
     def lease(self, export: RepoExport, env_digest: str, timeout: float | None = None) -> Iterator[Workspace]:
         """A workspace for one sample; deleted (and replaced by a fresh ready copy) afterwards."""
-        enqueued = time.monotonic()
         with self._cond:
-            self._waiters.append(enqueued)
-            try:
-                while self._leased >= self.max_leased or self._waiters[0] != enqueued:
-                    left = None if timeout is None else timeout - (time.monotonic() - enqueued)
-                    if left is not None and left <= 0:
-                        raise WorkspaceQueueTimeout(
-                            f"no workspace for {export.repo}@{export.commit[:7]} within {timeout:.0f} s "
-                            f"({self._leased} leased, pool limit {self.max_leased})"
-                        )
-                    self._cond.wait(left)
-            finally:
-                self._waiters.remove(enqueued)
-                self._cond.notify_all()
-            self._leased += 1
-            waited = time.monotonic() - enqueued
-            self.max_wait_s = max(self.max_wait_s, waited)
+            waited = self._queue.admit_locked(f"workspace for {export.repo}@{export.commit[:7]}", timeout)
             ready = self._ready.get(self._key(export, env_digest))
             path = ready.popleft() if ready else None
             if path is not None:
@@ -146,8 +168,7 @@ class WorkspacePool:
             if path is not None:
                 shutil.rmtree(path, ignore_errors=True)
             with self._cond:
-                self._leased -= 1
-                self._cond.notify_all()
+                self._queue.release_locked()
         # Refill in the background: the copy overlaps the caller's next work (grading, the next
         # attempt), so the next lease of this commit starts warm.
         refill = threading.Thread(
@@ -164,10 +185,10 @@ class WorkspacePool:
             now = time.monotonic()
             return {
                 "ready": len(self._order),
-                "leased": self._leased,
-                "waiting": len(self._waiters),
-                "queue_age_s": round(now - self._waiters[0], 3) if self._waiters else 0.0,
-                "max_wait_s": round(self.max_wait_s, 3),
+                "leased": self._queue.leased,
+                "waiting": len(self._queue.waiters),
+                "queue_age_s": self._queue.queue_age_s(now),
+                "max_wait_s": round(self._queue.max_wait_s, 3),
                 "warm_hits": self.warm_hits,
                 "cold_starts": self.cold_starts,
                 "max_ready": self.max_ready,
