@@ -68,6 +68,20 @@ def standin():
     s.stop()
 
 
+STANDIN_IMAGE = "registry.example/evalrunner-sandbox@sha256:" + "1" * 64
+
+
+@pytest.fixture
+def standin_backend(standin, tmp_path):
+    """A Kubernetes backend on the stand-in API (sandbox image ``STANDIN_IMAGE``, fast polling)."""
+    from evalrunner_assets.execution.kubernetes import KubernetesBackend, KubernetesSandboxConfig
+
+    kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
+    return KubernetesBackend(
+        KubernetesSandboxConfig(image=STANDIN_IMAGE, kubeconfig=str(kubeconfig), poll_interval_seconds=0.05)
+    )
+
+
 @pytest.fixture(scope="session")
 def bwrap_backend():
     """The bubblewrap backend, preflighted once. Fails (not skips) when it cannot run:

@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from evalrunner_assets.execution.environment import spec_for_file  # noqa: E402
-from evalrunner_assets.execution.kubernetes import NETWORK_LABEL, ROLE_LABEL, KubernetesBackend, KubernetesSandboxConfig  # noqa: E402
+from evalrunner_assets.execution.kubernetes import NETWORK_LABEL, ROLE_LABEL  # noqa: E402
 from evalrunner_assets.execution.repo import RepoSource, export_commit  # noqa: E402
 from evalrunner_assets.execution.workspace_pool import WorkspacePool  # noqa: E402
 from evalrunner_assets.swe import RunSpec, SweStore  # noqa: E402
@@ -35,7 +35,6 @@ from evalrunner_assets.swe.runner import (  # noqa: E402
 from evalrunner_assets.swe.sandboxes import open_tool_sandbox, sandbox_patch  # noqa: E402
 from lake import open_lake  # noqa: E402
 
-IMAGE = "registry.example/evalrunner-sandbox@sha256:" + "1" * 64
 # A subset of the example set, to keep the test short: a task every version solves, and two
 # the better version solves and the cheating one games (a planted conftest.py; on
 # median-even it also asks git for history beyond the pinned commit).
@@ -44,11 +43,8 @@ VERSIONS = ("better", "cheating")
 
 
 @pytest.fixture
-def k8s_backend(standin, tmp_path):
-    kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
-    return KubernetesBackend(
-        KubernetesSandboxConfig(image=IMAGE, kubeconfig=str(kubeconfig), poll_interval_seconds=0.05)
-    )
+def k8s_backend(standin_backend):
+    return standin_backend
 
 
 @pytest.fixture(scope="module")

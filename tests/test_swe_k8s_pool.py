@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from evalrunner_assets.execution.environment import spec_for_file  # noqa: E402
-from evalrunner_assets.execution.kubernetes import ROLE_LABEL, KubernetesBackend, KubernetesSandboxConfig  # noqa: E402
+from evalrunner_assets.execution.kubernetes import ROLE_LABEL  # noqa: E402
 from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool  # noqa: E402
 from evalrunner_assets.execution.repo import RepoSource, export_commit  # noqa: E402
 from evalrunner_assets.execution.workspace_pool import WorkspaceQueueTimeout  # noqa: E402
@@ -37,16 +37,12 @@ from evalrunner_assets.swe.runner import (  # noqa: E402
 from evalrunner_assets.swe.sandboxes import open_tool_sandbox  # noqa: E402
 from lake import open_lake  # noqa: E402
 
-IMAGE = "registry.example/evalrunner-sandbox@sha256:" + "1" * 64
 SUBSET = ("mean-divisor", "median-even")
 
 
 @pytest.fixture
-def k8s_backend(standin, tmp_path):
-    kubeconfig = standin.write_kubeconfig(tmp_path / "kubeconfig")
-    return KubernetesBackend(
-        KubernetesSandboxConfig(image=IMAGE, kubeconfig=str(kubeconfig), poll_interval_seconds=0.05)
-    )
+def k8s_backend(standin_backend):
+    return standin_backend
 
 
 @pytest.fixture(scope="module")
