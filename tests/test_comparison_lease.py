@@ -119,7 +119,7 @@ def test_the_sampling_sensor_leaves_a_comparison_to_the_engine_holding_it(tmp_pa
     open_comparison(the_lake, req)
     resources = {
         "lake": LakeResource(root=str(tmp_path / "lake")),
-        "sandbox": SandboxResource(backend_name="unsafe-local"),
+        "sandbox": SandboxResource(backend_name="bubblewrap"),
     }
     with dg.instance_for_test() as instance:
 
