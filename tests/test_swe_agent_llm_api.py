@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 from inspect_ai.log import read_eval_log
+from swe_example_subset import write_subset_task_set  # noqa: E402
 
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe import RunSpec, SweStore
 from evalrunner_assets.swe.agent import EXAMPLE_DIR, AgentVersion
-from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo
+from evalrunner_assets.swe.example import build_tinystats_repo
 from evalrunner_assets.swe.model import SweError
 from evalrunner_assets.swe.runner import SweContext, execute_run, register_task_set
 from evalrunner_assets.swe.simcoder import SimulatedCoder, reply_usage
@@ -147,15 +148,11 @@ def mock_llm_api(tmp_path, monkeypatch):
 def swe_ctx(tmp_path, bwrap_backend):
     """The example repository, a task set of SUBSET's tasks registered in a fresh lake."""
     build_tinystats_repo(tmp_path / "repo")
-    spec = json.loads(EXAMPLE_TASK_SET.read_text())
-    spec["tasks"] = [t for t in spec["tasks"] if t["id"] in SUBSET]
-    (tmp_path / "set").mkdir()
-    (tmp_path / "set" / "tasks").symlink_to(EXAMPLE_TASK_SET.parent / "tasks")
-    (tmp_path / "set" / "taskset.json").write_text(json.dumps(spec))
+    spec_file = write_subset_task_set(tmp_path / "set", SUBSET)
     ctx = SweContext(
         SweStore(open_lake(str(tmp_path / "lake"))), bwrap_backend, WorkspacePool(tmp_path / "ws"), tmp_path / "exp"
     )
-    register_task_set(ctx, tmp_path / "set" / "taskset.json", str(tmp_path / "repo"))
+    register_task_set(ctx, spec_file, str(tmp_path / "repo"))
     return ctx
 
 

@@ -18,12 +18,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from swe_example_subset import write_subset_task_set  # noqa: E402
+
 from evalrunner_assets.execution.environment import spec_for_file  # noqa: E402
 from evalrunner_assets.execution.kubernetes import NETWORK_LABEL, ROLE_LABEL  # noqa: E402
 from evalrunner_assets.execution.repo import RepoSource, export_commit  # noqa: E402
 from evalrunner_assets.execution.workspace_pool import WorkspacePool  # noqa: E402
 from evalrunner_assets.swe import RunSpec, SweStore  # noqa: E402
-from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo  # noqa: E402
+from evalrunner_assets.swe.example import build_tinystats_repo  # noqa: E402
 from evalrunner_assets.swe.grading import workspace_patch  # noqa: E402
 from evalrunner_assets.swe.runner import (  # noqa: E402
     SweContext,
@@ -42,23 +44,12 @@ SUBSET = ("mean-divisor", "parse-separators", "median-even")
 VERSIONS = ("better", "cheating")
 
 
-@pytest.fixture
-def k8s_backend(standin_backend):
-    return standin_backend
-
-
 @pytest.fixture(scope="module")
 def tinystats(tmp_path_factory) -> tuple[Path, Path]:
     """The example repository and a task-set file holding SUBSET of the example's tasks."""
     root = tmp_path_factory.mktemp("tinystats")
     build_tinystats_repo(root / "repo")
-    spec = json.loads(EXAMPLE_TASK_SET.read_text())
-    spec["tasks"] = [t for t in spec["tasks"] if t["id"] in SUBSET]
-    assert [t["id"] for t in spec["tasks"]] and len(spec["tasks"]) == len(SUBSET)
-    (root / "set").mkdir()
-    (root / "set" / "tasks").symlink_to(EXAMPLE_TASK_SET.parent / "tasks")
-    (root / "set" / "taskset.json").write_text(json.dumps(spec))
-    return root / "repo", root / "set" / "taskset.json"
+    return root / "repo", write_subset_task_set(root / "set", SUBSET)
 
 
 def _run(tmp: Path, backend, repo: Path, spec_file: Path) -> tuple[SweContext, dict[tuple[str, str], dict]]:
@@ -75,10 +66,10 @@ def _run(tmp: Path, backend, repo: Path, spec_file: Path) -> tuple[SweContext, d
 
 
 def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
-    tmp_path, tinystats, standin, k8s_backend, bwrap_backend
+    tmp_path, tinystats, standin, standin_backend, bwrap_backend
 ):
     repo, spec_file = tinystats
-    k8s_ctx, k8s_rows = _run(tmp_path / "k8s", k8s_backend, repo, spec_file)
+    k8s_ctx, k8s_rows = _run(tmp_path / "k8s", standin_backend, repo, spec_file)
     bwrap_ctx, bwrap_rows = _run(tmp_path / "bwrap", bwrap_backend, repo, spec_file)
     k8s_store, bwrap_store = k8s_ctx.store, bwrap_ctx.store
     assert len(k8s_rows) == len(VERSIONS) * len(SUBSET)
@@ -103,8 +94,8 @@ def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
     # the Kubernetes runtime -- not the controller's pytest, not bubblewrap's.
     ts = k8s_store.task_set("tinystats-bugs")
     spec = spec_for_file(k8s_ctx.export(ts, ts.tasks[0]), "requirements.txt")
-    k8s_env = environment_digest(k8s_backend, spec)
-    assert k8s_env not in (environment_digest(k8s_backend), environment_digest(bwrap_backend, spec))
+    k8s_env = environment_digest(standin_backend, spec)
+    assert k8s_env not in (environment_digest(standin_backend), environment_digest(bwrap_backend, spec))
     assert {r["env_digest"] for r in k8s_rows.values()} == {k8s_env}
     assert {t.env_digest for t in ts.tasks} == {k8s_env}
     assert {r["env_digest"] for r in bwrap_rows.values()} == {environment_digest(bwrap_backend, spec)}
@@ -178,7 +169,7 @@ def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
     assert workspace_pods <= set(standin.deleted)
     assert not {name for (_, name) in standin.pods} & workspace_pods
     # No cold sandbox pod ran: tools, patch and grading all went through workspace pods.
-    assert k8s_backend.sandbox_counts()["cold_pods"] == 0
+    assert standin_backend.sandbox_counts()["cold_pods"] == 0
 
 
 def spec_test_cmd(spec_file: Path) -> str:

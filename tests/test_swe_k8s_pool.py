@@ -9,7 +9,6 @@ the lake are real."""
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -20,13 +19,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from swe_example_subset import write_subset_task_set  # noqa: E402
+
 from evalrunner_assets.execution.environment import spec_for_file  # noqa: E402
 from evalrunner_assets.execution.kubernetes import ROLE_LABEL  # noqa: E402
 from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool  # noqa: E402
 from evalrunner_assets.execution.repo import RepoSource, export_commit  # noqa: E402
 from evalrunner_assets.execution.workspace_pool import WorkspaceQueueTimeout  # noqa: E402
 from evalrunner_assets.swe import RunSpec, SweStore  # noqa: E402
-from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo  # noqa: E402
+from evalrunner_assets.swe.example import build_tinystats_repo  # noqa: E402
 from evalrunner_assets.swe.runner import (  # noqa: E402
     environment_digest,
     execute_run,
@@ -40,21 +41,11 @@ from lake import open_lake  # noqa: E402
 SUBSET = ("mean-divisor", "median-even")
 
 
-@pytest.fixture
-def k8s_backend(standin_backend):
-    return standin_backend
-
-
 @pytest.fixture(scope="module")
 def tinystats(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("tinystats")
     build_tinystats_repo(root / "repo")
-    spec = json.loads(EXAMPLE_TASK_SET.read_text())
-    spec["tasks"] = [t for t in spec["tasks"] if t["id"] in SUBSET]
-    (root / "set").mkdir()
-    (root / "set" / "tasks").symlink_to(EXAMPLE_TASK_SET.parent / "tasks")
-    (root / "set" / "taskset.json").write_text(json.dumps(spec))
-    return root / "repo", root / "set" / "taskset.json"
+    return root / "repo", write_subset_task_set(root / "set", SUBSET)
 
 
 def _live_workspace_pods(standin) -> set[str]:
@@ -84,12 +75,12 @@ class _PodCounter:
 
 
 def test_workspace_pod_pool_reuses_prepared_pods_within_its_bound_and_reports_queue_age_standin_api(
-    standin, k8s_backend, tinystats, tmp_path
+    standin, standin_backend, tinystats, tmp_path
 ):
     repo, _ = tinystats
     source = RepoSource("example/tinystats", str(repo))
     export = export_commit(source, source.resolve_ref("main"), tmp_path / "exports")
-    pool = KubernetesWorkspacePool(k8s_backend, max_ready=2, max_leased=1)
+    pool = KubernetesWorkspacePool(standin_backend, max_ready=2, max_leased=1)
     counter = _PodCounter(standin)
     try:
         # Preparing stops at the bound.
@@ -103,7 +94,7 @@ def test_workspace_pod_pool_reuses_prepared_pods_within_its_bound_and_reports_qu
             return result.stdout
 
         # A lease takes a prepared pod (its replacement is started meanwhile).
-        with open_tool_sandbox(k8s_backend, pool, export, "env-a") as sandbox:
+        with open_tool_sandbox(standin_backend, pool, export, "env-a") as sandbox:
             assert sandbox.sandbox_id in prepared
             assert "tinystats" in anyio.run(readme, sandbox.env)
             held = sandbox.sandbox_id
@@ -167,11 +158,11 @@ def test_workspace_pod_pool_reuses_prepared_pods_within_its_bound_and_reports_qu
 
 
 def test_swe_run_on_the_pod_pool_mounts_the_environment_claim_read_only_in_every_pod_standin_api(
-    standin, k8s_backend, tinystats, tmp_path
+    standin, standin_backend, tinystats, tmp_path
 ):
     repo, spec_file = tinystats
     store = SweStore(open_lake(str(tmp_path / "lake")))
-    ctx = local_context(store, k8s_backend, tmp_path / "home")  # what the assets and the CLI use
+    ctx = local_context(store, standin_backend, tmp_path / "home")  # what the assets and the CLI use
     assert isinstance(ctx.pool, KubernetesWorkspacePool)
     counter = _PodCounter(standin)
     try:
@@ -188,8 +179,8 @@ def test_swe_run_on_the_pod_pool_mounts_the_environment_claim_read_only_in_every
     # The digest every row records is the declared environment's on the Kubernetes runtime.
     env_spec = spec_for_file(ctx.export(ts, ts.tasks[0]), "requirements.txt")
     rows = store.attempts()
-    assert {r["env_digest"] for r in rows} == {environment_digest(k8s_backend, env_spec)}
-    assert environment_digest(k8s_backend, env_spec) != environment_digest(k8s_backend)
+    assert {r["env_digest"] for r in rows} == {environment_digest(standin_backend, env_spec)}
+    assert environment_digest(standin_backend, env_spec) != environment_digest(standin_backend)
     # Attempts, graders and gold runs leased pods of one key (commit, environment): after the
     # first, the pool had one prepared for most leases.
     leases = len(SUBSET) * 2 + len(SUBSET) * gold["runs"]

@@ -224,20 +224,15 @@ class KubernetesWorkspacePool:
         (the queue age), and counts of warm and cold leases (the keys of ``WorkspacePool.stats``
         plus ``preparing``, ``discarded`` and ``prepare_failures``)."""
         with self._cond:
-            now = time.monotonic()
             return {
                 "ready": len(self._order),
                 "preparing": self._preparing,
-                "leased": self._queue.leased,
-                "waiting": len(self._queue.waiters),
-                "queue_age_s": self._queue.queue_age_s(now),
-                "max_wait_s": round(self._queue.max_wait_s, 3),
+                **self._queue.stats_locked(),
                 "warm_hits": self.warm_hits,
                 "cold_starts": self.cold_starts,
                 "discarded": self.discarded,
                 "prepare_failures": self.prepare_failures,
                 "max_ready": self.max_ready,
-                "max_leased": self.max_leased,
             }
 
     def close(self, timeout: float = 120.0) -> None:

@@ -97,8 +97,16 @@ class LeaseQueue:
         self.leased -= 1
         self.cond.notify_all()
 
-    def queue_age_s(self, now: float) -> float:
-        return round(now - self.waiters[0], 3) if self.waiters else 0.0
+    def stats_locked(self) -> dict[str, float | int]:
+        """Leases out, waiters, the age of the oldest waiter (the queue age) and the longest wait."""
+        now = time.monotonic()
+        return {
+            "leased": self.leased,
+            "waiting": len(self.waiters),
+            "queue_age_s": round(now - self.waiters[0], 3) if self.waiters else 0.0,
+            "max_wait_s": round(self.max_wait_s, 3),
+            "max_leased": self.max_leased,
+        }
 
 
 class WorkspacePool:
@@ -182,17 +190,12 @@ class WorkspacePool:
         """Ready copies, leases out, waiters, the age of the oldest waiter (the queue age, the
         pool's SLO), and counts of warm and cold leases."""
         with self._cond:
-            now = time.monotonic()
             return {
                 "ready": len(self._order),
-                "leased": self._queue.leased,
-                "waiting": len(self._queue.waiters),
-                "queue_age_s": self._queue.queue_age_s(now),
-                "max_wait_s": round(self._queue.max_wait_s, 3),
+                **self._queue.stats_locked(),
                 "warm_hits": self.warm_hits,
                 "cold_starts": self.cold_starts,
                 "max_ready": self.max_ready,
-                "max_leased": self.max_leased,
             }
 
     def close(self) -> None:
