@@ -36,7 +36,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as sps
@@ -397,28 +397,35 @@ def compare_priors(reps: int, seed: int) -> None:
         print(f"{name:<28} " + " | ".join(cells) + f" | all ties 'unchanged' at T=1/3/20: {'/'.join(map(str, ties))}")
 
 
-def _two_part(early: float, r1: float, r2: float) -> Callable[[np.ndarray], np.ndarray]:
-    """Cumulative share of the sign tests' alpha: ``early`` of it by a quarter of the horizon
-    (shaped t^r1), the rest after it (shaped t^r2) -- spending aimed at 64 pairs and the cap."""
-
-    def share(t: np.ndarray) -> np.ndarray:
-        return np.where(t <= 0.25, early * (t / 0.25) ** r1, early + (1 - early) * ((t - 0.25) / 0.75) ** r2)
-
-    return share
-
-
-# (label, share of alpha/(2T) for the sign tests, spending exponent or a spending shape)
-SPENDING_CHOICES: tuple[tuple[str, float, float | Callable[[np.ndarray], np.ndarray]], ...] = (
-    ("t^0.6", 0.9, 0.6),
-    ("t^0.75 (chosen)", 0.9, 0.75),
-    ("t^0.9", 0.9, 0.9),
-    ("t^1.25", 0.9, 1.25),
-    ("t^0.75, share 0.8", 0.8, 0.75),
-    ("t^0.75, share 0.95", 0.95, 0.75),
-    ("20% by 64 (t^0.75), t^2 after", 0.9, _two_part(0.2, 0.75, 2.0)),
-    ("16% by 64 (t^3), t^4 after", 0.9, _two_part(0.16, 3.0, 4.0)),
-    ("20% by 64 (t^3), t^4 after", 0.9, _two_part(0.2, 3.0, 4.0)),
+# (label, share of alpha/(2T) for the sign tests, spending shape)
+SPENDING_CHOICES: tuple[tuple[str, float, gs.Spending], ...] = (
+    ("t^0.6", 0.9, gs.PowerSpending(0.6)),
+    ("t^0.75 (the former default)", 0.9, gs.PowerSpending(0.75)),
+    ("t^1.25", 0.9, gs.PowerSpending(1.25)),
+    ("25% by 64 (t^3), t^3 after", 0.9, gs.TwoPhaseSpending(knee_share=0.25)),
+    ("35% by 64 (t^3), t^3 after (chosen)", 0.9, gs.TwoPhaseSpending()),
+    ("45% by 64 (t^3), t^3 after", 0.9, gs.TwoPhaseSpending(knee_share=0.45)),
+    ("35% by 64 (t^1.5), t^3 after", 0.9, gs.TwoPhaseSpending(early_rho=1.5)),
+    ("35% by 64 (t^3), t^6 after", 0.9, gs.TwoPhaseSpending(late_rho=6.0)),
+    ("35% by 64 (t^3), t^3 after, share 0.95", 0.95, gs.TwoPhaseSpending()),
 )
+# Binary Beta(a, a) pass rates from less to more noisy (a = 0.5 is the table's Beta(.5,.5),
+# a = 2 its Beta(2,2)): the noisiest one on which both item-2 targets hold is how a spending
+# shape is chosen, so that the choice is not tuned to one generator.
+NOISE_LADDER = (0.5, 0.65, 0.8, 1.0, 1.3)
+
+
+def _power_and_settled_by_64(
+    gen: Callable[..., np.ndarray], design: Design, params: StatsParams, reps: int, seed: int
+) -> tuple[float, float]:
+    """Share of tasks IMPROVED within the cap at +0.1, and IMPROVED after at most 64 pairs run
+    at +0.2 (a median of at most 64 pairs needs the latter >= 1/2)."""
+    rng = np.random.default_rng(seed)
+    code, _ = sequential_labels(crossings(gen(rng, 0.1, reps, CAP), params, {"x": design})["x"], params)
+    power = float(np.mean(code == seq.IMPROVED))
+    code, at = sequential_labels(crossings(gen(rng, 0.2, reps, CAP), params, {"x": design})["x"], params)
+    by_64 = float(np.mean((code == seq.IMPROVED) & (pairs_run(at, window_ends()) <= 64)))
+    return power, by_64
 
 
 def compare_spending(reps: int, seed: int) -> None:
@@ -430,11 +437,8 @@ def compare_spending(reps: int, seed: int) -> None:
         f"\n## Spending under the same rule (T = 1, cap {CAP}, {reps} reps per cell, {2 * reps} null tasks): "
         "false at 0 / power at +0.1 / median pairs at +0.2, -0.2"
     )
-    for label, share, shape in SPENDING_CHOICES:
-        design = task_design(params, 1, share=share, rho=shape if isinstance(shape, float) else 1.0)
-        if not isinstance(shape, float):
-            t = np.asarray(design.looks, dtype=np.float64) / design.horizon
-            design = replace(design, allowed=design.gs_alpha * shape(t))
+    for label, share, spending in SPENDING_CHOICES:
+        design = task_design(params, 1, share=share, spending=spending)
         cells = []
         for gname in GENERATORS:
             rng = np.random.default_rng(seed)
@@ -454,10 +458,23 @@ def compare_spending(reps: int, seed: int) -> None:
                 )
             cells.append(f"{gname}: {out[0]} / {out[1]} / {out[2]}, {out[3]}")
         print(f"{label:<32} " + " | ".join(cells), flush=True)
+        ladder = []
+        noisiest = "none"
+        for a in NOISE_LADDER:
+            power, by_64 = _power_and_settled_by_64(binary(a, a), design, params, reps, seed)
+            ladder.append(f"a={a:g}: {100 * power:.1f}% / {100 * by_64:.0f}%")
+            if power >= 0.70 and by_64 >= 0.5:
+                noisiest = f"a={a:g}"
+        print(
+            f"{'':<32} Beta(a,a) power at +0.1 / settled correctly by 64 at +0.2: "
+            + " | ".join(ladder)
+            + f" | noisiest meeting both: {noisiest}",
+            flush=True,
+        )
     # The same looks and spending (all of alpha/(2T)) with a paired t statistic instead of the
     # exact sign test: what the sign test's validity costs, and why the t-test is not used.
     design = task_design(params, 1)
-    z = np.asarray(gs.z_boundaries(design.looks, design.horizon, params.alpha / 2, gs.SPENDING_RHO))
+    z = np.asarray(gs.z_boundaries(design.looks, design.horizon, params.alpha / 2, design.spending))
     looks = np.asarray(design.looks)
     cells = []
     for gname in GENERATORS:
@@ -490,7 +507,7 @@ def compare_spending(reps: int, seed: int) -> None:
                 else f"{np.median(run[right]) if right.any() else float('nan'):.0f}"
             )
         cells.append(f"{gname}: {out[0]} / {out[1]} / {out[2]}, {out[3]}")
-    print(f"{'paired t, t^0.75 (1.0; invalid)':<32} " + " | ".join(cells), flush=True)
+    print(f"{'paired t, same spending (1.0; invalid)':<32} " + " | ".join(cells), flush=True)
 
 
 def main(argv: list[str]) -> None:

@@ -22,29 +22,49 @@ def test_looks_are_the_window_ends_up_to_the_horizon():
 
 
 def test_normal_boundaries_spend_what_they_promise_by_independent_simulation():
-    """Brownian paths observed at the looks cross the boundaries with probability alpha (t_k)^rho
-    by each look (Monte Carlo, independent of the recursive integration)."""
-    alpha, rho = 0.025, 1.0
-    z = np.array(_groupseq.z_boundaries(LOOKS, 256, alpha, rho))
+    """Brownian paths observed at the looks cross the boundaries with probability alpha share(n_k)
+    by each look (Monte Carlo, independent of the recursive integration), for the default
+    two-phase spending and for a power family."""
+    alpha = 0.025
+    for spending in (_groupseq.SPENDING, _groupseq.PowerSpending(1.0)):
+        _check_normal_boundaries_by_simulation(alpha, spending)
+
+
+def _check_normal_boundaries_by_simulation(alpha: float, spending: _groupseq.Spending) -> None:
+    z = np.array(_groupseq.z_boundaries(LOOKS, 256, alpha, spending))
     rng = np.random.default_rng(11)
     t = np.array(LOOKS, dtype=float)
     paths = 200_000
     steps = rng.standard_normal((paths, t.size)) * np.sqrt(np.diff(np.concatenate([[0.0], t])))
     crossed = np.cumsum(steps, axis=1) / np.sqrt(t) >= z
     by_look = np.logical_or.accumulate(crossed, axis=1).mean(axis=0)
-    target = _groupseq.spent(LOOKS, 256, alpha, rho)
+    target = _groupseq.spent(LOOKS, 256, alpha, spending)
     se = np.sqrt(target * (1 - target) / paths)
     assert np.all(np.abs(by_look - target) <= 4 * se + 1e-4)
+
+
+def test_two_phase_spending_reaches_its_share_at_the_knee_and_everything_at_the_horizon():
+    spending = _groupseq.TwoPhaseSpending()
+    for horizon, knee in ((256, 64), (1024, 64), (100, 25)):  # a pair count, or a quarter of a small horizon
+        n = np.arange(0, horizon + 1)
+        share = spending.share(n, horizon)
+        assert share[0] == 0.0 and share[-1] == pytest.approx(1.0) and np.all(np.diff(share) >= 0)
+        assert share[knee] == pytest.approx(spending.knee_share)
+        half = spending.share(np.array([knee / 2]), horizon)[0]
+        assert half == pytest.approx(spending.knee_share / 8)  # t^3 before the knee
+    assert spending.share(np.array([300]), 256)[0] == pytest.approx(1.0)  # past the horizon: all spent
+    allowed = _groupseq.spent(LOOKS, 256, 0.025)
+    assert allowed[LOOKS.index(64)] == pytest.approx(0.025 * 0.35) and allowed[-1] == pytest.approx(0.025)
 
 
 def test_normal_boundaries_fall_across_looks_and_with_more_alpha():
     """With spending at least linear in information (rho >= 1) the boundary falls look by look;
     a larger alpha lowers the first boundary and the final one."""
     for rho in (0.75, 1.0, 3.0):
-        z = np.array(_groupseq.z_boundaries(LOOKS, 256, 0.025, rho))
+        z = np.array(_groupseq.z_boundaries(LOOKS, 256, 0.025, _groupseq.PowerSpending(rho)))
         if rho >= 1:
             assert np.all(np.diff(z) < 0)
-        looser = np.array(_groupseq.z_boundaries(LOOKS, 256, 0.05, rho))
+        looser = np.array(_groupseq.z_boundaries(LOOKS, 256, 0.05, _groupseq.PowerSpending(rho)))
         assert looser[0] < z[0] and looser[-1] < z[-1]
 
 

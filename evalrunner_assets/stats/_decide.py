@@ -148,11 +148,13 @@ class Design:
     log_thrs: dict[str, float]
     horizon: int
     gs_alpha: float  # each sign test's level over the whole design
-    rho: float
+    spending: _groupseq.Spending
 
     def z(self) -> np.ndarray:
         """The same spending's normal boundaries (computed once per design; the forecast's)."""
-        return np.asarray(_groupseq.z_boundaries(self.looks, self.horizon, self.gs_alpha, self.rho), dtype=np.float64)
+        return np.asarray(
+            _groupseq.z_boundaries(self.looks, self.horizon, self.gs_alpha, self.spending), dtype=np.float64
+        )
 
 
 def task_design(
@@ -161,12 +163,12 @@ def task_design(
     dataset_size: int | None = None,
     *,
     share: float = _groupseq.GS_SHARE,
-    rho: float = _groupseq.SPENDING_RHO,
+    spending: _groupseq.Spending = _groupseq.SPENDING,
 ) -> Design:
     """Each direction gets alpha/(2T): ``share`` of it to the group-sequential sign test over
     the planned looks, the rest to the directional e-process (every pair, and past the
     horizon). The margin tests ("unchanged") and the interval keep the full alpha/(2T) per
-    side. ``share`` and ``rho`` are for the benchmark's comparisons only."""
+    side. ``share`` and ``spending`` are for the benchmark's comparisons only."""
     horizon = _groupseq.design_horizon(params.horizon_cap, dataset_size)
     looks = _groupseq.design_looks(horizon, params.min_pairs)
     side_alpha = params.alpha / (2 * n_tasks)
@@ -178,8 +180,25 @@ def task_design(
         "above_minus_margin": full,
         "below_plus_margin": full,
     }
-    allowed = _groupseq.spent(looks, horizon, share * side_alpha, rho)
-    return Design(looks, allowed, log_thrs, horizon, share * side_alpha, rho)
+    allowed = _groupseq.spent(looks, horizon, share * side_alpha, spending)
+    return Design(looks, allowed, log_thrs, horizon, share * side_alpha, spending)
+
+
+def _with_sign_tests(crossings: dict[str, int], d: np.ndarray, design: Design) -> dict[str, int]:
+    """A directional null counts as rejected from the earlier of its e-process and its
+    group-sequential sign test."""
+    gs_up, gs_down = (int(x) for x in _groupseq.first_rejections(d, design.looks, design.allowed)) if d.size else (0, 0)
+    out = dict(crossings)
+    out["above_zero"] = _earliest(crossings["above_zero"], gs_up)
+    out["below_zero"] = _earliest(crossings["below_zero"], gs_down)
+    return out
+
+
+def _directional_crossings(d: np.ndarray, margin: float, design: Design) -> dict[str, int]:
+    """First crossing of each of the decision's four tests over the pairs ``d`` (0 = never)."""
+    data = {side: _sequence.Compressed(d, side) for side in (+1, -1)}
+    scans = _crossings(data, margin, design.log_thrs)
+    return _with_sign_tests({name: scan.crossing for name, scan in scans.items()}, d, design)
 
 
 def _earliest(a: int, b: int) -> int:
@@ -285,20 +304,29 @@ def _forecast_more_pairs(
     return int(max(median, 1))
 
 
+def _directional_cut(lo: float, hi: float, crossings: dict[str, int], min_pairs: int, n: int) -> tuple[float, float]:
+    """Bounds at look n as the directional tests have it: lo >= 0 once "delta <= 0" is rejected
+    (and lo <= 0 until then), hi the same way; a crossing counts from ``min_pairs`` on, as in
+    the label."""
+    up = 0 < crossings["above_zero"] <= n and n >= min_pairs
+    down = 0 < crossings["below_zero"] <= n and n >= min_pairs
+    return (max(lo, 0.0) if up else min(lo, 0.0)), (min(hi, 0.0) if down else max(hi, 0.0))
+
+
 def _interval(
-    data: Sides, crossings: dict[str, int], margin: float, log_thr: float, contradicted: bool
+    data: Sides, crossings: dict[str, int], margin: float, log_thr: float, contradicted: bool, min_pairs: int
 ) -> tuple[float, float]:
-    """The confidence sequence at this look, intersected with what the four tests established at
-    any earlier look (each rejection holds for good), so the interval never contradicts the label
-    read off the same tests."""
+    """The confidence sequence at this look, made to agree with the label read off the decision's
+    own tests: cut at 0 once a directional test settled the sign (each rejection holds for
+    good), and reaching 0 while none has. The sequence is a test at the margin tests' level,
+    the directional label another (the sign test and the directional e-process), so the
+    sequence alone can exclude 0 a few looks before the label settles; a wider interval is
+    still a valid one. Then cut to the +-margin band the margin tests established."""
     current = _sequence.interval_at(data[1].deltas, log_thr)
     lo, hi = current
     if contradicted:
         return lo, hi
-    if crossings["above_zero"]:
-        lo = max(lo, 0.0)
-    if crossings["below_zero"]:
-        hi = min(hi, 0.0)
+    lo, hi = _directional_cut(lo, hi, crossings, min_pairs, data[1].n)
     if crossings["above_minus_margin"]:
         lo = max(lo, -margin)
     if crossings["below_plus_margin"]:
@@ -366,16 +394,17 @@ def decide_task(
 
     data = {side: _sequence.Compressed(d, side) for side in (+1, -1)}
     scans = _crossings(data, params.margin, design.log_thrs)
-    crossings = {name: scan.crossing for name, scan in scans.items()}
-    gs_up, gs_down = (int(x) for x in _groupseq.first_rejections(d, design.looks, design.allowed)) if n else (0, 0)
-    crossings["above_zero"] = _earliest(crossings["above_zero"], gs_up)
-    crossings["below_zero"] = _earliest(crossings["below_zero"], gs_down)
+    crossings = _with_sign_tests({name: scan.crossing for name, scan in scans.items()}, d, design)
     code, settled_at = _settle(crossings, params.min_pairs, n) if n else (_sequence.CONTINUE, 0)
     label = _CODE_TO_LABEL[code]
     reason: str | None = None
     if code == _sequence.CONTRADICTED:
         reason = "evidence for both an improvement and a regression: the pairs do not share one mean (drift or a changed order)"
-    interval = _interval(data, crossings, params.margin, log_thr, code == _sequence.CONTRADICTED) if n else (-1.0, 1.0)
+    interval = (
+        _interval(data, crossings, params.margin, log_thr, code == _sequence.CONTRADICTED, params.min_pairs)
+        if n
+        else (-1.0, 1.0)
+    )
 
     if head_failed or base_failed:
         label = "inconclusive"
@@ -402,7 +431,7 @@ def decide_task(
 
     sup_log_e = max(scans["above_zero"].sup, scans["below_zero"].sup) if n else 0.0
     p_value = min(1.0, 2.0 * math.exp(-sup_log_e))
-    if gs_up or gs_down:  # a group-sequential rejection holds at the task's level
+    if crossings["above_zero"] or crossings["below_zero"]:  # a directional rejection holds at the task's level
         p_value = min(p_value, task_alpha)
     post = _posterior.summarize(d, params.margin)
     note = _p_improvement_note(label, interval, params.margin)
@@ -447,8 +476,8 @@ def decide_task(
 def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list[tuple[int, float, float, float]]:
     """(pairs, delta, lo, hi) at every batch boundary (and the current look), for the
     "how many samples until we know" chart. Bounds are the anytime-valid running intersection,
-    cut at 0 from the look at which a group-sequential sign test settled the sign (as the
-    decision's own interval is)."""
+    cut at 0 from the look at which a directional test settled the sign and reaching 0 before
+    it (as the decision's own interval is)."""
     check_n_tasks(n_tasks)
     d = pairing.deltas
     n = d.size
@@ -464,11 +493,10 @@ def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list
         d, _sequence.log_threshold(params.alpha, n_tasks), looks=np.array(looks), margin=params.margin
     )
     design = task_design(params, n_tasks)
-    up, down = (int(x) for x in _groupseq.first_rejections(d, design.looks, design.allowed))
-    at = np.array(looks)
-    if not (up and down):  # both at once contradict a constant mean: leave the sequence as it is
-        cut_lo = np.where(at >= up, np.maximum(lo, 0.0), lo) if up else lo
-        cut_hi = np.where(at >= down, np.minimum(hi, 0.0), hi) if down else hi
+    crossings = _directional_crossings(d, params.margin, design)
+    if not (crossings["above_zero"] and crossings["below_zero"]):  # both contradict one mean: leave it
+        cut = [_directional_cut(a, b, crossings, params.min_pairs, int(t)) for t, a, b in zip(looks, lo, hi)]
+        cut_lo, cut_hi = np.array([c[0] for c in cut]), np.array([c[1] for c in cut])
         agree = cut_lo <= cut_hi  # where they disagree, show the look's own sequence (as _interval)
         lo, hi = np.where(agree, cut_lo, lo), np.where(agree, cut_hi, hi)
     running_mean = np.cumsum(d) / np.arange(1, n + 1)
