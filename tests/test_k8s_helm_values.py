@@ -216,3 +216,15 @@ def test_helm_run_monitoring_renders_the_run_monitoring_of_deploy_dagster_yaml()
     deployed = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())["run_monitoring"]
     assert rendered == deployed
     assert deployed["enabled"] is True and deployed["max_resume_run_attempts"] == 0
+
+
+def test_helm_run_queue_renders_the_run_coordinator_of_deploy_dagster_yaml():
+    """The chart renders the pods' instance from the values, not from deploy/dagster.yaml: the
+    queue's limits, the report lock (jobs.REPORT_LOCK_TAG) among them, must be in both."""
+    from evalrunner_assets.jobs import REPORT_LOCK_TAG
+
+    queued = yaml.safe_load(VALUES.read_text())["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
+    deployed = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())["run_coordinator"]["config"]
+    assert queued["maxConcurrentRuns"] == deployed["max_concurrent_runs"]
+    assert queued["tagConcurrencyLimits"] == deployed["tag_concurrency_limits"]
+    assert [lim["key"] for lim in queued["tagConcurrencyLimits"]] == [REPORT_LOCK_TAG]
