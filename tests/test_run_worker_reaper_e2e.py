@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,10 @@ from github_standin import GitHubStandin
 from served_evalrunner import EVALRUNNER, ServedEvalrunner
 from swe_example_subset import write_subset_task_set
 
+from evalrunner_assets.definitions import defs
+from evalrunner_assets.example_repo import build_example_repo
+from evalrunner_assets.partitions import add_partitions, comparison_commit_keys
+from evalrunner_assets.pipeline.assess import load_result
 from evalrunner_assets.pipeline.run_workers import (
     WORKER_HOST_TAG,
     WORKER_LOST_TAG,
@@ -30,8 +35,13 @@ from evalrunner_assets.pipeline.run_workers import (
     ProcTable,
     this_host,
 )
+from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
 from evalrunner_assets.swe.example import build_tinystats_repo
 from evalrunner_assets.swe_run import RUN_TAG
+from lake import open_lake
+from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
+from sensors.run_workers import reap
+from sensors.sampling import sampling_sensor
 
 pytestmark = pytest.mark.slow
 
@@ -173,13 +183,6 @@ def test_a_comparison_whose_worker_is_killed_is_failed_and_resumed(tmp_path: Pat
     own (as the CLI runs it): it records itself in its run's tags and takes the comparison's
     lease; killed, its run is failed by ``reap`` and the sampling sensor asks for the next run,
     which decides the comparison."""
-    from evalrunner_assets.definitions import defs
-    from evalrunner_assets.example_repo import build_example_repo
-    from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
-    from lake import open_lake
-    from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
-    from sensors.run_workers import reap
-    from sensors.sampling import sampling_sensor
 
     repo = tmp_path / "repo"
     build_example_repo(repo, ["no-op-wording"])
@@ -190,7 +193,6 @@ def test_a_comparison_whose_worker_is_killed_is_failed_and_resumed(tmp_path: Pat
     (home / "dagster").mkdir(parents=True)
     the_lake = open_lake(str(home / "lake"))
     RepoResource(cache_dir=str(home / "repos")).register(the_lake, "local/repo", str(repo))
-    from datetime import UTC, datetime
 
     req = ComparisonRequest(
         repo="local/repo",
@@ -210,8 +212,6 @@ def test_a_comparison_whose_worker_is_killed_is_failed_and_resumed(tmp_path: Pat
         "repos": RepoResource(cache_dir=str(home / "repos")),
     }
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
-        from evalrunner_assets.partitions import add_partitions, comparison_commit_keys
-
         add_partitions(instance, "commits", comparison_commit_keys(req))
         add_partitions(instance, "comparisons", [req.key])
 
@@ -265,7 +265,6 @@ def test_a_comparison_whose_worker_is_killed_is_failed_and_resumed(tmp_path: Pat
             raise_on_error=False,
         )
         assert result.success
-        from evalrunner_assets.pipeline.assess import load_result
 
         saved = load_result(the_lake, req.repo, req.pr, req.head_sha)
         assert saved is not None and saved.status in ("complete", "budget_spent"), saved
