@@ -50,6 +50,7 @@ from evalrunner_assets.pipeline.run_workers import (
     this_host,
     workers_from_tags,
 )
+from sensors.sampling import MAX_ATTEMPTS
 from sensors.swe import worker_loss_relaunch
 
 REAPER_INTERVAL_S = 10
@@ -70,8 +71,8 @@ CRASHED_PROCESS = re.compile(
 MONITORING_FOUND = "Detected run worker status"
 # Failed runs the first tick looks at (later ticks: those failed since the previous tick).
 LOOK_BACK_S = 3600.0
-# Run records are updated before their failure event is read: a tick looks this far before
-# the previous one, so a failure written while it ran is not missed.
+# A run failed while the previous tick ran may carry an update time just before that tick's
+# cursor: each tick looks this far further back (a run already tagged is skipped).
 CURSOR_OVERLAP_S = 30.0
 
 
@@ -135,7 +136,10 @@ def what_happens_next(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
     if run.job_name == swe_run_job.name and SWE_RUN_TAG in run.tags:
         return worker_loss_relaunch(instance, run.tags[SWE_RUN_TAG], this_run_counts=True)[1]
     if run.job_name == comparison_job.name:
-        return "the sampling sensor requests the comparison's next run, which resumes from what the lake holds"
+        return (
+            "the sampling sensor requests the comparison's next run, which resumes from what the lake holds "
+            f"(at most {MAX_ATTEMPTS} runs from one state)"
+        )
     return "re-execute it from the Dagster UI to run it again"
 
 
