@@ -18,13 +18,14 @@ from evalrunner_assets.assets.swe import SWE_ASSETS
 from evalrunner_assets.jobs import JOBS
 from resources import SandboxResource, default_resources
 from sensors.pr import pr_sensor
+from sensors.run_workers import run_worker_reaper
 from sensors.sampling import sampling_sensor
 from sensors.swe import swe_gold_schedule, swe_run_sensor
 
 defs = dg.Definitions(
     assets=[*ASSETS, *SERIES_ASSETS, *CANDIDATE_ASSETS, *SWE_ASSETS, GITHUB_INBOX],
     jobs=JOBS,
-    sensors=[pr_sensor, sampling_sensor, swe_run_sensor],
+    sensors=[pr_sensor, sampling_sensor, swe_run_sensor, run_worker_reaper],
     schedules=[swe_gold_schedule],
     # deploy/k8s sets EVALRUNNER_SANDBOX_* in the pods
     resources=default_resources(sandbox=SandboxResource.from_env()),

@@ -9,6 +9,11 @@ process of its own (a run worker locally, a Kubernetes Job in deploy/), never in
 serving the API. Dagster launches a run key once, so a request the sensor sees twice, or two
 API servers writing the same request, make one run. Once the run exists the request is removed.
 
+A run whose run worker was lost (killed, out of memory: the run-worker reaper of
+``sensors/run_workers.py`` failed it and tagged it ``evalrunner/worker-lost``) is relaunched here
+as a resubmission would (its next ``:launch-N``; attempts already landed are kept), at most
+``MAX_WORKER_LOSS_RELAUNCHES`` times in all, so a run that kills its worker every time stops.
+
 Every registered task set's gold patches run again each day (new flakes show up without anyone
 asking); registration runs the same check once at once.
 """
@@ -23,6 +28,7 @@ from evalrunner_assets.partitions import (
     swe_task_sets_partitions,
     trim_swe_runs,
 )
+from evalrunner_assets.pipeline.run_workers import WORKER_LOST_TAG
 from evalrunner_assets.swe import SweStore
 from resources import LakeResource
 
@@ -36,6 +42,11 @@ UNFINISHED_RUN_STATUSES = [
     dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
 ]
+
+# Relaunches of one SWE run after its run worker was lost, in all.
+MAX_WORKER_LOSS_RELAUNCHES = 2
+# Runs failed for a lost worker that a tick looks at (newest first; older ones were handled).
+LOST_WORKER_RUNS_READ = 50
 
 
 def swe_runs_in_flight(instance: dg.DagsterInstance) -> set[str]:
@@ -70,10 +81,56 @@ def queued_run_requests(
     return [swe_run_request(r["id"], r["launch"]) for r in waiting]
 
 
+def worker_loss_relaunch(instance: dg.DagsterInstance, run_id: str, this_run_counts: bool = False) -> tuple[bool, str]:
+    """(whether SWE run ``run_id`` is relaunched after losing its run worker, what happens, in
+    words). ``this_run_counts``: its newest Dagster run is about to be tagged lost (the reaper
+    asks before tagging)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={SWE_RUN_TAG: run_id}))
+    lost = sum(1 for r in runs if r.tags.get(WORKER_LOST_TAG) == "true") + (1 if this_run_counts else 0)
+    if lost <= MAX_WORKER_LOSS_RELAUNCHES:
+        return True, (
+            f"swe_run_sensor relaunches SWE run {run_id} as {swe_run_key(run_id, len(runs))} "
+            f"(lost worker {lost} of at most {MAX_WORKER_LOSS_RELAUNCHES} relaunched; landed attempts are kept)"
+        )
+    return False, (
+        f"SWE run {run_id} lost its run worker {lost} times and is not relaunched again; "
+        "submit it again (POST /v1/runs) to retry"
+    )
+
+
+def relaunch_lost_workers(instance: dg.DagsterInstance, store: SweStore) -> list[str]:
+    """Queue the next launch of every SWE run whose newest Dagster run failed for a lost run
+    worker (within ``MAX_WORKER_LOSS_RELAUNCHES``); returns their run ids."""
+    lost = instance.get_runs(
+        filters=dg.RunsFilter(
+            job_name=swe_run_job.name, statuses=[dg.DagsterRunStatus.FAILURE], tags={WORKER_LOST_TAG: "true"}
+        ),
+        limit=LOST_WORKER_RUNS_READ,
+    )
+    queued = []
+    for run in lost:
+        run_id = run.tags.get(SWE_RUN_TAG)
+        if run_id is None or store.queued_run(run_id) is not None:
+            continue
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={SWE_RUN_TAG: run_id}), limit=1)
+        if not runs or runs[0].run_id != run.run_id:
+            continue  # relaunched already (or submitted again)
+        if worker_loss_relaunch(instance, run_id)[0]:
+            # Launch N follows N ended runs, as a resubmission counts them (the same run key).
+            store.queue_run(run_id, launch=len(instance.get_runs(filters=dg.RunsFilter(tags={SWE_RUN_TAG: run_id}))))
+            queued.append(run_id)
+    return queued
+
+
 @dg.sensor(jobs=[swe_run_job], minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING)
 def swe_run_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
-    """Requests the Dagster run of every SWE run submitted through the API and not launched yet."""
-    requests = queued_run_requests(context.instance, SweStore(lake.open()))
+    """Requests the Dagster run of every SWE run submitted through the API and not launched yet,
+    and relaunches runs whose run worker was lost."""
+    store = SweStore(lake.open())
+    relaunched = relaunch_lost_workers(context.instance, store)
+    if relaunched:
+        context.log.info(f"relaunching {len(relaunched)} SWE run(s) whose run worker was lost: {', '.join(relaunched)}")
+    requests = queued_run_requests(context.instance, store)
     if requests:
         context.log.info(f"requesting {len(requests)} SWE run(s): {', '.join(r.run_key or '' for r in requests)}")
     return dg.SensorResult(run_requests=requests)

@@ -32,7 +32,7 @@ CARD_NOUNS = {
     "continuum_frontier": {"candidate_measurements"},
 }
 PIPELINE_JOBS = {"eval_manifest_job", "task_samples_job", "comparison_job"}
-SENSORS = {"pr_sensor", "sampling_sensor", "swe_run_sensor"}
+SENSORS = {"pr_sensor", "sampling_sensor", "swe_run_sensor", "run_worker_reaper"}
 
 
 def test_definitions_resolve_every_asset_job_and_sensor() -> None:
@@ -56,6 +56,9 @@ def test_sensors_target_the_pipeline_jobs() -> None:
     swe = repo.get_sensor_def("swe_run_sensor")
     assert {t.job_name for t in swe.targets} == {"swe_run_job"}
     assert swe.default_status == dg.DefaultSensorStatus.RUNNING
+    # Runs whose run worker died are failed (a local instance) and tagged, by default.
+    reaper = repo.get_sensor_def("run_worker_reaper")
+    assert not reaper.targets and reaper.default_status == dg.DefaultSensorStatus.RUNNING
 
 
 def test_task_samples_declares_its_data_quality_checks() -> None:

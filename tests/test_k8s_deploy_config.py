@@ -91,6 +91,22 @@ def test_run_launcher_is_built_by_dagster_k8s_from_the_same_config(deployed_env,
     assert launcher.job_namespace == "evalrunner"
     assert list(launcher.env_config_maps) == ["evalrunner-env"]
     assert list(launcher.env_secrets) == ["evalrunner-github-app"]
+    # Dagster's run monitoring (enabled in the same file) can check this launcher's run workers.
+    assert launcher.supports_check_run_worker_health
+
+
+def test_run_monitoring_is_on_and_leaves_relaunching_to_evalrunners_sensors(deployed_env, tmp_path):
+    """The file's run_monitoring, read by a Dagster instance (SQLite here, not Postgres): a run
+    whose Job died is failed by the daemon, which resumes nothing itself."""
+    import dagster as dg
+
+    settings = instance_ref(tmp_path).settings["run_monitoring"]
+    with dg.instance_for_test(overrides={"run_monitoring": settings}) as instance:
+        assert instance.run_monitoring_enabled
+        assert instance.run_monitoring_max_resume_run_attempts == 0
+        assert instance.run_monitoring_start_timeout_seconds == 300
+        assert instance.run_monitoring_cancel_timeout_seconds == 300
+        assert instance.run_monitoring_poll_interval_seconds == 60
 
 
 def test_postgres_storage_config_resolves_from_the_configmap_and_secret(deployed_env, tmp_path):

@@ -194,3 +194,37 @@ def test_a_key_the_chart_does_not_declare_is_reported_even_where_extra_keys_pass
     schema = chart_schema()
     assert overlay_errors(values) == []
     assert undeclared_keys(values, schema, schema) == ["postgresql.postgresqlHostname", "dagsterDaemonn"]
+
+
+# The keys of dagsterDaemon.runMonitoring the chart's instance template reads (an open object in
+# the schema, so the schema checks nothing inside it): helm/dagster/templates/configmap-instance.yaml
+# renders each as the snake_case key of the instance's run_monitoring.
+CHART_RUN_MONITORING_KEYS = {
+    "enabled",
+    "startTimeoutSeconds",
+    "cancelTimeoutSeconds",
+    "maxResumeRunAttempts",
+    "pollIntervalSeconds",
+    "freeSlotsAfterRunEndSeconds",
+}
+
+
+def test_helm_run_monitoring_renders_the_run_monitoring_of_deploy_dagster_yaml():
+    monitoring = yaml.safe_load(VALUES.read_text())["dagsterDaemon"]["runMonitoring"]
+    assert set(monitoring) <= CHART_RUN_MONITORING_KEYS, set(monitoring) - CHART_RUN_MONITORING_KEYS
+    rendered = {re.sub(r"(?<!^)([A-Z])", r"_\1", k).lower(): v for k, v in monitoring.items()}
+    deployed = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())["run_monitoring"]
+    assert rendered == deployed
+    assert deployed["enabled"] is True and deployed["max_resume_run_attempts"] == 0
+
+
+def test_helm_run_queue_renders_the_run_coordinator_of_deploy_dagster_yaml():
+    """The chart renders the pods' instance from the values, not from deploy/dagster.yaml: the
+    queue's limits, the report lock (jobs.REPORT_LOCK_TAG) among them, must be in both."""
+    from evalrunner_assets.jobs import REPORT_LOCK_TAG
+
+    queued = yaml.safe_load(VALUES.read_text())["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
+    deployed = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())["run_coordinator"]["config"]
+    assert queued["maxConcurrentRuns"] == deployed["max_concurrent_runs"]
+    assert queued["tagConcurrencyLimits"] == deployed["tag_concurrency_limits"]
+    assert [lim["key"] for lim in queued["tagConcurrencyLimits"]] == [REPORT_LOCK_TAG]

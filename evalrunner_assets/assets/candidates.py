@@ -14,6 +14,7 @@ from collections import defaultdict
 
 import dagster as dg
 
+from evalrunner_assets.assets.run_worker import record_run_worker
 from evalrunner_assets.partitions import candidate_repos_partitions, candidates_partitions
 from evalrunner_assets.pipeline import candidates as cands
 from evalrunner_assets.report.frontier_markdown import render_frontier_table, render_promotion, render_steps_table
@@ -43,6 +44,7 @@ def candidate_measurements(
     """One partition is one candidate configuration (``owner/repo:name``). One record per task:
     the mean score with an anytime-valid interval, cost per sample, p50 latency and tokens on the
     reference's windows and inputs, and the paired comparison against the reference candidate."""
+    record_run_worker(context)
     the_lake = lake.open()
     wanted: dict[str, list[str]] = defaultdict(list)
     for key in context.partition_keys:
@@ -106,6 +108,7 @@ def continuum_frontier(context: dg.AssetExecutionContext, lake: LakeResource) ->
     """One partition is one repository (``owner/repo``): every measured candidate at (cost per
     sample, suite score) with its place (frontier, uncertain, dominated), what each step up the
     frontier costs, and the promotion gate's decision with its reasons."""
+    record_run_worker(context)
     the_lake = lake.open()
     repo = context.partition_key
     frontier = cands.build_frontier(the_lake, repo)

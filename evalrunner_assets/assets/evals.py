@@ -10,6 +10,7 @@ from typing import Any
 
 import dagster as dg
 
+from evalrunner_assets.assets.run_worker import record_run_worker
 from evalrunner_assets.gateway import start_gateway, with_gateway
 from evalrunner_assets.partitions import (
     add_partitions,
@@ -57,6 +58,7 @@ def eval_manifest(
 ) -> dg.MaterializeResult:
     """One partition is one commit (``owner/repo@sha``): its `.evals/list` manifest (or Inspect's
     own task listing) and each task's sample ids, learnt in the sandbox from a read-only export."""
+    record_run_worker(context)
     repo, sha = parse_commit_key(context.partition_key)
     the_lake = lake.open()
     export = repos.export(the_lake, repo, sha)
@@ -172,6 +174,7 @@ def task_samples(
     """Land sample windows of one (commit, task) (``task_samples``), then show what the lake
     holds of it as ``sample_scores`` and ``trajectories``: one step, so the nouns cost no extra
     run process; each may be materialized alone (the last two only read the lake)."""
+    record_run_worker(context)
     keys: Mapping[str, str] = context.partition_key.keys_by_dimension
     repo, sha = parse_commit_key(keys["commit"])
     task = keys["task"]
@@ -449,6 +452,7 @@ def comparison(
     are reported as ``eval_manifest`` / ``task_samples`` / ``sample_scores`` / ``trajectories``
     materializations of this run. A decided comparison runs nothing: its document is computed
     again from the lake. ``baselines`` alone reads the saved document."""
+    record_run_worker(context)
     from evalrunner_assets.assets.recording import RunRecorder
 
     repo, pr, head = parse_comparison_key(context.partition_key)
@@ -534,6 +538,7 @@ def comparison_metadata(saved: SavedComparison) -> dict[str, Any]:
 def pr_report(context: dg.AssetExecutionContext, lake: LakeResource, github: GitHubResource) -> dg.MaterializeResult:
     """One partition is one PR head: the PR comment (one, edited in place) and the check run
     `evalrunner / evals`. Without GitHub configured both are written to the lake and printed."""
+    record_run_worker(context)
     repo, pr, head = parse_comparison_key(context.partition_key)
     the_lake = lake.open()
     result = assess_mod.load_result(the_lake, repo, pr, head)

@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import dagster as dg
 
+from evalrunner_assets.assets.run_worker import record_run_worker
 from evalrunner_assets.execution import RepoExport
 from evalrunner_assets.partitions import main_commits_partitions
 from evalrunner_assets.pipeline import series
@@ -46,6 +47,7 @@ def cohort_series(
     task the mean score with an anytime-valid interval, per cohort and for all tasks a pooled
     Wilson interval, and a paired comparison with the previous point that flags a cohort whose
     task really dropped. Cohorts added at a commit are annotated, never flagged."""
+    record_run_worker(context)
     the_lake = lake.open()
     wanted: dict[str, set[str]] = defaultdict(set)
     for key in context.partition_keys:

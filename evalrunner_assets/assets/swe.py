@@ -13,6 +13,7 @@ import socket
 import dagster as dg
 
 from evalrunner_assets import home
+from evalrunner_assets.assets.run_worker import record_run_worker
 from evalrunner_assets.partitions import swe_runs_partitions, swe_task_sets_partitions
 from evalrunner_assets.swe import RunSpec, SweStore
 from evalrunner_assets.swe.model import GOLD_RUNS_MIN, REPRO_FIELDS
@@ -41,6 +42,7 @@ def swe_attempts(context: dg.AssetExecutionContext, lake: LakeResource, sandbox:
     """One partition is one submitted run (agent version × task set × samples); one row per
     attempt (agent version, task, sample index), each graded by hidden tests in a fresh sandbox
     after the cheat policy."""
+    record_run_worker(context)
     store = SweStore(lake.open())
     run_id = context.partition_key
     spec = RunSpec.model_validate(store.run(run_id)["spec"])
@@ -92,6 +94,7 @@ def swe_gold_check(
 ) -> dg.MaterializeResult:
     """One partition is one task set; one row per (task, test) with its flake rate over the gold
     runs. Tasks whose gold fails leave the headline; flaky tests are dropped from grading."""
+    record_run_worker(context)
     store = SweStore(lake.open())
     backend = sandbox.backend(context)
     backend.preflight()

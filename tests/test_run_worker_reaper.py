@@ -1,0 +1,113 @@
+"""The run-worker reaper sensor on a real Dagster instance (no daemon): which launcher it acts
+on, and how a run Dagster's run monitoring failed on Kubernetes reaches ``swe_run_sensor``.
+No cluster here: the monitoring daemon's failure is written as that daemon writes it (its text,
+dagster/_daemon/monitoring/run_monitoring.py), named as such in the test."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import dagster as dg
+
+from evalrunner_assets.jobs import SWE_RUN_TAG, swe_run_key
+from evalrunner_assets.pipeline.run_workers import WORKER_LOST_TAG, worker_tags
+from evalrunner_assets.swe import RunSpec, SweStore
+from lake import open_lake
+from resources import LakeResource
+from sensors.run_workers import run_worker_reaper
+from sensors.swe import MAX_WORKER_LOSS_RELAUNCHES, swe_run_sensor
+
+K8S_LAUNCHER = {
+    "module": "dagster_k8s",
+    "class": "K8sRunLauncher",
+    "config": {"job_namespace": "evalrunner", "instance_config_map": "dagster-instance", "load_incluster_config": True},
+}
+
+
+def _swe_run(instance: dg.DagsterInstance, run_id: str, key: str, tags: dict[str, str] | None = None) -> dg.DagsterRun:
+    from dagster._core.test_utils import create_run_for_test
+
+    return create_run_for_test(
+        instance,
+        job_name="swe_run_job",
+        status=dg.DagsterRunStatus.STARTED,
+        tags={SWE_RUN_TAG: run_id, "dagster/run_key": key, **(tags or {})},
+    )
+
+
+def _dead_worker_tags() -> dict[str, str]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    tags = {**worker_tags(), "evalrunner/worker-pid": str(proc.pid)}
+    tags.pop("evalrunner/worker-started")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=300)
+    return tags
+
+
+def test_on_a_local_instance_a_dead_workers_run_is_failed_and_the_swe_sensor_relaunches_it(tmp_path) -> None:
+    store = SweStore(open_lake(str(tmp_path / "lake")))
+    record, _ = store.save_run(RunSpec(agent_version="better", task_set="tinystats-bugs", budget_usd=1.0))
+    run_id = record["id"]
+    lake = {"lake": LakeResource(root=str(tmp_path / "lake"))}
+    with dg.instance_for_test() as instance:
+        dead = _swe_run(instance, run_id, run_id, _dead_worker_tags())
+        alive = _swe_run(instance, "r-other", "r-other", worker_tags())  # this test's own process
+        skip = run_worker_reaper(dg.build_sensor_context(instance=instance))
+        assert f"marked 1 run(s) failed whose run worker was gone: {dead.run_id}" in str(skip.skip_message)
+        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(alive.run_id).status == dg.DagsterRunStatus.STARTED
+        (failure,) = instance.all_logs(dead.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert f"swe_run_sensor relaunches SWE run {run_id} as {swe_run_key(run_id, 1)}" in (failure.message or "")
+        result = swe_run_sensor(dg.build_sensor_context(instance=instance, resources=lake))
+        assert [r.run_key for r in result.run_requests or []] == [f"{run_id}:launch-1"]
+
+
+def test_on_kubernetes_the_reaper_leaves_runs_to_run_monitoring_and_tags_what_it_failed_mocked_cluster(
+    tmp_path,
+) -> None:
+    store = SweStore(open_lake(str(tmp_path / "lake")))
+    record, _ = store.save_run(RunSpec(agent_version="better", task_set="tinystats-bugs", budget_usd=1.0))
+    run_id = record["id"]
+    lake = {"lake": LakeResource(root=str(tmp_path / "lake"))}
+    with dg.instance_for_test(overrides={"run_launcher": K8S_LAUNCHER}) as instance:
+        # A STARTED run whose recorded worker is gone from this host: not judged on this launcher.
+        under_way = _swe_run(instance, "r-other", "r-other", _dead_worker_tags())
+        # What Dagster's run monitoring writes when the launcher's health check finds a Job failed.
+        pod_died = _swe_run(instance, run_id, run_id)
+        instance.report_run_failed(
+            pod_died,
+            f"Detected run worker status CheckRunHealthResult(status=<WorkerStatus.FAILED: 'FAILED'>, "
+            f"msg='Run failed: pod OOMKilled'). Marking run {pod_died.run_id} as failed.",
+        )
+        skip = str(run_worker_reaper(dg.build_sensor_context(instance=instance)).skip_message)
+        assert "the run launcher is K8sRunLauncher, not the DefaultRunLauncher" in skip, skip
+        assert f"explained 1 run(s) failed when their worker died: {pod_died.run_id}" in skip, skip
+        assert instance.get_run_by_id(under_way.run_id).status == dg.DagsterRunStatus.STARTED
+        assert instance.get_run_by_id(pod_died.run_id).tags[WORKER_LOST_TAG] == "true"
+        said = [e.message or "" for e in instance.all_logs(pod_died.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
+        assert any("was found dead by Dagster's run monitoring" in m and f"{run_id}:launch-1" in m for m in said)
+        # The next tick explains nothing again; swe_run_sensor relaunches it once.
+        assert "explained" not in str(run_worker_reaper(dg.build_sensor_context(instance=instance)).skip_message)
+        result = swe_run_sensor(dg.build_sensor_context(instance=instance, resources=lake))
+        assert [r.run_key for r in result.run_requests or []] == [f"{run_id}:launch-1"]
+
+
+def test_a_swe_run_that_keeps_losing_its_worker_is_relaunched_at_most_twice(tmp_path) -> None:
+    store = SweStore(open_lake(str(tmp_path / "lake")))
+    record, _ = store.save_run(RunSpec(agent_version="better", task_set="tinystats-bugs", budget_usd=1.0))
+    run_id = record["id"]
+    lake = {"lake": LakeResource(root=str(tmp_path / "lake"))}
+    with dg.instance_for_test() as instance:
+        for launch in range(MAX_WORKER_LOSS_RELAUNCHES + 1):
+            run = _swe_run(instance, run_id, swe_run_key(run_id, launch), _dead_worker_tags())
+            run_worker_reaper(dg.build_sensor_context(instance=instance))
+            (failure,) = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+            requests = swe_run_sensor(dg.build_sensor_context(instance=instance, resources=lake)).run_requests or []
+            if launch < MAX_WORKER_LOSS_RELAUNCHES:
+                assert [r.run_key for r in requests] == [swe_run_key(run_id, launch + 1)]
+                store.dequeue_run(run_id)  # as once its run exists
+            else:
+                assert requests == []
+                assert "lost its run worker 3 times and is not relaunched again" in (failure.message or "")
