@@ -27,6 +27,8 @@ import traceback
 from typing import Any, TextIO
 
 IDS_FILE = "sample_ids.json"
+# The last stderr line of a cold listing that raised: what the task's own code raised, and where.
+TASK_ERROR_MARK = "evalrunner-task-error: "
 
 
 def _out_dir() -> str:
@@ -50,6 +52,21 @@ def exact_selector(task_name: str, sample_id: str | int) -> str | int:
         return sample_id
     escaped = "".join(f"[{c}]" if c in "*?[" else c for c in sample_id)
     return f"{task_name}:{escaped}"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message (at path:line)``: what was raised, at the innermost frame of the
+    repository's own code (a task file that fails at import names its file and line)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    root = os.environ.get("EVALRUNNER_REPO")
+    where = None
+    if root:
+        prefix = os.path.join(os.path.realpath(root), "")
+        for frame in traceback.extract_tb(exc.__traceback__):
+            path = os.path.realpath(frame.filename)
+            if path.startswith(prefix):
+                where = f"{os.path.relpath(path, prefix)}:{frame.lineno}"
+    return text + (f" (at {where})" if where else "")
 
 
 # A warm worker serves one commit export (read-only), so a task and its listing cannot change
@@ -160,7 +177,7 @@ def serve(stdin: TextIO, proto: TextIO) -> int:
                 reply = {"ok": False, "error": f"unknown op {op!r}"}
         except Exception as exc:  # report and keep serving: one bad window is not the session
             traceback.print_exc(file=sys.stderr)
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            reply = {"ok": False, "error": describe_error(exc)[:2000]}
         proto.write(json.dumps(reply, default=str) + "\n")
         proto.flush()
     return 0
@@ -176,7 +193,12 @@ def main(argv: list[str]) -> int:
         return serve(sys.stdin, proto)
     if len(argv) >= 2 and argv[0] == "ids":
         task_args = json.loads(argv[2]) if len(argv) > 2 else {}
-        _write_json(IDS_FILE, list_ids(argv[1], task_args))
+        try:
+            _write_json(IDS_FILE, list_ids(argv[1], task_args))
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            print(TASK_ERROR_MARK + describe_error(exc)[:2000], file=sys.stderr)
+            return 1
         return 0
     print(__doc__, file=sys.stderr)
     return 2
