@@ -259,3 +259,67 @@ def test_a_head_whose_solver_raises_is_the_agents_regression_with_its_cause_show
     check_run = json.loads(next(artifacts.rglob("*.check_run.json")).read_text())
     assert check_run["conclusion"] == "failure"
     assert cause in json.dumps(check_run)
+
+
+# A repository's own scorer, as people write one: a float per sample. The head's scorer returns
+# 1.5 for a wrong answer (outside [0, 1]) and the PR also adds one task and removes another.
+GRADED = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+from inspect_ai.model import ModelOutput
+from inspect_ai.scorer import Score, mean, scorer
+from inspect_ai.solver import solver
+
+WRONG = 0.25
+
+
+@solver
+def answer():
+    async def solve(state, generate):
+        n = int(state.input_text.split()[-1])
+        state.output = ModelOutput.from_content("none", str(n) if n % 3 else "wrong")
+        return state
+
+    return solve
+
+
+@scorer(metrics=[mean()])
+def graded():
+    async def score(state, target):
+        return Score(value=1.0 if state.output.completion == target.text else WRONG)
+
+    return score
+
+
+def _task():
+    return Task(dataset=[Sample(input=f"say {i}", target=str(i)) for i in range(16)], solver=answer(), scorer=graded())
+"""
+
+
+def test_scores_out_of_range_are_named_beside_the_verdict_not_dropped_silently(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    base = GRADED + "\n@task\ndef kept():\n    return _task()\n\n@task\ndef old():\n    return _task()\n"
+    commit_files(repo, {"evals/graded.py": base}, "base")
+    git(repo, "checkout", "-q", "-b", "head")
+    head = GRADED.replace("WRONG = 0.25", "WRONG = 1.5") + (
+        "\n@task\ndef kept():\n    return _task()\n\n@task\ndef extra():\n    return _task()\n"
+    )
+    commit_files(repo, {"evals/graded.py": head}, "scorer out of range; a task added, one removed")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "head", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    assert list(doc["tasks"]) == ["evals/graded/kept"]
+    assert doc["new_tasks"] == ["evals/graded/extra"] and doc["removed_tasks"] == ["evals/graded/old"]
+    kept = doc["tasks"]["evals/graded/kept"]["decision"]
+    # 6 of the 16 answers are wrong (n divisible by 3): on head their 1.5 is no score, so only
+    # the 10 right ones pair. That is said, with the value, beside the verdict.
+    assert kept["pairing"]["unscored_head"] == 6 and kept["pairs"] == 10
+    reason = (
+        "evals/graded/kept: head: 6/16 sample(s) have no score in [0, 1] (scorer 'graded' returned 1.5) "
+        "and are left out of the pairing; a scorer must return a number in [0, 1], a boolean or C/P/I/N"
+    )
+    assert reason in doc["final_verdict"]["reasons"]
+    assert f"why: {reason}" in done.stdout
+    assert not any("base:" in r and "no score" in r for r in doc["final_verdict"]["reasons"])

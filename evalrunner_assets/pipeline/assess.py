@@ -12,6 +12,7 @@ commit's windows are the same for every PR on it and are reused, never re-run.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import statistics
 from collections.abc import Iterable, Mapping
@@ -144,6 +145,30 @@ class _Batches:
 
     def arm_rows(self, keys: list[BatchKey]) -> list[dict[str, Any]]:
         return [r for d in sorted({k.digest for k in keys}) for r in self.rows[d]]
+
+
+ARMS = ("head", "base")
+
+
+def _unscored_reasons(task: str, pairing: stats.Pairing, rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Per arm, the inputs left out of the pairing because no score in [0, 1] could be read
+    (a scorer returning 1.5, -1, a dict, an unknown letter, or no scorer), with the first raw
+    value: a scorer out of range must not quietly shrink the comparison to the inputs it got right."""
+    out = []
+    for arm in ARMS:
+        n = pairing.unscored_head if arm == "head" else pairing.unscored_base
+        if not n:
+            continue
+        inputs = pairing.inputs_head if arm == "head" else pairing.inputs_base
+        bad = next((r for r in rows[arm] if r.get("score") is None and not r.get("error")), None)
+        got = "no score"
+        if bad is not None and bad.get("score_raw") is not None:
+            got = f"scorer {bad.get('scorer')!r} returned {bad['score_raw']}"
+        out.append(
+            f"{task}: {arm}: {n}/{inputs} sample(s) have no score in [0, 1] ({got}) and are left out of "
+            "the pairing; a scorer must return a number in [0, 1], a boolean or C/P/I/N"
+        )
+    return out
 
 
 def _p50(values: list[float | None]) -> float | None:
@@ -465,6 +490,13 @@ def assess(
             )
 
     verdict = stats.run_verdict(decisions, failures)
+    unscored = [
+        r
+        for task in compared
+        for r in _unscored_reasons(task, pairings[task], {a: batches.arm_rows(progress[task].keys[a]) for a in ARMS})
+    ]
+    if unscored:
+        verdict = dataclasses.replace(verdict, reasons=verdict.reasons + tuple(unscored))
 
     # What next: the stats planner picks which undecided tasks get their next window (budget,
     # affinity order); the window itself is the fixed window at that position.
