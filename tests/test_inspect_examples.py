@@ -296,7 +296,7 @@ def _task():
 """
 
 
-def test_scores_out_of_range_are_named_beside_the_verdict_not_dropped_silently(tmp_path: Path) -> None:
+def test_scores_out_of_range_are_named_beside_the_verdict_and_added_or_removed_tasks_in_the_summary(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     base = GRADED + "\n@task\ndef kept():\n    return _task()\n\n@task\ndef old():\n    return _task()\n"
     commit_files(repo, {"evals/graded.py": base}, "base")
@@ -323,3 +323,6 @@ def test_scores_out_of_range_are_named_beside_the_verdict_not_dropped_silently(t
     assert reason in doc["final_verdict"]["reasons"]
     assert f"why: {reason}" in done.stdout
     assert not any("base:" in r and "no score" in r for r in doc["final_verdict"]["reasons"])
+    # Tasks outside the table are named in the terminal as in the PR comment.
+    assert "  new on this PR (no baseline yet): evals/graded/extra\n" in done.stdout
+    assert "  removed on this PR: evals/graded/old\n" in done.stdout
