@@ -296,7 +296,9 @@ def _task():
 """
 
 
-def test_scores_out_of_range_are_named_beside_the_verdict_and_added_or_removed_tasks_in_the_summary(tmp_path: Path) -> None:
+def test_scores_out_of_range_are_named_beside_the_verdict_and_added_or_removed_tasks_in_the_summary(
+    tmp_path: Path,
+) -> None:
     repo = tmp_path / "repo"
     base = GRADED + "\n@task\ndef kept():\n    return _task()\n\n@task\ndef old():\n    return _task()\n"
     commit_files(repo, {"evals/graded.py": base}, "base")
@@ -326,3 +328,39 @@ def test_scores_out_of_range_are_named_beside_the_verdict_and_added_or_removed_t
     # Tasks outside the table are named in the terminal as in the PR comment.
     assert "  new on this PR (no baseline yet): evals/graded/extra\n" in done.stdout
     assert "  removed on this PR: evals/graded/old\n" in done.stdout
+
+
+NEEDS_ARGUMENT = """
+from inspect_ai import Task, task
+
+
+@task
+def needs_level(level: int):
+    return Task(dataset=[], solver=[], scorer=[])
+"""
+
+
+def test_a_task_failing_on_both_arms_is_said_to_fail_on_both_with_each_cause(tmp_path: Path) -> None:
+    # A task with a required argument cannot be loaded (evalrunner passes none) on either arm:
+    # the reasons say it failed on both, with the cause and the fix, never "base succeeded".
+    repo = tmp_path / "repo"
+    kept = "\n@task\ndef kept():\n    return _task()\n"
+    commit_files(repo, {"evals/graded.py": GRADED + kept, "evals/levels.py": NEEDS_ARGUMENT}, "base")
+    git(repo, "checkout", "-q", "-b", "head")
+    commit_files(repo, {"evals/graded.py": GRADED.replace("WRONG = 0.25", "WRONG = 0.0") + kept}, "stricter")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "head", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    reasons = doc["final_verdict"]["reasons"]
+    assert doc["verdict"] == "INCONCLUSIVE", doc["final_verdict"]
+    assert "evals/levels/needs_level: failed on both head and base" in reasons
+    cause = (
+        "sample ids could not be listed: loading task 'evals/levels.py@needs_level' raised TypeError: "
+        "needs_level() missing 1 required positional argument: 'level'; evalrunner passes no task "
+        "arguments: give every parameter of the @task function a default"
+    )
+    assert f"evals/levels/needs_level: head: {cause}; base: {cause}" in reasons
+    assert not any("while base succeeded" in r for r in reasons), reasons
+    assert f"why: evals/levels/needs_level: head: {cause}" in done.stdout

@@ -290,7 +290,9 @@ def _task_error(result: SandboxResult) -> str | None:
 def _load_failure(spec: str | None, error: str) -> str:
     """One line for a task that could not be loaded: the spec, what it raised, how to fix it."""
     hint = "fix the task file (it must import and build its Task inside the sandbox)"
-    if error.startswith("ModuleNotFoundError"):
+    if error.startswith("TypeError") and "required" in error and "argument" in error:
+        hint = "evalrunner passes no task arguments: give every parameter of the @task function a default"
+    elif error.startswith("ModuleNotFoundError"):
         hint = (
             "declare the missing package in the repository's dependencies "
             "(uv.lock, pyproject.toml or requirements.txt, or the manifest's environment)"

@@ -420,6 +420,7 @@ def assess(
     decisions: dict[str, stats.TaskDecision] = {}
     task_docs: dict[str, Any] = {}
     failures: dict[str, str] = {}
+    failed_causes: list[str] = []
     plan_states: dict[str, stats.TaskPlanState] = {}
     pairings: dict[str, stats.Pairing] = {}
     budget_exhausted = budget_left is not None and budget_left <= 0
@@ -480,7 +481,9 @@ def assess(
         if "head" in p.failures and "base" not in p.failures:
             failures[task] = f"failed on this PR's head: {p.failures['head']}"
         elif "base" in p.failures:
-            failures[task] = f"failed on the base: {p.failures['base']}"
+            # No baseline: the decision says so ("failed on both head and base", or "failed on
+            # base while head succeeded"); run_verdict's failures are only head-failed tasks.
+            failed_causes.append(f"{task}: " + "; ".join(f"{a}: {p.failures[a]}" for a in ARMS if a in p.failures))
         if decision.label == "continue" and not p.failures and p.pending:
             plan_states[task] = stats.TaskPlanState(
                 next_start=p.landed,
@@ -495,8 +498,8 @@ def assess(
         for task in compared
         for r in _unscored_reasons(task, pairings[task], {a: batches.arm_rows(progress[task].keys[a]) for a in ARMS})
     ]
-    if unscored:
-        verdict = dataclasses.replace(verdict, reasons=verdict.reasons + tuple(unscored))
+    if unscored or failed_causes:
+        verdict = dataclasses.replace(verdict, reasons=verdict.reasons + tuple(failed_causes + unscored))
 
     # What next: the stats planner picks which undecided tasks get their next window (budget,
     # affinity order); the window itself is the fixed window at that position.
