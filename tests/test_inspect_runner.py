@@ -83,6 +83,10 @@ def forger():
     return Task(dataset=DATA, solver=answer("garbage"), scorer=match())
 
 @task
+def unknown_sandbox():
+    return Task(dataset=DATA, solver=answer(), scorer=match(), sandbox="no_such_sandbox_xyz")
+
+@task
 def no_ids():
     # Samples as most public Inspect tasks write them: no ids (Inspect numbers them 1..n).
     return Task(dataset=[Sample(input=f"say {i}", target=str(i)) for i in range(6)], solver=answer(), scorer=match())
@@ -324,6 +328,15 @@ def test_a_task_file_that_fails_at_import_is_named_with_its_error_and_line_not_a
             "declare the missing package in the repository's dependencies"
         ), msg
         assert "Traceback" not in msg and 'File "' not in msg
+
+
+def test_a_window_that_inspect_refuses_before_any_log_names_the_error_not_a_traceback(bwrap_backend, tiny_export):
+    with WarmTaskRunner(bwrap_backend, tiny_export, cfg("unknown_sandbox")) as warm:
+        run = warm.run_window(Window(0, 2))
+    assert run.failure_kind == NO_LOG, run.failure_cause
+    assert run.failure_cause.startswith("warm worker reported: ") and "no_such_sandbox_xyz" in run.failure_cause
+    assert run.failure_cause.endswith("; no Inspect log was written"), run.failure_cause
+    assert "Traceback" not in run.failure_cause and 'File "' not in run.failure_cause
 
 
 @pytest.mark.slow

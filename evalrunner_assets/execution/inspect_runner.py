@@ -678,7 +678,8 @@ class WarmTaskRunner:
             timings["eval_s"] = eval_s
         run = _window_run(key, "warm", result, ids, self.cfg.settings.epochs, timings)
         if run.failure_kind == NO_LOG and reply_error:
-            run.failure_cause = f"{reply_error}; {run.failure_cause}"
+            # The worker named what was raised: that is the cause, not the traceback's tail.
+            run.failure_cause = f"{reply_error}; no Inspect log was written"
         return run
 
     def close(self) -> None:
