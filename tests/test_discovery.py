@@ -365,6 +365,21 @@ def test_without_a_list_inspect_tasks_are_discovered_and_the_source_says_so(bwra
     ]
 
 
+def test_tasks_of_a_file_with_a_syntax_error_are_still_discovered_so_they_are_not_taken_for_deleted(
+    bwrap_backend, make_repo, tmp_path
+):
+    # Inspect's listing skips a file that does not parse; its tasks are listed by name anyway,
+    # so loading them reports the syntax error against each task (not "removed on this PR").
+    broken = TASK_FILE + "\n@task(name='x')\nasync def second_task():\n    return (\n"
+    export = export_of(make_repo, tmp_path, {"evals/triage.py": broken, "evals/ok.py": TASK_FILE})
+    result = discover(bwrap_backend, export)
+    assert [(t.id, t.spec) for t in result.manifest.tasks] == [
+        ("evals/ok/runbook_lookup", "evals/ok.py@Runbook_Lookup"),
+        ("evals/triage/runbook_lookup", "evals/triage.py@Runbook_Lookup"),
+        ("evals/triage/second_task", "evals/triage.py@second_task"),
+    ]
+
+
 def test_a_repo_with_neither_a_list_nor_tasks_gets_an_explicit_error(bwrap_backend, make_repo, tmp_path):
     export = export_of(make_repo, tmp_path, {"README.md": "nothing here", "lib.py": "x = 1\n"})
     with pytest.raises(NoEvalsFound, match=r"has no \.evals/list and no Inspect @task in any Python file"):

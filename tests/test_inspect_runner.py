@@ -339,6 +339,19 @@ def test_a_window_that_inspect_refuses_before_any_log_names_the_error_not_a_trac
     assert "Traceback" not in run.failure_cause and 'File "' not in run.failure_cause
 
 
+def test_a_task_file_with_a_syntax_error_names_the_line_not_task_not_found(bwrap_backend, tmp_path):
+    from tests.conftest import commit_files
+
+    sha = commit_files(tmp_path / "repo", {"evals/broken.py": "from inspect_ai import task\n\n@task\ndef t(:\n"})
+    export = RepoSource("acme/broken", str(tmp_path / "repo")).export(sha, tmp_path / "export")
+    c = replace(cfg("t"), spec="evals/broken.py@t")
+    warm = list_sample_ids_many(bwrap_backend, export, [c])[c.task]
+    assert isinstance(warm, InspectRunError)
+    assert str(warm).startswith(
+        "loading task 'evals/broken.py@t' raised SyntaxError: invalid syntax (at evals/broken.py:4)"
+    )
+
+
 @pytest.mark.slow
 def test_samples_without_ids_run_under_inspects_positional_ids_with_their_input_digests(bwrap_backend, tiny_export):
     from evalrunner_assets.sample_digest import sample_input_digest

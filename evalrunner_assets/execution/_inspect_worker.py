@@ -19,6 +19,7 @@ untrusted input to the controller, which validates it.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -57,15 +58,19 @@ def exact_selector(task_name: str, sample_id: str | int) -> str | int:
 def describe_error(exc: BaseException) -> str:
     """``Type: message (at path:line)``: what was raised, at the innermost frame of the
     repository's own code (a task file that fails at import names its file and line)."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    message = exc.msg if isinstance(exc, SyntaxError) and exc.msg else exc
+    text = " ".join(f"{type(exc).__name__}: {message}".split())
     root = os.environ.get("EVALRUNNER_REPO")
     where = None
     if root:
         prefix = os.path.join(os.path.realpath(root), "")
-        for frame in traceback.extract_tb(exc.__traceback__):
-            path = os.path.realpath(frame.filename)
+        frames = [(f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__)]
+        if isinstance(exc, SyntaxError) and exc.filename:
+            frames.append((exc.filename, exc.lineno))  # the line that does not parse
+        for filename, lineno in frames:
+            path = os.path.realpath(filename)
             if path.startswith(prefix):
-                where = f"{os.path.relpath(path, prefix)}:{frame.lineno}"
+                where = f"{os.path.relpath(path, prefix)}:{lineno}"
     return text + (f" (at {where})" if where else "")
 
 
@@ -81,11 +86,21 @@ def _key(spec: str, task_args: dict[str, Any]) -> str:
     return json.dumps([spec, task_args], sort_keys=True)
 
 
+def _check_syntax(spec: str) -> None:
+    """Raise the task file's SyntaxError: Inspect finds tasks by parsing the file, and for a file
+    that does not parse it says only "Task named … not found"."""
+    file = spec.rpartition("@")[0] or spec
+    if file.endswith(".py") and os.path.isfile(file):
+        with open(file, encoding="utf-8", errors="replace") as f:
+            compile(f.read(), file, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+
+
 def load_task(spec: str, task_args: dict[str, Any]) -> Any:
     key = _key(spec, task_args)
     if key not in _TASKS:
         from inspect_ai._eval.loader import load_tasks
 
+        _check_syntax(spec)
         tasks = load_tasks([spec], task_args)
         if len(tasks) != 1:
             raise ValueError(f"spec {spec!r} names {len(tasks)} tasks; give exactly one (file.py@task)")
