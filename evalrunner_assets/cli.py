@@ -137,6 +137,35 @@ def _repo_source(repo_id: str, repo: str) -> Any:
     return source
 
 
+def _same_comparison_again(request: Any) -> Any:
+    """A comparison already asked for (same repository, --pr and head) resumes as it was asked:
+    another base, model, seed, epochs, cap or affinity is refused (it would mix two measurements
+    in one comparison); new --budget/--budget-usd limits replace the old ones."""
+    from evalrunner_assets.pipeline.spec import (
+        load_request,
+        request_conflicts,
+        request_path,
+        save_request,
+        with_limits_of,
+    )
+    from lake import open_lake
+
+    the_lake = open_lake(home.lake_root())
+    if not the_lake.exists(request_path(request.repo, request.pr, request.head_sha)):
+        return request
+    saved = load_request(the_lake, request.repo, request.pr, request.head_sha)
+    conflicts = request_conflicts(saved, request)
+    if conflicts:
+        raise UserError(
+            f"{request.repo} --pr {request.pr} @ {request.head_sha[:7]} was already compared with other "
+            f"settings: {'; '.join(conflicts)}",
+            hint="run it with the same options to resume it, or give --pr a new name to compare with these",
+        )
+    if with_limits_of(saved, request) != saved:
+        save_request(the_lake, with_limits_of(saved, request))
+    return request
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from evalrunner_assets.driver import run_comparison
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
@@ -164,6 +193,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         budget_usd=args.budget_usd,
         requested_at=datetime.now(UTC).isoformat(),
     )
+    request = _same_comparison_again(request)
     print(
         f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
         f"with {args.model or 'the model each agent config names'} in a {args.backend} sandbox; "

@@ -496,6 +496,7 @@ def assess(
     unscored = [
         r
         for task in compared
+        if pairings[task].unscored_head or pairings[task].unscored_base
         for r in _unscored_reasons(task, pairings[task], {a: batches.arm_rows(progress[task].keys[a]) for a in ARMS})
     ]
     if unscored or failed_causes:
