@@ -364,3 +364,20 @@ def test_a_task_failing_on_both_arms_is_said_to_fail_on_both_with_each_cause(tmp
     assert f"evals/levels/needs_level: head: {cause}; base: {cause}" in reasons
     assert not any("while base succeeded" in r for r in reasons), reasons
     assert f"why: evals/levels/needs_level: head: {cause}" in done.stdout
+
+
+def test_with_several_epochs_the_samples_possible_count_every_epoch_as_samples_run_does(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    kept = "\n@task\ndef kept():\n    return _task()\n"
+    commit_files(repo, {"evals/graded.py": GRADED + kept}, "base")
+    git(repo, "checkout", "-q", "-b", "head")
+    commit_files(repo, {"evals/graded.py": GRADED.replace("WRONG = 0.25", "WRONG = 0.0") + kept}, "stricter")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "head", "--epochs", "2", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    # 16 inputs × 2 epochs on each arm; the inputs (epochs averaged) are the pairs.
+    assert doc["samples_run"] == doc["samples_possible"] == 64
+    assert doc["tasks"]["evals/graded/kept"]["decision"]["pairs"] == 16
+    assert "  samples 64 of 64 possible" in done.stdout

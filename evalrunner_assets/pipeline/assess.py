@@ -515,7 +515,8 @@ def assess(
         next_windows.extend(progress[wp.task].pending)
 
     failed = failed_window_accounting(lake, [k for t in compared for k in progress[t].failed_keys], prices)
-    possible = sum(2 * progress[t].limit for t in compared)
+    # Samples are rows: one per input and epoch, as samples_run counts them.
+    possible = sum(2 * progress[t].limit for t in compared) * max(1, request.settings.epochs)
     spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ("head", "base")]
     result: dict[str, Any] = {
         **_identity(request),
