@@ -307,7 +307,11 @@ def _agent_config_overrides(pairs: list[str]) -> dict[str, Any]:
         try:
             out[key] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            raise SystemExit(f"evalrunner candidates add: --set {key}: {value!r} is not valid YAML ({exc})") from exc
+            from evalrunner_assets.discovery import yaml_problem
+
+            raise SystemExit(
+                f"evalrunner candidates add: --set {key}: {value!r} is not valid YAML ({yaml_problem(exc)})"
+            ) from exc
     return out
 
 

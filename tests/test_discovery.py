@@ -411,7 +411,9 @@ def test_the_agent_config_names_the_model_and_its_args(tmp_path):
         ("model: a/b\nmodel_args: [1]\n", "agent.yaml: model_args must be a mapping, not list"),
         ("model: a/b\nmodel_args: {t: {x: 1}}\n", "agent.yaml: model_args.t: values must be strings, numbers"),
         ("- model\n", "agent.yaml: the top level must be a mapping, not list"),
-        ("model: [\n", "agent.yaml is not valid YAML"),
+        ("model: [\n", "agent.yaml is not valid YAML (line 2, column 1: expected the node content, but found"),
+        # one line, where the problem is: a terminal error shows only the first line
+        ("model: [unclosed\n", "agent.yaml is not valid YAML (line 2, column 1: expected ',' or ']', but got"),
     ],
 )
 def test_an_invalid_model_in_the_agent_config_fails_discovery_naming_the_file_and_field(tmp_path, text, expected):
@@ -421,6 +423,7 @@ def test_an_invalid_model_in_the_agent_config_fails_discovery_naming_the_file_an
     with pytest.raises(AgentConfigError) as err:
         read_agent_model(tmp_path)
     assert str(err.value).startswith(expected)
+    assert "\n" not in str(err.value)
     assert isinstance(err.value, DiscoveryError)
 
 
