@@ -127,11 +127,17 @@ def _resolve(source: Any, flag: str, ref: str) -> str:
 
 
 def _repo_source(repo_id: str, repo: str) -> Any:
-    from evalrunner_assets.execution.repo import RepoError, RepoSource
+    from evalrunner_assets.execution.repo import RepoError, RepoSource, RepoSubdirectory
 
     try:
         source = RepoSource(repo_id, repo, cache_dir=str(home.repo_cache()))
         source.ensure_mirror()
+    except RepoSubdirectory as exc:
+        raise UserError(
+            f"--repo: {exc}",
+            hint=f"give --repo the repository's root, {exc.top} (.evals/list there may name a "
+            "subdirectory as a task's workdir)",
+        ) from exc
     except RepoError as exc:
         raise UserError(f"--repo: {exc}", hint="give --repo the path of a git checkout or a clone URL") from exc
     return source

@@ -85,6 +85,14 @@ def _case(name: str, tmp_path: Path) -> Case:
             ["compare", "--repo", str(plain), "--base", "main", "--head", "pr"],
             ["--repo", str(plain), "not a git repository"],
         )
+    if name == "repo-is-a-subdirectory":
+        # a monorepo's agent directory: read from the root, its .evals/list would be ignored
+        commit_files(tmp_path / "mono", {"agents/qa/.evals/list": "#!/bin/sh\n", "README.md": "x\n"})
+        sub = str(tmp_path / "mono" / "agents" / "qa")
+        return Case(
+            ["compare", "--repo", sub, "--base", "main", "--head", "main"],
+            ["--repo", "subdirectory 'agents/qa/'", f"give --repo the repository's root, {tmp_path / 'mono'} "],
+        )
     if name == "bad-cap":
         return Case(["compare", "--repo", str(good), "--base", "main", "--head", "main", "--cap", "3"], ["--cap", "3"])
     if name == "cap-not-a-number":
@@ -121,6 +129,7 @@ FAST = [
     "bad-ref",
     "missing-repo-path",
     "repo-is-not-git",
+    "repo-is-a-subdirectory",
     "bad-cap",
     "cap-not-a-number",
     "sql-syntax-error",
