@@ -381,3 +381,38 @@ def test_with_several_epochs_the_samples_possible_count_every_epoch_as_samples_r
     assert doc["samples_run"] == doc["samples_possible"] == 64
     assert doc["tasks"]["evals/graded/kept"]["decision"]["pairs"] == 16
     assert "  samples 64 of 64 possible" in done.stdout
+
+
+def test_a_pr_that_fixes_a_task_broken_on_the_base_leaves_it_out_of_the_verdict_with_the_bases_cause(
+    tmp_path: Path,
+) -> None:
+    # No baseline to compare with: the task is not compared (the statistics' rule), the base's
+    # cause is given, and the verdict comes from the tasks that could be compared.
+    repo = tmp_path / "repo"
+    kept = "\n@task\ndef kept():\n    return _task()\n"
+    graded = GRADED.replace("range(16)", "range(160)")  # enough identical pairs to call unchanged
+    commit_files(repo, {"evals/graded.py": graded + kept, "evals/levels.py": NEEDS_ARGUMENT}, "base")
+    git(repo, "checkout", "-q", "-b", "head")
+    fixed = NEEDS_ARGUMENT.replace("level: int", "level: int = 1").replace("dataset=[]", "dataset=_data()")
+    fixed = fixed.replace(
+        "from inspect_ai import Task, task\n",
+        "from inspect_ai import Task, task\nfrom inspect_ai.dataset import Sample\n\n\n"
+        "def _data():\n    return [Sample(input='x', target='y')]\n",
+    )
+    commit_files(repo, {"evals/levels.py": fixed}, "needs_level gets a default")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "head", "--cap", "160", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    reasons = doc["final_verdict"]["reasons"]
+    # The verdict is kept's alone: identical on both arms.
+    assert doc["verdict"] == "UNCHANGED", doc["final_verdict"]
+    assert (
+        "evals/levels/needs_level: not compared (failed on base while head succeeded: no baseline to compare with)"
+        in reasons
+    )
+    assert any(
+        r.startswith("evals/levels/needs_level: base: sample ids could not be listed: loading task") for r in reasons
+    ), reasons
+    assert not any("while base succeeded" in r for r in reasons), reasons
