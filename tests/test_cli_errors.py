@@ -32,6 +32,15 @@ BAD_LISTS = {
         '#!/bin/sh\necho \'{"version": 1, "tasks": [{"id": "t"}]}\'\n',
         ["$.tasks[0]", "'spec' is a required property"],
     ),
+    # a user error (exit 2), not the outage the sandbox's failure to start it read as (exit 3)
+    "list-has-windows-line-endings": (
+        "#!/bin/sh\r\necho '{}'\r\n",
+        ["Windows (CRLF) line endings", "'/bin/sh\\r'"],
+    ),
+    "list-names-a-missing-interpreter": (
+        "#!/usr/local/bin/no-such-shell\necho '{}'\n",
+        ["could not be started", "no-such-shell", "No such file or directory"],
+    ),
     "list-imports-a-missing-module": (
         "#!/usr/bin/env python3\nimport evalrunner_no_such_module_xyz\n",
         ["ModuleNotFoundError", "evalrunner_no_such_module_xyz"],
