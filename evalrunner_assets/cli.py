@@ -127,14 +127,49 @@ def _resolve(source: Any, flag: str, ref: str) -> str:
 
 
 def _repo_source(repo_id: str, repo: str) -> Any:
-    from evalrunner_assets.execution.repo import RepoError, RepoSource
+    from evalrunner_assets.execution.repo import RepoError, RepoSource, RepoSubdirectory
 
     try:
         source = RepoSource(repo_id, repo, cache_dir=str(home.repo_cache()))
         source.ensure_mirror()
+    except RepoSubdirectory as exc:
+        raise UserError(
+            f"--repo: {exc}",
+            hint=f"give --repo the repository's root, {exc.top} (.evals/list there may name a "
+            "subdirectory as a task's workdir)",
+        ) from exc
     except RepoError as exc:
         raise UserError(f"--repo: {exc}", hint="give --repo the path of a git checkout or a clone URL") from exc
     return source
+
+
+def _same_comparison_again(request: Any) -> Any:
+    """A comparison already asked for (same repository, --pr and head) resumes as it was asked:
+    another base, model, seed, epochs, cap or affinity is refused (it would mix two measurements
+    in one comparison); new --budget/--budget-usd limits replace the old ones."""
+    from evalrunner_assets.pipeline.spec import (
+        load_request,
+        request_conflicts,
+        request_path,
+        save_request,
+        with_limits_of,
+    )
+    from lake import open_lake
+
+    the_lake = open_lake(home.lake_root())
+    if not the_lake.exists(request_path(request.repo, request.pr, request.head_sha)):
+        return request
+    saved = load_request(the_lake, request.repo, request.pr, request.head_sha)
+    conflicts = request_conflicts(saved, request)
+    if conflicts:
+        raise UserError(
+            f"{request.repo} --pr {request.pr} @ {request.head_sha[:7]} was already compared with other "
+            f"settings: {'; '.join(conflicts)}",
+            hint="run it with the same options to resume it, or give --pr a new name to compare with these",
+        )
+    if with_limits_of(saved, request) != saved:
+        save_request(the_lake, with_limits_of(saved, request))
+    return request
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -164,6 +199,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         budget_usd=args.budget_usd,
         requested_at=datetime.now(UTC).isoformat(),
     )
+    request = _same_comparison_again(request)
     print(
         f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
         f"with {args.model or 'the model each agent config names'} in a {args.backend} sandbox; "
@@ -277,7 +313,11 @@ def _agent_config_overrides(pairs: list[str]) -> dict[str, Any]:
         try:
             out[key] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            raise SystemExit(f"evalrunner candidates add: --set {key}: {value!r} is not valid YAML ({exc})") from exc
+            from evalrunner_assets.discovery import yaml_problem
+
+            raise SystemExit(
+                f"evalrunner candidates add: --set {key}: {value!r} is not valid YAML ({yaml_problem(exc)})"
+            ) from exc
     return out
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -220,6 +221,32 @@ def _sum_opt(values: Iterable[int | None]) -> int | None:
     return total if seen else None
 
 
+# The strings Inspect's value_to_float() maps (besides numbers): C, P, I, N and yes/true/no/false.
+_SCORE_WORDS = frozenset({"C", "P", "I", "N"})
+_SCORE_BOOLEANS = frozenset({"yes", "true", "no", "false"})
+
+
+def score_value(raw: Any, to_float: Any) -> float | None:
+    """A primary score's value in [0, 1] as ``value_to_float`` maps it, or None: for a value
+    outside [0, 1], NaN, a list or dict, or a string it does not know (Inspect would log
+    "Unable to convert value to float" and call it 0 — a letter grade "A" is not a failure)."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text not in _SCORE_WORDS and text.lower() not in _SCORE_BOOLEANS:
+            try:
+                if not math.isfinite(float(text)):
+                    return None
+            except ValueError:
+                return None
+    elif not isinstance(raw, (int, float, bool)):
+        return None
+    try:
+        mapped = float(to_float(raw))
+    except (TypeError, ValueError):
+        return None
+    return mapped if 0.0 <= mapped <= 1.0 else None
+
+
 class _SampleColumns:
     """Column lists for the samples table, filled from EvalSample or EvalSampleSummary."""
 
@@ -256,14 +283,7 @@ class _SampleColumns:
             return None, None, None, None
         name, primary = next(iter(scores.items()))
         raw = primary.value
-        value: float | None = None
-        if isinstance(raw, (str, int, float, bool)):
-            try:
-                mapped = float(self.to_float(raw))
-            except (TypeError, ValueError):
-                mapped = None
-            if mapped is not None and 0.0 <= mapped <= 1.0:
-                value = mapped
+        value = score_value(raw, self.to_float)
         all_raw = {k: v.value for k, v in scores.items()}
         return value, json.dumps(raw, sort_keys=True), name, json.dumps(all_raw, sort_keys=True)
 

@@ -7,6 +7,8 @@ select
     sample_id,
     epoch,
     score,
+    score_raw,
+    scorer,
     error,
     error_where,
     input_digest,

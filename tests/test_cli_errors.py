@@ -32,6 +32,15 @@ BAD_LISTS = {
         '#!/bin/sh\necho \'{"version": 1, "tasks": [{"id": "t"}]}\'\n',
         ["$.tasks[0]", "'spec' is a required property"],
     ),
+    # a user error (exit 2), not the outage the sandbox's failure to start it read as (exit 3)
+    "list-has-windows-line-endings": (
+        "#!/bin/sh\r\necho '{}'\r\n",
+        ["Windows (CRLF) line endings", "'/bin/sh\\r'"],
+    ),
+    "list-names-a-missing-interpreter": (
+        "#!/usr/local/bin/no-such-shell\necho '{}'\n",
+        ["could not be started", "no-such-shell", "No such file or directory"],
+    ),
     "list-imports-a-missing-module": (
         "#!/usr/bin/env python3\nimport evalrunner_no_such_module_xyz\n",
         ["ModuleNotFoundError", "evalrunner_no_such_module_xyz"],
@@ -85,6 +94,14 @@ def _case(name: str, tmp_path: Path) -> Case:
             ["compare", "--repo", str(plain), "--base", "main", "--head", "pr"],
             ["--repo", str(plain), "not a git repository"],
         )
+    if name == "repo-is-a-subdirectory":
+        # a monorepo's agent directory: read from the root, its .evals/list would be ignored
+        commit_files(tmp_path / "mono", {"agents/qa/.evals/list": "#!/bin/sh\n", "README.md": "x\n"})
+        sub = str(tmp_path / "mono" / "agents" / "qa")
+        return Case(
+            ["compare", "--repo", sub, "--base", "main", "--head", "main"],
+            ["--repo", "subdirectory 'agents/qa/'", f"give --repo the repository's root, {tmp_path / 'mono'} "],
+        )
     if name == "bad-cap":
         return Case(["compare", "--repo", str(good), "--base", "main", "--head", "main", "--cap", "3"], ["--cap", "3"])
     if name == "cap-not-a-number":
@@ -121,6 +138,7 @@ FAST = [
     "bad-ref",
     "missing-repo-path",
     "repo-is-not-git",
+    "repo-is-a-subdirectory",
     "bad-cap",
     "cap-not-a-number",
     "sql-syntax-error",
@@ -279,3 +297,56 @@ def test_an_interrupted_duckdb_query_surfaces_as_keyboard_interrupt() -> None:
         with interruptible():
             con.sql("select sum(hash(range)) from range(1000000000000)").to_arrow_table()
     con.close()
+
+
+def _saved_request(tmp_path: Path, **settings: object) -> tuple[Path, object]:
+    """A repository with a head branch `pr`, and a comparison of it already requested in the
+    home's lake (as an earlier `evalrunner compare` leaves it) with ``settings``."""
+    from evalrunner_assets.pipeline.spec import ComparisonRequest, save_request
+    from lake import open_lake
+    from lake.batch import RunSettings
+
+    repo = tmp_path / "agent"
+    base = commit_files(repo, {"README.md": "base\n"})
+    git(repo, "checkout", "-q", "-b", "pr")
+    head = commit_files(repo, {"README.md": "head\n"})
+    fields: dict = {"budget_samples": 64, **settings}
+    request = ComparisonRequest.build(
+        repo="local/agent",
+        source=str(repo),
+        pr="local",
+        base_sha=base,
+        head_sha=head,
+        base_ref="main",
+        head_ref="pr",
+        settings=RunSettings(model="simagent/support-agent", seed=0, epochs=fields.pop("epochs", 1)),
+        **fields,
+    )
+    save_request(open_lake(str(tmp_path / "home" / "lake")), request)
+    return repo, request
+
+
+def test_comparing_a_head_again_with_other_settings_is_refused_naming_them(tmp_path: Path) -> None:
+    # Silently resuming with the first run's settings printed the old verdict as if for these.
+    repo, _ = _saved_request(tmp_path)
+    argv = ["compare", "--repo", str(repo), "--base", "main", "--head", "pr", "--epochs", "3", "--seed", "5"]
+    done = _run(argv, tmp_path, {})
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "--seed 5 (it ran with 0); --epochs 3 (it ran with 1)" in lines[0]
+    assert "--pr" in lines[1]
+
+
+def test_comparing_a_head_again_with_a_new_budget_replaces_the_old_limits(tmp_path: Path, monkeypatch) -> None:
+    from evalrunner_assets.cli import _same_comparison_again
+    from evalrunner_assets.pipeline.spec import load_request
+    from lake import open_lake
+
+    _, saved = _saved_request(tmp_path)
+    monkeypatch.setenv("EVALRUNNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EVALRUNNER_LAKE", raising=False)
+    _same_comparison_again(saved.model_copy(update={"budget_samples": 200, "budget_usd": 1.5}))
+    now = load_request(open_lake(str(tmp_path / "home" / "lake")), saved.repo, saved.pr, saved.head_sha)
+    assert (now.budget_samples, now.budget_usd) == (200, 1.5)
+    assert now.model_copy(update={"budget_samples": 64, "budget_usd": None}) == saved

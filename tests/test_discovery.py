@@ -365,6 +365,21 @@ def test_without_a_list_inspect_tasks_are_discovered_and_the_source_says_so(bwra
     ]
 
 
+def test_tasks_of_a_file_with_a_syntax_error_are_still_discovered_so_they_are_not_taken_for_deleted(
+    bwrap_backend, make_repo, tmp_path
+):
+    # Inspect's listing skips a file that does not parse; its tasks are listed by name anyway,
+    # so loading them reports the syntax error against each task (not "removed on this PR").
+    broken = TASK_FILE + "\n@task(name='x')\nasync def second_task():\n    return (\n"
+    export = export_of(make_repo, tmp_path, {"evals/triage.py": broken, "evals/ok.py": TASK_FILE})
+    result = discover(bwrap_backend, export)
+    assert [(t.id, t.spec) for t in result.manifest.tasks] == [
+        ("evals/ok/runbook_lookup", "evals/ok.py@Runbook_Lookup"),
+        ("evals/triage/runbook_lookup", "evals/triage.py@Runbook_Lookup"),
+        ("evals/triage/second_task", "evals/triage.py@second_task"),
+    ]
+
+
 def test_a_repo_with_neither_a_list_nor_tasks_gets_an_explicit_error(bwrap_backend, make_repo, tmp_path):
     export = export_of(make_repo, tmp_path, {"README.md": "nothing here", "lib.py": "x = 1\n"})
     with pytest.raises(NoEvalsFound, match=r"has no \.evals/list and no Inspect @task in any Python file"):
@@ -396,7 +411,9 @@ def test_the_agent_config_names_the_model_and_its_args(tmp_path):
         ("model: a/b\nmodel_args: [1]\n", "agent.yaml: model_args must be a mapping, not list"),
         ("model: a/b\nmodel_args: {t: {x: 1}}\n", "agent.yaml: model_args.t: values must be strings, numbers"),
         ("- model\n", "agent.yaml: the top level must be a mapping, not list"),
-        ("model: [\n", "agent.yaml is not valid YAML"),
+        ("model: [\n", "agent.yaml is not valid YAML (line 2, column 1: expected the node content, but found"),
+        # one line, where the problem is: a terminal error shows only the first line
+        ("model: [unclosed\n", "agent.yaml is not valid YAML (line 2, column 1: expected ',' or ']', but got"),
     ],
 )
 def test_an_invalid_model_in_the_agent_config_fails_discovery_naming_the_file_and_field(tmp_path, text, expected):
@@ -406,6 +423,7 @@ def test_an_invalid_model_in_the_agent_config_fails_discovery_naming_the_file_an
     with pytest.raises(AgentConfigError) as err:
         read_agent_model(tmp_path)
     assert str(err.value).startswith(expected)
+    assert "\n" not in str(err.value)
     assert isinstance(err.value, DiscoveryError)
 
 

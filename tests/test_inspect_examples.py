@@ -259,3 +259,160 @@ def test_a_head_whose_solver_raises_is_the_agents_regression_with_its_cause_show
     check_run = json.loads(next(artifacts.rglob("*.check_run.json")).read_text())
     assert check_run["conclusion"] == "failure"
     assert cause in json.dumps(check_run)
+
+
+# A repository's own scorer, as people write one: a float per sample. The head's scorer returns
+# 1.5 for a wrong answer (outside [0, 1]) and the PR also adds one task and removes another.
+GRADED = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+from inspect_ai.model import ModelOutput
+from inspect_ai.scorer import Score, mean, scorer
+from inspect_ai.solver import solver
+
+WRONG = 0.25
+
+
+@solver
+def answer():
+    async def solve(state, generate):
+        n = int(state.input_text.split()[-1])
+        state.output = ModelOutput.from_content("none", str(n) if n % 3 else "wrong")
+        return state
+
+    return solve
+
+
+@scorer(metrics=[mean()])
+def graded():
+    async def score(state, target):
+        return Score(value=1.0 if state.output.completion == target.text else WRONG)
+
+    return score
+
+
+def _task():
+    return Task(dataset=[Sample(input=f"say {i}", target=str(i)) for i in range(16)], solver=answer(), scorer=graded())
+"""
+
+
+def test_scores_out_of_range_are_named_beside_the_verdict_and_added_or_removed_tasks_in_the_summary(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    base = GRADED + "\n@task\ndef kept():\n    return _task()\n\n@task\ndef old():\n    return _task()\n"
+    commit_files(repo, {"evals/graded.py": base}, "base")
+    git(repo, "checkout", "-q", "-b", "head")
+    head = GRADED.replace("WRONG = 0.25", "WRONG = 1.5") + (
+        "\n@task\ndef kept():\n    return _task()\n\n@task\ndef extra():\n    return _task()\n"
+    )
+    commit_files(repo, {"evals/graded.py": head}, "scorer out of range; a task added, one removed")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "head", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    assert list(doc["tasks"]) == ["evals/graded/kept"]
+    assert doc["new_tasks"] == ["evals/graded/extra"] and doc["removed_tasks"] == ["evals/graded/old"]
+    kept = doc["tasks"]["evals/graded/kept"]["decision"]
+    # 6 of the 16 answers are wrong (n divisible by 3): on head their 1.5 is no score, so only
+    # the 10 right ones pair. That is said, with the value, beside the verdict.
+    assert kept["pairing"]["unscored_head"] == 6 and kept["pairs"] == 10
+    reason = (
+        "evals/graded/kept: head: 6/16 sample(s) have no score in [0, 1] (scorer 'graded' returned 1.5) "
+        "and are left out of the pairing; a scorer must return a number in [0, 1], a boolean or C/P/I/N"
+    )
+    assert reason in doc["final_verdict"]["reasons"]
+    assert f"why: {reason}" in done.stdout
+    assert not any("base:" in r and "no score" in r for r in doc["final_verdict"]["reasons"])
+    # Tasks outside the table are named in the terminal as in the PR comment.
+    assert "  new on this PR (no baseline yet): evals/graded/extra\n" in done.stdout
+    assert "  removed on this PR: evals/graded/old\n" in done.stdout
+
+
+NEEDS_ARGUMENT = """
+from inspect_ai import Task, task
+
+
+@task
+def needs_level(level: int):
+    return Task(dataset=[], solver=[], scorer=[])
+"""
+
+
+def test_a_task_failing_on_both_arms_is_said_to_fail_on_both_with_each_cause(tmp_path: Path) -> None:
+    # A task with a required argument cannot be loaded (evalrunner passes none) on either arm:
+    # the reasons say it failed on both, with the cause and the fix, never "base succeeded".
+    repo = tmp_path / "repo"
+    kept = "\n@task\ndef kept():\n    return _task()\n"
+    commit_files(repo, {"evals/graded.py": GRADED + kept, "evals/levels.py": NEEDS_ARGUMENT}, "base")
+    git(repo, "checkout", "-q", "-b", "head")
+    commit_files(repo, {"evals/graded.py": GRADED.replace("WRONG = 0.25", "WRONG = 0.0") + kept}, "stricter")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "head", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    reasons = doc["final_verdict"]["reasons"]
+    assert doc["verdict"] == "INCONCLUSIVE", doc["final_verdict"]
+    assert "evals/levels/needs_level: failed on both head and base" in reasons
+    cause = (
+        "sample ids could not be listed: loading task 'evals/levels.py@needs_level' raised TypeError: "
+        "needs_level() missing 1 required positional argument: 'level'; evalrunner passes no task "
+        "arguments: give every parameter of the @task function a default"
+    )
+    assert f"evals/levels/needs_level: head: {cause}; base: {cause}" in reasons
+    assert not any("while base succeeded" in r for r in reasons), reasons
+    assert f"why: evals/levels/needs_level: head: {cause}" in done.stdout
+
+
+def test_with_several_epochs_the_samples_possible_count_every_epoch_as_samples_run_does(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    kept = "\n@task\ndef kept():\n    return _task()\n"
+    commit_files(repo, {"evals/graded.py": GRADED + kept}, "base")
+    git(repo, "checkout", "-q", "-b", "head")
+    commit_files(repo, {"evals/graded.py": GRADED.replace("WRONG = 0.25", "WRONG = 0.0") + kept}, "stricter")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "head", "--epochs", "2", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    # 16 inputs × 2 epochs on each arm; the inputs (epochs averaged) are the pairs.
+    assert doc["samples_run"] == doc["samples_possible"] == 64
+    assert doc["tasks"]["evals/graded/kept"]["decision"]["pairs"] == 16
+    assert "  samples 64 of 64 possible" in done.stdout
+
+
+def test_a_pr_that_fixes_a_task_broken_on_the_base_leaves_it_out_of_the_verdict_with_the_bases_cause(
+    tmp_path: Path,
+) -> None:
+    # No baseline to compare with: the task is not compared (the statistics' rule), the base's
+    # cause is given, and the verdict comes from the tasks that could be compared.
+    repo = tmp_path / "repo"
+    kept = "\n@task\ndef kept():\n    return _task()\n"
+    graded = GRADED.replace("range(16)", "range(160)")  # enough identical pairs to call unchanged
+    commit_files(repo, {"evals/graded.py": graded + kept, "evals/levels.py": NEEDS_ARGUMENT}, "base")
+    git(repo, "checkout", "-q", "-b", "head")
+    fixed = NEEDS_ARGUMENT.replace("level: int", "level: int = 1").replace("dataset=[]", "dataset=_data()")
+    fixed = fixed.replace(
+        "from inspect_ai import Task, task\n",
+        "from inspect_ai import Task, task\nfrom inspect_ai.dataset import Sample\n\n\n"
+        "def _data():\n    return [Sample(input='x', target='y')]\n",
+    )
+    commit_files(repo, {"evals/levels.py": fixed}, "needs_level gets a default")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "head", "--cap", "160", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = comparison_doc(home)
+    reasons = doc["final_verdict"]["reasons"]
+    # The verdict is kept's alone: identical on both arms.
+    assert doc["verdict"] == "UNCHANGED", doc["final_verdict"]
+    assert (
+        "evals/levels/needs_level: not compared (failed on base while head succeeded: no baseline to compare with)"
+        in reasons
+    )
+    assert any(
+        r.startswith("evals/levels/needs_level: base: sample ids could not be listed: loading task") for r in reasons
+    ), reasons
+    assert not any("while base succeeded" in r for r in reasons), reasons

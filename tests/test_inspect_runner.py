@@ -23,6 +23,7 @@ from evalrunner_assets.execution.inspect_runner import (
     _window_run,
     config_digest,
     list_sample_ids,
+    list_sample_ids_many,
     run_window_cold,
     sample_order,
     window_ids,
@@ -82,12 +83,26 @@ def forger():
     return Task(dataset=DATA, solver=answer("garbage"), scorer=match())
 
 @task
+def unknown_sandbox():
+    return Task(dataset=DATA, solver=answer(), scorer=match(), sandbox="no_such_sandbox_xyz")
+
+@task
 def no_ids():
     # Samples as most public Inspect tasks write them: no ids (Inspect numbers them 1..n).
     return Task(dataset=[Sample(input=f"say {i}", target=str(i)) for i in range(6)], solver=answer(), scorer=match())
 """
 
 IDS = [f"s{i}" for i in range(20)]
+
+# A task file whose import fails, as a PR that forgot to declare a dependency leaves it.
+NEEDS_MISSING_DEPENDENCY = """from inspect_ai import Task, task
+
+import no_such_dependency_xyz
+
+@task
+def needs_dep():
+    return Task(dataset=[], solver=[], scorer=[])
+"""
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +111,13 @@ def tiny_export(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tiny")
     sha = commit_files(
-        root / "repo", {"evals/tasks.py": TASKS, "agent.yaml": "name: tiny\n", "skills/a/SKILL.md": "answer evens\n"}
+        root / "repo",
+        {
+            "evals/tasks.py": TASKS,
+            "evals/needs_dep.py": NEEDS_MISSING_DEPENDENCY,
+            "agent.yaml": "name: tiny\n",
+            "skills/a/SKILL.md": "answer evens\n",
+        },
     )
     return RepoSource("acme/tiny", str(root / "repo")).export(sha, root / "export")
 
@@ -289,6 +310,46 @@ def test_a_solver_that_raises_is_the_agents_failure_not_the_infrastructures(bwra
         assert r.log_status == "success" and r.sample_count == 2
         _, log = read_log_bytes(r.log_bytes, "window")
         assert all(s.error is not None and "planned failure in s" in s.error.message for s in log.samples)
+
+
+def test_a_task_file_that_fails_at_import_is_named_with_its_error_and_line_not_a_traceback(bwrap_backend, tiny_export):
+    # Warm (the engine's listing) and cold: the failure says which spec, what it raised and
+    # where in the repository's code, and how to fix it; no traceback text.
+    c = replace(cfg("needs_dep"), spec="evals/needs_dep.py@needs_dep")
+    warm = list_sample_ids_many(bwrap_backend, tiny_export, [c])[c.task]
+    with pytest.raises(InspectRunError) as cold:
+        list_sample_ids(bwrap_backend, tiny_export, c)
+    for exc in (warm, cold.value):
+        assert isinstance(exc, InspectRunError)
+        msg = str(exc)
+        assert msg.startswith(
+            "loading task 'evals/needs_dep.py@needs_dep' raised ModuleNotFoundError: "
+            "No module named 'no_such_dependency_xyz' (at evals/needs_dep.py:3); "
+            "declare the missing package in the repository's dependencies"
+        ), msg
+        assert "Traceback" not in msg and 'File "' not in msg
+
+
+def test_a_window_that_inspect_refuses_before_any_log_names_the_error_not_a_traceback(bwrap_backend, tiny_export):
+    with WarmTaskRunner(bwrap_backend, tiny_export, cfg("unknown_sandbox")) as warm:
+        run = warm.run_window(Window(0, 2))
+    assert run.failure_kind == NO_LOG, run.failure_cause
+    assert run.failure_cause.startswith("warm worker reported: ") and "no_such_sandbox_xyz" in run.failure_cause
+    assert run.failure_cause.endswith("; no Inspect log was written"), run.failure_cause
+    assert "Traceback" not in run.failure_cause and 'File "' not in run.failure_cause
+
+
+def test_a_task_file_with_a_syntax_error_names_the_line_not_task_not_found(bwrap_backend, tmp_path):
+    from tests.conftest import commit_files
+
+    sha = commit_files(tmp_path / "repo", {"evals/broken.py": "from inspect_ai import task\n\n@task\ndef t(:\n"})
+    export = RepoSource("acme/broken", str(tmp_path / "repo")).export(sha, tmp_path / "export")
+    c = replace(cfg("t"), spec="evals/broken.py@t")
+    warm = list_sample_ids_many(bwrap_backend, export, [c])[c.task]
+    assert isinstance(warm, InspectRunError)
+    assert str(warm).startswith(
+        "loading task 'evals/broken.py@t' raised SyntaxError: invalid syntax (at evals/broken.py:4)"
+    )
 
 
 @pytest.mark.slow

@@ -398,3 +398,39 @@ def test_input_digest_matches_for_chat_inputs_targets_choices_files_and_setup(tm
     )[0]
     logged = [digest_of_sample(s) for s in sorted(read_eval_log(log.location).samples, key=lambda s: s.id)]
     assert logged == listed and listed[0] != listed[1]
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [
+        ("C", 1.0),
+        ("P", 0.5),
+        ("I", 0.0),
+        ("N", 0.0),
+        ("yes", 1.0),
+        ("False", 0.0),
+        ("0.25", 0.25),
+        (True, 1.0),
+        (0.75, 0.75),
+        (1, 1.0),
+        # not a score in [0, 1]: left unscored (and said so beside the verdict), never 0
+        ("A", None),
+        ("F", None),
+        ("", None),
+        ("1.5", None),
+        ("nan", None),
+        (1.5, None),
+        (-0.1, None),
+        (float("nan"), None),
+        ({"exact": 1.0}, None),
+        ([1.0], None),
+    ],
+)
+def test_primary_scores_map_like_value_to_float_and_unknown_values_stay_unscored(raw, value, caplog):
+    from inspect_ai.scorer import value_to_float
+
+    from lake.ingest import score_value
+
+    with caplog.at_level("WARNING"):
+        assert score_value(raw, value_to_float()) == value
+    assert "Unable to convert" not in caplog.text  # nothing printed to the user's terminal

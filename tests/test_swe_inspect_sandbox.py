@@ -70,3 +70,49 @@ def test_inspect_eval_runs_tools_in_the_bubblewrap_provider(tmp_path, bwrap_back
     # Each sample edited its own copy: the export itself is untouched.
     assert (export / "README.md").read_text() == "pinned\n"
     assert not (Path(export) / "notes").exists()
+
+
+@solver
+def read_setup_and_tmp():
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        sb = sandbox()
+        await sb.write_file("/tmp/scratch/note.txt", "kept between calls\n")
+        probe = await sb.exec(["bash", "-c", "cat setup.txt data.txt /tmp/scratch/note.txt; echo made > /tmp/made.txt"])
+        state.metadata["probe"] = probe.stdout
+        state.metadata["made"] = await sb.read_file("/tmp/made.txt")
+        return state
+
+    return solve
+
+
+@scorer(metrics=[accuracy()])
+def setup_scorer():
+    async def score(state: TaskState, target: Target) -> Score:
+        want = "ready\nfrom files\nkept between calls\n"
+        ok = state.metadata["probe"] == want and state.metadata["made"] == "made\n"
+        return Score(value="C" if ok else "I", explanation=repr(state.metadata))
+
+    return score
+
+
+def test_a_samples_setup_script_and_files_run_in_the_bubblewrap_provider(tmp_path, bwrap_backend):
+    # Inspect writes a sample's setup script to /tmp and runs it in a later call: the sample's
+    # /tmp persists between its calls (each sample its own), so `setup` works as under Docker.
+    export = tmp_path / "export"
+    export.mkdir()
+    samples = [
+        Sample(input="x", id=f"s{i}", files={"data.txt": "from files\n"}, setup="echo ready > setup.txt")
+        for i in range(2)
+    ]
+    task = Task(
+        dataset=samples,
+        solver=read_setup_and_tmp(),
+        scorer=setup_scorer(),
+        sandbox=("bubblewrap", BubblewrapSandboxConfig(export_path=str(export), commit="1" * 40)),
+    )
+    [log] = inspect_ai.eval(task, model="lakeprobe/probe", log_dir=str(tmp_path / "logs"), display="none")
+    assert log.status == "success", log.error
+    assert log.samples and all(s.error is None for s in log.samples), [s.error for s in log.samples]
+    assert all(s.scores["setup_scorer"].value == "C" for s in log.samples), [
+        s.scores["setup_scorer"].explanation for s in log.samples
+    ]

@@ -1,6 +1,6 @@
 """Discovery: what evals a repository declares at one commit (``.evals/list`` or Inspect)."""
 
-from evalrunner_assets.discovery._agent_config import AgentConfigError, AgentModel, read_agent_model
+from evalrunner_assets.discovery._agent_config import AgentConfigError, AgentModel, read_agent_model, yaml_problem
 from evalrunner_assets.discovery._discover import DiscoveryResult, discover, task_id_for
 from evalrunner_assets.discovery._errors import (
     DiscoveryError,
@@ -26,6 +26,7 @@ from evalrunner_assets.discovery._manifest import (
 )
 
 __all__ = [
+    "yaml_problem",
     "AgentConfigError",
     "AgentModel",
     "DiscoveryError",

@@ -35,6 +35,15 @@ MODEL_PATTERN = re.compile(r"[A-Za-z0-9_.-]+/\S+")  # the candidates schema's ru
 _SCALARS = (str, int, float, bool, type(None))
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line, where it is first: ``line 1, column 8: expected ',' or ']'…``
+    (PyYAML's own text spans several lines, and a terminal error shows only the first)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(str(problem).split())
+
+
 class AgentConfigError(DiscoveryError):
     """The agent config cannot be read, or its ``model``/``model_args`` are invalid (names the
     file and the field)."""
@@ -84,7 +93,7 @@ def read_agent_model(root: str | Path) -> AgentModel | None:
     try:
         data = yaml.safe_load(path.read_bytes())  # JSON is YAML
     except yaml.YAMLError as exc:
-        raise AgentConfigError(f"{name} is not valid YAML ({exc})") from exc
+        raise AgentConfigError(f"{name} is not valid YAML ({yaml_problem(exc)})") from exc
     if data is None:
         return None
     if not isinstance(data, dict):
@@ -227,7 +236,7 @@ def rewrite_agent_config(file: str, data: bytes, overrides: Mapping[str, Any]) -
     try:
         old = yaml.safe_load(text)  # JSON is YAML
     except yaml.YAMLError as exc:
-        raise AgentConfigError(f"{file} is not valid YAML ({exc})") from exc
+        raise AgentConfigError(f"{file} is not valid YAML ({yaml_problem(exc)})") from exc
     if old is None:
         old = {}
     if not isinstance(old, dict):

@@ -104,6 +104,7 @@ def discover(
             f"{LIST_PATH} in {export.repo}@{export.commit[:12]} is not executable; "
             f"run `chmod +x {LIST_PATH}` and commit the mode change"
         )
+    _check_interpreter_line(path, export)
     request = SandboxRequest(
         argv=(f"{SANDBOX_REPO_DIR}/{LIST_PATH}",),
         export=export,
@@ -112,6 +113,16 @@ def discover(
         labels={"repo": export.repo, "commit": export.commit, "step": "discovery"},
     )
     result = backend.run(request, cancel=cancel)
+    if result.status is SandboxStatus.CRASHED and "execvp" in result.detail:
+        # The program could not be started at all: its #! line names an interpreter the
+        # sandbox does not have (bubblewrap's execvp fails) — the repository's, not an outage.
+        with open(path, "rb") as f:
+            first = f.readline(200).strip().decode("utf-8", "replace")
+        raise ListNotExecutable(
+            f"{LIST_PATH} in {export.repo}@{export.commit[:12]} could not be started ({first!r}: "
+            f"{result.detail.rsplit(':', 1)[-1].strip()}); its first line must name an interpreter the "
+            "sandbox has, e.g. #!/bin/sh or #!/usr/bin/env python3"
+        )
     _raise_for_sandbox(result, LIST_PATH, timeout)
     if result.status is SandboxStatus.EXIT_NONZERO:
         tail = result.stderr_tail[-2000:]
@@ -132,6 +143,21 @@ def discover(
         duration_s=result.duration_s,
         stderr_tail=result.stderr_tail[-2000:],
     )
+
+
+def _check_interpreter_line(path: Path, export: RepoExport) -> None:
+    """A ``#!`` line ending in CR (a file saved with Windows line endings) names an interpreter
+    that cannot exist (``/bin/sh\\r``): the sandbox could not even start the program, which
+    would read as an infrastructure fault. Said here, as the repository's mistake it is."""
+    with open(path, "rb") as f:
+        first = f.readline(4096)
+    if first.startswith(b"#!") and first.rstrip(b"\n").endswith(b"\r"):
+        interpreter = first[2:].strip().decode("utf-8", "replace")
+        raise ListNotExecutable(
+            f"{LIST_PATH} in {export.repo}@{export.commit[:12]} has Windows (CRLF) line endings: its first "
+            f"line asks for the interpreter {interpreter + chr(13)!r}, which does not exist; convert it to LF "
+            f"line endings (`sed -i 's/\\r$//' {LIST_PATH}`) and commit"
+        )
 
 
 _UNSAFE = re.compile(r"[^a-z0-9_.-]+")

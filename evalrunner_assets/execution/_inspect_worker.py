@@ -19,6 +19,7 @@ untrusted input to the controller, which validates it.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -27,6 +28,8 @@ import traceback
 from typing import Any, TextIO
 
 IDS_FILE = "sample_ids.json"
+# The last stderr line of a cold listing that raised: what the task's own code raised, and where.
+TASK_ERROR_MARK = "evalrunner-task-error: "
 
 
 def _out_dir() -> str:
@@ -52,6 +55,25 @@ def exact_selector(task_name: str, sample_id: str | int) -> str | int:
     return f"{task_name}:{escaped}"
 
 
+def describe_error(exc: BaseException) -> str:
+    """``Type: message (at path:line)``: what was raised, at the innermost frame of the
+    repository's own code (a task file that fails at import names its file and line)."""
+    message = exc.msg if isinstance(exc, SyntaxError) and exc.msg else exc
+    text = " ".join(f"{type(exc).__name__}: {message}".split())
+    root = os.environ.get("EVALRUNNER_REPO")
+    where = None
+    if root:
+        prefix = os.path.join(os.path.realpath(root), "")
+        frames = [(f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__)]
+        if isinstance(exc, SyntaxError) and exc.filename:
+            frames.append((exc.filename, exc.lineno))  # the line that does not parse
+        for filename, lineno in frames:
+            path = os.path.realpath(filename)
+            if path.startswith(prefix):
+                where = f"{os.path.relpath(path, prefix)}:{lineno}"
+    return text + (f" (at {where})" if where else "")
+
+
 # A warm worker serves one commit export (read-only), so a task and its listing cannot change
 # while it lives: the task is loaded once, not on every window. Loading it (parsing the task file,
 # building the dataset) was most of a small window's cost, and one Task object evaluated window
@@ -64,11 +86,21 @@ def _key(spec: str, task_args: dict[str, Any]) -> str:
     return json.dumps([spec, task_args], sort_keys=True)
 
 
+def _check_syntax(spec: str) -> None:
+    """Raise the task file's SyntaxError: Inspect finds tasks by parsing the file, and for a file
+    that does not parse it says only "Task named … not found"."""
+    file = spec.rpartition("@")[0] or spec
+    if file.endswith(".py") and os.path.isfile(file):
+        with open(file, encoding="utf-8", errors="replace") as f:
+            compile(f.read(), file, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+
+
 def load_task(spec: str, task_args: dict[str, Any]) -> Any:
     key = _key(spec, task_args)
     if key not in _TASKS:
         from inspect_ai._eval.loader import load_tasks
 
+        _check_syntax(spec)
         tasks = load_tasks([spec], task_args)
         if len(tasks) != 1:
             raise ValueError(f"spec {spec!r} names {len(tasks)} tasks; give exactly one (file.py@task)")
@@ -160,7 +192,7 @@ def serve(stdin: TextIO, proto: TextIO) -> int:
                 reply = {"ok": False, "error": f"unknown op {op!r}"}
         except Exception as exc:  # report and keep serving: one bad window is not the session
             traceback.print_exc(file=sys.stderr)
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            reply = {"ok": False, "error": describe_error(exc)[:2000]}
         proto.write(json.dumps(reply, default=str) + "\n")
         proto.flush()
     return 0
@@ -176,7 +208,12 @@ def main(argv: list[str]) -> int:
         return serve(sys.stdin, proto)
     if len(argv) >= 2 and argv[0] == "ids":
         task_args = json.loads(argv[2]) if len(argv) > 2 else {}
-        _write_json(IDS_FILE, list_ids(argv[1], task_args))
+        try:
+            _write_json(IDS_FILE, list_ids(argv[1], task_args))
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            print(TASK_ERROR_MARK + describe_error(exc)[:2000], file=sys.stderr)
+            return 1
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -11,7 +11,8 @@ What a sandboxed process sees (everything else on the host is absent, not just u
   and ``lake``, not the checkout with its ``.git``);
 - the commit's export read-only at ``/work/repo``; a writable, initially empty output
   directory at ``/work/out`` (a directory, so atomic temp-then-rename writes work); size-capped
-  tmpfs scratch at ``/tmp`` and ``/work/home`` (HOME, TMPDIR);
+  tmpfs scratch at ``/tmp`` and ``/work/home`` (HOME, TMPDIR) — ``/tmp`` may instead be a
+  throwaway per-sample directory (``SandboxRequest.tmp_dir``, the Inspect sandbox provider's);
 - controller services only through channels (``SandboxRequest.channels``): a unix socket bound
   in read-only and relayed to a port on the sandbox's own loopback (``channel.py``);
 - new user, pid, ipc, uts, cgroup and network namespaces, no capabilities, no nested user
@@ -203,7 +204,14 @@ class BubblewrapBackend(LocalBackend):
             a.append("--share-net")  # weaker guarantee: see the module docstring
         a += ["--proc", "/proc", "--dev", "/dev"]
         # tmpfs /tmp first: anything bound under /tmp later (a venv, an export) stays visible.
-        a += ["--size", str(limits.scratch_bytes), "--tmpfs", "/tmp"]
+        # (A per-sample /tmp directory takes its place, bound first for the same reason.)
+        if request.tmp_dir is not None:
+            tmp_host = Path(request.tmp_dir)
+            if tmp_host.is_symlink() or not tmp_host.is_dir():
+                raise SandboxRequestError(f"tmp_dir {request.tmp_dir!r} is not a directory")
+            a += ["--bind", str(tmp_host.resolve()), "/tmp"]
+        else:
+            a += ["--size", str(limits.scratch_bytes), "--tmpfs", "/tmp"]
         a += ["--ro-bind", "/usr", "/usr"]
         for d in TOP_DIRS:
             p = Path("/") / d

@@ -55,6 +55,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from evalrunner_assets.execution._inspect_worker import TASK_ERROR_MARK
+from evalrunner_assets.execution._process import parse_reply
 from evalrunner_assets.execution.environment import runtime_with_env
 from evalrunner_assets.execution.sandbox import (
     SANDBOX_OUT_DIR,
@@ -272,11 +274,40 @@ def batch_key(
     )
 
 
-def _parse_ids(result: SandboxResult) -> SampleListing:
+def _task_error(result: SandboxResult) -> str | None:
+    """What the task's own code raised while it was loaded (``Type: message (at file:line)``),
+    from the warm worker's reply or the cold listing's last stderr line; None when neither says."""
+    if result.stdout:
+        reply = parse_reply(result.stdout.strip())
+        if isinstance(reply, dict) and reply.get("ok") is False and isinstance(reply.get("error"), str):
+            return reply["error"][:600]
+    for line in reversed(result.stderr_tail.splitlines()):
+        if line.startswith(TASK_ERROR_MARK):
+            return line[len(TASK_ERROR_MARK) :].strip()[:600]
+    return None
+
+
+def _load_failure(spec: str | None, error: str) -> str:
+    """One line for a task that could not be loaded: the spec, what it raised, how to fix it."""
+    hint = "fix the task file (it must import and build its Task inside the sandbox)"
+    if error.startswith("TypeError") and "required" in error and "argument" in error:
+        hint = "evalrunner passes no task arguments: give every parameter of the @task function a default"
+    elif error.startswith("ModuleNotFoundError"):
+        hint = (
+            "declare the missing package in the repository's dependencies "
+            "(uv.lock, pyproject.toml or requirements.txt, or the manifest's environment)"
+        )
+    return f"loading {'the task' if spec is None else f'task {spec!r}'} raised {error}; {hint}"
+
+
+def _parse_ids(result: SandboxResult, spec: str | None = None) -> SampleListing:
     if not result.ran:
         raise InspectRunError(f"listing sample ids failed in the sandbox ({result.status.value}): {result.detail}")
     raw = result.outputs.get(IDS_FILE)
     if raw is None:
+        error = _task_error(result)
+        if error is not None:
+            raise InspectRunError(_load_failure(spec, error))
         why = result.rejected_outputs.get(IDS_FILE, "never written")
         raise InspectRunError(
             f"listing sample ids wrote no {IDS_FILE} ({why}); stderr ends: {result.stderr_tail.strip()[-600:]}"
@@ -463,7 +494,7 @@ def list_sample_ids(
     """The task's samples (:class:`SampleListing`), listed in a fresh sandbox."""
     argv = ("python", "-m", WORKER, "ids", cfg.spec, json.dumps(cfg.task_args))
     result = backend.run(_request(export, cfg, argv, labels={"step": "ids"}), cancel=cancel)
-    return _parse_ids(result)
+    return _parse_ids(result, cfg.spec)
 
 
 def list_sample_ids_many(
@@ -498,7 +529,7 @@ def list_sample_ids_many(
                     {"op": "ids", "spec": cfg.spec, "task_args": cfg.task_args}, timeout=120.0, cancel=cancel
                 )
                 try:
-                    out[cfg.task] = _parse_ids(result)
+                    out[cfg.task] = _parse_ids(result, cfg.spec)
                 except InspectRunError as exc:
                     out[cfg.task] = exc
     return out
@@ -604,7 +635,7 @@ class WarmTaskRunner:
     def list_ids(self, timeout: float = 120.0, cancel: threading.Event | None = None) -> SampleListing:
         if self.listing is None:
             result = self._call({"op": "ids", "spec": self.cfg.spec, "task_args": self.cfg.task_args}, timeout, cancel)
-            self.listing = _parse_ids(result)
+            self.listing = _parse_ids(result, self.cfg.spec)
         return self.listing
 
     def _call(self, payload: dict[str, Any], timeout: float, cancel: threading.Event | None) -> SandboxResult:
@@ -647,7 +678,8 @@ class WarmTaskRunner:
             timings["eval_s"] = eval_s
         run = _window_run(key, "warm", result, ids, self.cfg.settings.epochs, timings)
         if run.failure_kind == NO_LOG and reply_error:
-            run.failure_cause = f"{reply_error}; {run.failure_cause}"
+            # The worker named what was raised: that is the cause, not the traceback's tail.
+            run.failure_cause = f"{reply_error}; no Inspect log was written"
         return run
 
     def close(self) -> None:

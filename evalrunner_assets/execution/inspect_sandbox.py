@@ -6,7 +6,9 @@ writable workspace — a fresh copy of one commit's export, leased from a
 and every ``exec`` is one bubblewrap sandbox over it: the workspace bound writable at
 ``/work/repo`` (the working directory), the Python environment read-only, no network, no
 credentials, the usual limits. Processes do not outlive their ``exec`` (no background servers
-between calls); files written under ``/work/repo`` persist for the sample, ``/tmp`` does not.
+between calls); files written under ``/work/repo`` and ``/tmp`` persist for the sample (``/tmp``
+is a throwaway directory of the sample's own: Inspect writes a sample's ``setup`` script there
+and runs it in the next call). ``read_file``/``write_file`` reach those two places only.
 
 Configuration (``sandbox=("bubblewrap", config)``): a :class:`BubblewrapSandboxConfig`, a dict
 of its fields, or the path of a JSON file holding them. A sample's metadata may name its own
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import threading
 from contextlib import ExitStack
@@ -162,6 +165,7 @@ class BubblewrapSandboxEnvironment(SandboxEnvironment):
         self.config = config
         self._stack = ExitStack()
         self.exec_count = 0
+        self.tmp_dir: str | None = None  # the sample's /tmp (set by open)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
@@ -195,6 +199,8 @@ class BubblewrapSandboxEnvironment(SandboxEnvironment):
             export = RepoExport(repo=cfg.repo, commit=cfg.commit, path=cfg.export_path, tree_digest=cfg.tree_digest)
         workspace = stack.enter_context(pool.lease(export, cfg.env_digest))
         env = cls(workspace, backend, cfg)
+        env.tmp_dir = tempfile.mkdtemp(prefix=f"evalrunner-sample-tmp-{os.getpid()}-")
+        stack.callback(shutil.rmtree, env.tmp_dir, True)
         env._stack = stack
         return env
 
@@ -217,10 +223,17 @@ class BubblewrapSandboxEnvironment(SandboxEnvironment):
         return workspace_relative(path)
 
     def _host_path(self, file: str) -> str:
-        """The workspace file on this machine, refusing anything that resolves outside it (a
-        symlink the sandboxed code planted must not make the controller read host files)."""
-        root = os.path.realpath(self.workspace.path)
-        host = os.path.realpath(os.path.join(root, self._relative(file)))
+        """The workspace (or sample /tmp) file on this machine, refusing anything that resolves
+        outside it (a symlink the sandboxed code planted must not make the controller read host
+        files)."""
+        norm = os.path.normpath(file) if os.path.isabs(file) else ""
+        if self.tmp_dir is not None and (norm == "/tmp" or norm.startswith("/tmp/")):
+            root = os.path.realpath(self.tmp_dir)
+            relative = os.path.relpath(norm, "/tmp")
+        else:
+            root = os.path.realpath(self.workspace.path)
+            relative = self._relative(file)
+        host = os.path.realpath(os.path.join(root, relative))
         if host != root and not host.startswith(root + os.sep):
             raise PermissionError(f"{file!r} resolves outside the sample's workspace")
         return host
@@ -246,13 +259,17 @@ class BubblewrapSandboxEnvironment(SandboxEnvironment):
             argv=tuple(cmd),
             export=self.workspace.as_export(),
             workdir=self._relative(cwd) if cwd else ".",
-            env=dict(env or {}),
+            # The sandbox sets PATH itself (the Python environment's bin, then the system's);
+            # Inspect's own commands (privileged_exec: a sample's setup, chmod, rm) ask for the
+            # system PATH, which that one contains.
+            env={k: v for k, v in (env or {}).items() if k != "PATH"},
             network=NetworkPolicy.NONE,
             limits=Limits(wall_seconds=wall, cpu_seconds=int(wall) + 5, memory_bytes=self.config.memory_bytes),
             stdin=input.encode() if isinstance(input, str) else input,
             labels={"repo": self.workspace.export.repo, "commit": self.workspace.export.commit},
             repo_writable=True,
             python_env=self.config.python_env,
+            tmp_dir=self.tmp_dir,
         )
         result = await anyio.to_thread.run_sync(self.backend.run, request)
         self.exec_count += 1

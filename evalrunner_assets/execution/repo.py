@@ -54,6 +54,14 @@ class RepoError(ValueError):
     """A repository source, ref or commit cannot be used; the message names it."""
 
 
+class RepoSubdirectory(RepoError):
+    """A local path inside a checkout rather than its top level (``top``)."""
+
+    def __init__(self, message: str, top: str) -> None:
+        super().__init__(message)
+        self.top = top
+
+
 class CommitNotHex(RepoError):
     """The exporter was given something other than 7–64 hex characters (e.g. a branch name)."""
 
@@ -149,6 +157,16 @@ class RepoSource:
             proc = _git(["rev-parse", "--absolute-git-dir"], cwd=str(path), check=False)
             if proc.returncode != 0:
                 raise RepoError(f"{self.source!r} is not a git repository (nor a remote URL)")
+            # A subdirectory of a checkout would silently be read from the repository's root
+            # (its .evals/list ignored, every task of the repository discovered).
+            prefix = _git(["rev-parse", "--show-prefix"], cwd=str(path), check=False)
+            if prefix.returncode == 0 and prefix.stdout.decode().strip():
+                top = _git(["rev-parse", "--show-toplevel"], cwd=str(path)).stdout.decode().strip()
+                raise RepoSubdirectory(
+                    f"{self.source!r} is the subdirectory {prefix.stdout.decode().strip()!r} of the git "
+                    f"repository {top!r}",
+                    top=top,
+                )
             self._git_dir = proc.stdout.decode().strip()
             self._remote = False
 

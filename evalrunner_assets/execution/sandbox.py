@@ -126,6 +126,10 @@ class SandboxRequest:
     # The export bound writable: only for a throwaway copy (a project build writes its metadata
     # into its source tree).
     repo_writable: bool = False
+    # A host directory bound writable at /tmp instead of the fresh tmpfs: an Inspect sample's
+    # /tmp, which must outlive one call (Inspect writes a sample's setup script there, then runs
+    # it in the next). Only a throwaway per-sample directory.
+    tmp_dir: str | None = None
     # Set only by the model gateway's backend wrapper, never from user input: base URLs and a
     # scoped, revocable token for Inspect's providers (names in gateway.GATEWAY_ENV_NAMES). The
     # token is not a credential — the real keys stay with the gateway — so these names bypass

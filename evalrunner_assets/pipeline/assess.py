@@ -12,6 +12,7 @@ commit's windows are the same for every PR on it and are reused, never re-run.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import statistics
 from collections.abc import Iterable, Mapping
@@ -144,6 +145,30 @@ class _Batches:
 
     def arm_rows(self, keys: list[BatchKey]) -> list[dict[str, Any]]:
         return [r for d in sorted({k.digest for k in keys}) for r in self.rows[d]]
+
+
+ARMS = ("head", "base")
+
+
+def _unscored_reasons(task: str, pairing: stats.Pairing, rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Per arm, the inputs left out of the pairing because no score in [0, 1] could be read
+    (a scorer returning 1.5, -1, a dict, an unknown letter, or no scorer), with the first raw
+    value: a scorer out of range must not quietly shrink the comparison to the inputs it got right."""
+    out = []
+    for arm in ARMS:
+        n = pairing.unscored_head if arm == "head" else pairing.unscored_base
+        if not n:
+            continue
+        inputs = pairing.inputs_head if arm == "head" else pairing.inputs_base
+        bad = next((r for r in rows[arm] if r.get("score") is None and not r.get("error")), None)
+        got = "no score"
+        if bad is not None and bad.get("score_raw") is not None:
+            got = f"scorer {bad.get('scorer')!r} returned {bad['score_raw']}"
+        out.append(
+            f"{task}: {arm}: {n}/{inputs} sample(s) have no score in [0, 1] ({got}) and are left out of "
+            "the pairing; a scorer must return a number in [0, 1], a boolean or C/P/I/N"
+        )
+    return out
 
 
 def _p50(values: list[float | None]) -> float | None:
@@ -395,6 +420,7 @@ def assess(
     decisions: dict[str, stats.TaskDecision] = {}
     task_docs: dict[str, Any] = {}
     failures: dict[str, str] = {}
+    failed_causes: list[str] = []
     plan_states: dict[str, stats.TaskPlanState] = {}
     pairings: dict[str, stats.Pairing] = {}
     budget_exhausted = budget_left is not None and budget_left <= 0
@@ -455,7 +481,9 @@ def assess(
         if "head" in p.failures and "base" not in p.failures:
             failures[task] = f"failed on this PR's head: {p.failures['head']}"
         elif "base" in p.failures:
-            failures[task] = f"failed on the base: {p.failures['base']}"
+            # No baseline: the decision says so ("failed on both head and base", or "failed on
+            # base while head succeeded"); run_verdict's failures are only head-failed tasks.
+            failed_causes.append(f"{task}: " + "; ".join(f"{a}: {p.failures[a]}" for a in ARMS if a in p.failures))
         if decision.label == "continue" and not p.failures and p.pending:
             plan_states[task] = stats.TaskPlanState(
                 next_start=p.landed,
@@ -465,6 +493,14 @@ def assess(
             )
 
     verdict = stats.run_verdict(decisions, failures)
+    unscored = [
+        r
+        for task in compared
+        if pairings[task].unscored_head or pairings[task].unscored_base
+        for r in _unscored_reasons(task, pairings[task], {a: batches.arm_rows(progress[task].keys[a]) for a in ARMS})
+    ]
+    if unscored or failed_causes:
+        verdict = dataclasses.replace(verdict, reasons=verdict.reasons + tuple(failed_causes + unscored))
 
     # What next: the stats planner picks which undecided tasks get their next window (budget,
     # affinity order); the window itself is the fixed window at that position.
@@ -479,7 +515,8 @@ def assess(
         next_windows.extend(progress[wp.task].pending)
 
     failed = failed_window_accounting(lake, [k for t in compared for k in progress[t].failed_keys], prices)
-    possible = sum(2 * progress[t].limit for t in compared)
+    # Samples are rows: one per input and epoch, as samples_run counts them.
+    possible = sum(2 * progress[t].limit for t in compared) * max(1, request.settings.epochs)
     spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ("head", "base")]
     result: dict[str, Any] = {
         **_identity(request),

@@ -49,7 +49,12 @@ import pyarrow.parquet as pq
 import yaml
 
 from evalrunner_assets import stats
-from evalrunner_assets.discovery._agent_config import AgentConfigError, check_overrides, rewrite_agent_config
+from evalrunner_assets.discovery._agent_config import (
+    AgentConfigError,
+    check_overrides,
+    rewrite_agent_config,
+    yaml_problem,
+)
 from evalrunner_assets.execution.inspect_runner import CONFIG_FILES, sample_order
 from evalrunner_assets.execution.repo import RepoError, RepoSource
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
@@ -216,7 +221,7 @@ def parse_candidates_text(text: str | bytes, *, source: str = CANDIDATES_FILE) -
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise CandidateError(f"{source}: not valid YAML ({exc})") from exc
+        raise CandidateError(f"{source}: not valid YAML ({yaml_problem(exc)})") from exc
     return parse_candidates(data, source=source)
 
 

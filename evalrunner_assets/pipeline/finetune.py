@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from evalrunner_assets.discovery._agent_config import MODEL_PATTERN
+from evalrunner_assets.discovery._agent_config import MODEL_PATTERN, yaml_problem
 from lake import LAYOUT, Lake
 
 DEFAULT_SELECTION = "finetune_training_samples"
@@ -407,7 +407,7 @@ def activate_model_line(path: str, text: str, model: str) -> str:
     try:
         before, after = yaml.safe_load(text), yaml.safe_load(new)  # JSON is YAML
     except yaml.YAMLError as exc:
-        raise FinetuneError(f"{path} is not valid YAML/JSON ({exc})") from exc
+        raise FinetuneError(f"{path} is not valid YAML/JSON ({yaml_problem(exc)})") from exc
     if not isinstance(before, dict) or not isinstance(after, dict) or after.get("model") != model:
         raise FinetuneError(f"{path}: the `model` line is not the top-level model field; move it to the top level")
     if before.get("model") == model:

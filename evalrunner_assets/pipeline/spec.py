@@ -7,6 +7,7 @@ sensor, a restarted daemon and the CLI all reach the same decision.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -182,6 +183,38 @@ def open_comparison(lake: Lake, request: ComparisonRequest) -> ComparisonRequest
     # After the request, so an open marker always has a request to read.
     mark_open(lake, request.repo, request.pr, request.head_sha)
     return request
+
+
+def _model_shown(r: ComparisonRequest) -> str:
+    return r.settings.model if r.model_override else "the agent config's model"
+
+
+# What a comparison measures, by the option that sets it: a second `compare` of the same head
+# with another value would mix two measurements (or two sequential designs, for --cap) in one.
+_MEASURED: tuple[tuple[str, Callable[[ComparisonRequest], Any], Callable[[ComparisonRequest], str]], ...] = (
+    ("--base", lambda r: r.base_sha, lambda r: f"{r.base_ref or r.base_sha[:12]} ({r.base_sha[:7]})"),
+    ("--model", lambda r: (r.settings.model, r.model_override), _model_shown),
+    ("model args", lambda r: sorted(r.settings.model_args.items()), lambda r: str(dict(r.settings.model_args))),
+    ("--seed", lambda r: r.settings.seed, lambda r: str(r.settings.seed)),
+    ("--epochs", lambda r: r.settings.epochs, lambda r: str(r.settings.epochs)),
+    ("--cap", lambda r: r.cap, lambda r: str(r.cap)),
+    ("--affinity", lambda r: r.affinity, lambda r: r.affinity),
+)
+
+
+def request_conflicts(saved: ComparisonRequest, new: ComparisonRequest) -> list[str]:
+    """What ``new`` (the same comparison asked for again) would measure differently from the
+    request in force, one ``"--epochs 3 (it ran with 1)"`` per option; empty when it may resume."""
+    return [
+        f"{flag} {show(new)} (it ran with {show(saved)})"
+        for flag, value, show in _MEASURED
+        if value(saved) != value(new)
+    ]
+
+
+def with_limits_of(saved: ComparisonRequest, new: ComparisonRequest) -> ComparisonRequest:
+    """The request in force with ``new``'s spending limits (a rerun with a larger budget)."""
+    return saved.model_copy(update={"budget_samples": new.budget_samples, "budget_usd": new.budget_usd})
 
 
 def latest_request(lake: Lake, repo: str, pr: str) -> ComparisonRequest | None:

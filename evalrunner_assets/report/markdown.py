@@ -153,11 +153,7 @@ def render_comment(result: ComparisonDocument, *, marker: str = MARKER) -> str:
         if note:
             lines += [f"<sub>{note}</sub>", ""]
 
-    for names, title in (
-        (result.skipped_tasks, "Skipped (no changed file matches their paths)"),
-        (result.new_tasks, "New on this PR (no baseline yet)"),
-        (result.removed_tasks, "Removed on this PR"),
-    ):
+    for names, title in _task_lists(result):
         if names:
             lines.append(f"**{title}:** " + ", ".join(_code(t) for t in names))
     raised = agent_errors(result)
@@ -283,6 +279,15 @@ def _details(result: ComparisonDocument) -> str:
     return "\n".join(rows)
 
 
+def _task_lists(result: ComparisonDocument) -> tuple[tuple[list[str], str], ...]:
+    """Tasks outside the verdict table, with what each list means (comment and summary)."""
+    return (
+        (result.skipped_tasks, "Skipped (no changed file matches their paths)"),
+        (result.new_tasks, "New on this PR (no baseline yet)"),
+        (result.removed_tasks, "Removed on this PR"),
+    )
+
+
 def render_summary(result: ComparisonDocument) -> str:
     """A short plain-text summary for terminals and check-run summaries."""
     out = [f"{result.verdict}: {headline(result)}"]
@@ -298,6 +303,8 @@ def render_summary(result: ComparisonDocument) -> str:
     extra = not_landed_note(result)
     if extra:
         out.append(f"  not landed: {extra}")
+    # A task the PR added or removed (or affinity skipped) is in no row above: say so.
+    out += [f"  {title[0].lower()}{title[1:]}: {', '.join(names)}" for names, title in _task_lists(result) if names]
     if result.verdict != "RUNNING":
         # Why, in the same words as the PR comment: limits, failures and errors the agent raised.
         out += [f"  why: {r}" for r in result.final_verdict.reasons if r]
