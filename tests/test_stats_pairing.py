@@ -54,6 +54,11 @@ def test_the_error_cause_names_the_exception_where_it_was_raised_and_how_often()
     assert pair_task(mixed, base).error_cause("head") == (
         "4/4 samples raised errors (3 RuntimeError('boom') in solver 'my_agent'; 1 other cause(s))"
     )
+    # One exception type with a message per sample: the type is the cause, not one message.
+    per_sample = [{**row(s, 1, None, f"ValueError('bad row {s}')"), "error_where": "solver:my_agent"} for s in "abcd"]
+    assert pair_task(per_sample, base).error_cause("head") == (
+        "4/4 samples raised ValueError in solver 'my_agent' (4 different messages, e.g. ValueError('bad row a'))"
+    )
 
 
 def digest_row(sid, score, digest):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -327,6 +328,14 @@ class Pairing:
         noun = "sample" if inputs == 1 else "samples"
         if count == errored:
             return f"{errored}/{inputs} {noun} raised {text}{place}"
+        kinds = {(_exception_type(e), w) for e, w, _ in causes}
+        if len(kinds) == 1 and _exception_type(error):
+            # One exception type at one place with per-sample messages: name the type, not one
+            # of its messages beside "7 other causes".
+            return (
+                f"{errored}/{inputs} {noun} raised {_exception_type(error)}{place} "
+                f"({len(causes)} different messages, e.g. {text})"
+            )
         return f"{errored}/{inputs} {noun} raised errors ({count} {text}{place}; {len(causes) - 1} other cause(s))"
 
     def to_dict(self) -> dict[str, Any]:
@@ -460,3 +469,12 @@ def arm_input_means(rows: Rows) -> tuple[dict[str, float], int]:
     means = dict(zip(scored.column("sample_id").to_pylist(), scored.column("score").to_pylist()))
     errored = int(np.count_nonzero(table.column("errored_epochs").to_numpy()))
     return means, errored
+
+
+_EXCEPTION_TYPE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?:\(|:|$)")
+
+
+def _exception_type(error: str) -> str:
+    """ "ValueError" for "ValueError('bad row 3')" or "ValueError: bad row 3"; "" otherwise."""
+    match = _EXCEPTION_TYPE.match(error)
+    return match.group(1) if match else ""
