@@ -350,3 +350,21 @@ def test_comparing_a_head_again_with_a_new_budget_replaces_the_old_limits(tmp_pa
     now = load_request(open_lake(str(tmp_path / "home" / "lake")), saved.repo, saved.pr, saved.head_sha)
     assert (now.budget_samples, now.budget_usd) == (200, 1.5)
     assert now.model_copy(update={"budget_samples": 64, "budget_usd": None}) == saved
+
+
+@pytest.mark.slow
+def test_a_model_inspect_does_not_know_stops_the_comparison_as_a_user_error_naming_it(tmp_path: Path) -> None:
+    """Every window fails the same way when --model names a provider the repository's environment
+    lacks; that is the request's mistake, not an outage: exit 2, the model named, no traceback."""
+    from evalrunner_assets.example_repo import build_example_repo
+
+    repo = tmp_path / "repo"
+    build_example_repo(repo, ["no-op-wording"])
+    argv = ["compare", "--repo", str(repo), "--base", "main", "--head", "no-op-wording"]
+    done = _run([*argv, "--model", "nosuchprovider/v1", "--cap", "16"], tmp_path, {})
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    first = done.stderr.strip().splitlines()[0]
+    assert "the model 'nosuchprovider/v1' is not known to Inspect" in first, done.stderr
+    assert "no model provider named 'nosuchprovider'" in first and "outage" not in first
+    assert "--model" in done.stderr.strip().splitlines()[1]

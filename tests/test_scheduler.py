@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from evalrunner_assets.pipeline.loop import Step
-from evalrunner_assets.pipeline.scheduler import OutageBreaker, PackedScheduler, SchedulerError, Unit
+from evalrunner_assets.pipeline.scheduler import BreakerTrip, OutageBreaker, PackedScheduler, SchedulerError, Unit
 from evalrunner_assets.pipeline.windows import WindowOutcome
 from lake import Window
 
@@ -206,3 +206,14 @@ def test_sweep_removes_a_dead_writers_temp_file_at_once_and_spares_live_ones(tmp
     os.utime(old_style, (time.time() - 120, time.time() - 120))
     assert sweep_orphaned_temp_files(str(tmp_path), ["raw"], min_age_s=60) == [str(old_style)]
     assert live.exists()
+
+
+def test_a_trip_on_one_unknown_model_is_the_requests_mistake_and_a_mixed_one_an_outage():
+    unknown = "warm worker reported: ValueError: Model API nosuch of model 'nosuch/v1' not recognized.; no Inspect log"
+    failure = {"kind": "no_log", "task": "t", "commit": "a" * 40, "window": "w0"}
+    same = BreakerTrip(5, [{**failure, "cause": unknown} for _ in range(5)], 5)
+    what, hint = same.configuration_error() or ("", "")
+    assert "the model 'nosuch/v1' is not known to Inspect" in what and "5 windows failed the same way" in what
+    assert same.describe() == what and "--model" in hint
+    mixed = BreakerTrip(5, [{**failure, "cause": unknown}] * 4 + [{**failure, "cause": "sandbox died"}], 5)
+    assert mixed.configuration_error() is None and mixed.describe().startswith("outage breaker tripped")

@@ -78,9 +78,15 @@ class ComparisonStopped(ComparisonFailed):
     """The outage breaker (or the lake) stopped the comparison; ``result`` is the saved document
     (``status: "stopped"``, ``breaker``: the failures that tripped it)."""
 
-    def __init__(self, message: str, result: ComparisonDocument) -> None:
+    def __init__(
+        self, message: str, result: ComparisonDocument, *, user_error: bool = False, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.result = result
+        # Every failure was the same mistake in the comparison's configuration (e.g. an unknown
+        # model), not an outage: the command reports it as a bad input.
+        self.user_error = user_error
+        self.hint = hint
 
 
 class Recorder(Protocol):
@@ -755,7 +761,13 @@ class ComparisonEngine:
             result = self.finish("stopped", trip.describe())
             self.report(Step("report", f"report:{request.key}:stopped"))
             self.recorder.close(wait=True)
-            raise ComparisonStopped(trip.describe(), result)
+            misconfigured = trip.configuration_error()
+            raise ComparisonStopped(
+                trip.describe(),
+                result,
+                user_error=misconfigured is not None,
+                hint=misconfigured[1] if misconfigured else None,
+            )
         if self.stop.is_set():  # stopped from outside (e.g. the Dagster run was terminated)
             self.stop_recording()
             self.finish("cancelled", "cancelled by the caller")

@@ -88,6 +88,10 @@ class Unit:
         return any(o.status == "cancelled" for o in self.outcomes)
 
 
+# Inspect's refusal of a model name whose provider it does not have (inspect_ai.model._model).
+_UNKNOWN_MODEL = re.compile(r"Model API (\S+) of model '([^']+)' not recognized")
+
+
 @dataclass
 class BreakerTrip:
     threshold: int
@@ -106,7 +110,25 @@ class BreakerTrip:
             "overshoot_bound": self.overshoot_bound,
         }
 
+    def configuration_error(self) -> tuple[str, str] | None:
+        """(what is wrong, how to fix it) when every failure of the streak is the same mistake
+        in the comparison's own configuration rather than an outage (a model Inspect does not
+        know in the repository's environment); None otherwise."""
+        models = {m.groups() for m in (_UNKNOWN_MODEL.search(str(f["cause"])) for f in self.failures) if m}
+        if len(models) != 1 or any(not _UNKNOWN_MODEL.search(str(f["cause"])) for f in self.failures):
+            return None
+        api, model = next(iter(models))
+        return (
+            f"the model {model!r} is not known to Inspect in the repository's environment "
+            f"(no model provider named {api!r}; {len(self.failures)} windows failed the same way)",
+            "check --model (or the agent config's model); a provider from a package must be in the "
+            "repository's dependencies, and `inspect info` lists the built-in providers",
+        )
+
     def describe(self) -> str:
+        misconfigured = self.configuration_error()
+        if misconfigured is not None:
+            return misconfigured[0]
         kinds: dict[str, int] = {}
         for f in self.failures:
             kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
