@@ -193,8 +193,8 @@ def explain(exc: BaseException, command: str) -> Explanation:
             stopped = "stopped: " if type(e).__name__ == "ComparisonStopped" else ""
             if getattr(e, "user_error", False):  # the breaker tripped on the request's own mistake
                 hint = getattr(e, "hint", None)
-                lines = (f"{prefix}: {stopped}{context}{_first_line(e)}",) + ((f"  {hint}",) if hint else ())
-                return Explanation(EXIT_USER, lines)
+                said = (f"{prefix}: {stopped}{context}{_first_line(e)}",) + ((f"  {hint}",) if hint else ())
+                return Explanation(EXIT_USER, said)
             return Explanation(EXIT_OUTAGE, (f"{prefix}: {stopped}{context}{_first_line(e)}",))
     user_types = _user_error_types()
     for e in errors:
