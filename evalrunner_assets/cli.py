@@ -195,6 +195,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         affinity=args.affinity,
         changed_files=changed,
         cap=args.cap,
+        alpha=args.alpha,
         budget_samples=args.budget,
         budget_usd=args.budget_usd,
         requested_at=datetime.now(UTC).isoformat(),
@@ -760,6 +761,17 @@ def cmd_example_repo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _error_rate(text: str) -> float:
+    """An argparse type: an error rate strictly between 0 and 0.5."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 0.5:
+        raise argparse.ArgumentTypeError(f"{value} is not an error rate: give a number between 0 and 0.5, e.g. 0.05")
+    return value
+
+
 def _count(minimum: int, why: str = "") -> Any:
     """An argparse type: an integer of at least ``minimum``."""
 
@@ -792,6 +804,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         type=_count(min_pairs, " (the pairs a task needs before any decision)"),
         default=256,
         help="most pairs per task (default: %(default)s)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=_error_rate,
+        default=ComparisonRequest.model_fields["alpha"].default,
+        help="chance of any false IMPROVED or REGRESSED task in the comparison, split over its tasks "
+        "and both directions (default: %(default)s; 2x this bounds each direction alone by it)",
     )
     p.add_argument("--budget", type=_count(1), default=None, help="most samples in all (both arms)")
     p.add_argument(

@@ -104,6 +104,10 @@ def _case(name: str, tmp_path: Path) -> Case:
         )
     if name == "bad-cap":
         return Case(["compare", "--repo", str(good), "--base", "main", "--head", "main", "--cap", "3"], ["--cap", "3"])
+    if name == "alpha-not-an-error-rate":
+        return Case(
+            ["compare", "--repo", ".", "--base", "main", "--head", "main", "--alpha", "0.7"], ["--alpha", "0.7"]
+        )
     if name == "cap-not-a-number":
         return Case(
             ["compare", "--repo", ".", "--base", "main", "--head", "main", "--cap", "lots"], ["--cap", "'lots'"]
@@ -141,6 +145,7 @@ FAST = [
     "repo-is-a-subdirectory",
     "bad-cap",
     "cap-not-a-number",
+    "alpha-not-an-error-rate",
     "sql-syntax-error",
     "sql-on-a-missing-lake",
     "view-on-a-missing-lake",
@@ -336,6 +341,9 @@ def test_comparing_a_head_again_with_other_settings_is_refused_naming_them(tmp_p
     assert len(lines) == 2 and "Traceback" not in done.stderr, done.stderr
     assert "--seed 5 (it ran with 0); --epochs 3 (it ran with 1)" in lines[0]
     assert "--pr" in lines[1]
+    # The error rate is part of the design: another one would change the boundaries mid-way.
+    done = _run([*argv[:7], "--alpha", "0.1"], tmp_path, {})
+    assert done.returncode == 2 and "--alpha 0.1 (it ran with 0.05)" in done.stderr, done.stderr[-3000:]
 
 
 def test_comparing_a_head_again_with_a_new_budget_replaces_the_old_limits(tmp_path: Path, monkeypatch) -> None:

@@ -198,6 +198,7 @@ _MEASURED: tuple[tuple[str, Callable[[ComparisonRequest], Any], Callable[[Compar
     ("--seed", lambda r: r.settings.seed, lambda r: str(r.settings.seed)),
     ("--epochs", lambda r: r.settings.epochs, lambda r: str(r.settings.epochs)),
     ("--cap", lambda r: r.cap, lambda r: str(r.cap)),
+    ("--alpha", lambda r: r.alpha, lambda r: f"{r.alpha:g}"),
     ("--affinity", lambda r: r.affinity, lambda r: r.affinity),
 )
 
