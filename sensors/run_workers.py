@@ -87,15 +87,19 @@ def run_launcher_name(instance: dg.DagsterInstance) -> str:
 
 def engine_event_worker(instance: dg.DagsterInstance, run_id: str) -> WorkerProcess | None:
     """The run worker's pid from Dagster's "Started process for run" engine event, if any."""
-    records = instance.get_records_for_run(
-        run_id, of_type=dg.DagsterEventType.ENGINE_EVENT, limit=ENGINE_EVENTS_READ, ascending=True
-    ).records
-    for record in records:
-        entry = record.event_log_entry
+    for entry in _engine_events(instance, run_id, first=True):
         match = STARTED_PROCESS.match(entry.message or entry.user_message or "")
         if match:
             return WorkerProcess(int(match.group(1)), "engine event", seen_at=entry.timestamp)
     return None
+
+
+def _engine_events(instance: dg.DagsterInstance, run_id: str, *, first: bool) -> list[dg.EventLogEntry]:
+    """A run's first (or last) ``ENGINE_EVENTS_READ`` engine events."""
+    records = instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ENGINE_EVENT, limit=ENGINE_EVENTS_READ, ascending=first
+    ).records
+    return [record.event_log_entry for record in records]
 
 
 def under_way(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunUnderWay:
@@ -114,11 +118,7 @@ def crash_explanation(instance: dg.DagsterInstance, run_id: str) -> str | None:
     """How the run's worker died, when Dagster failed the run for it: its code server saw the
     process exit (an engine event), or its run monitoring found the worker failed or gone (the
     failure's own message, on a launcher with a health check: Kubernetes)."""
-    records = instance.get_records_for_run(
-        run_id, of_type=dg.DagsterEventType.ENGINE_EVENT, limit=ENGINE_EVENTS_READ, ascending=False
-    ).records
-    for record in records:
-        entry = record.event_log_entry
+    for entry in _engine_events(instance, run_id, first=False):
         match = CRASHED_PROCESS.match(entry.message or entry.user_message or "")
         if match and match.group(1) == run_id:
             return match.group(2)
