@@ -76,6 +76,28 @@ class _Container:
         }
 
 
+def _descendants(roots: list[int]) -> list[int]:
+    """Every live process below ``roots`` (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
 class _Pod:
     def __init__(self, standin: KubernetesStandIn, manifest: dict):
         self.standin = standin
@@ -98,6 +120,9 @@ class _Pod:
             else:
                 self.missing_claim = claim["claimName"]
         self.start_time = None
+        # Processes started by `exec` into this pod: a real kubelet kills everything in a
+        # container when the pod goes, so these must not outlive it either.
+        self.exec_procs: list[subprocess.Popen] = []
         self.lock = threading.RLock()
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._kubelet, daemon=True)
@@ -258,6 +283,17 @@ class _Pod:
                 self.phase = "Succeeded" if not any(codes) else "Failed"
 
     def _kill_all(self) -> None:
+        # A kubelet kills every process of the pod's containers, whatever its session: collect
+        # the whole tree first (a worker started in a session of its own is reparented away
+        # once its parent dies), then kill it.
+        roots = [c.proc.pid for c in self.inits + self.mains if c.proc and c.proc.poll() is None]
+        with self.lock:
+            roots += [p.pid for p in self.exec_procs if p.poll() is None]
+        for pid in _descendants(roots):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for c in self.inits + self.mains:
             if c.proc and c.proc.poll() is None:
                 try:
@@ -265,6 +301,14 @@ class _Pod:
                 except ProcessLookupError:
                     pass
                 c.proc.wait()
+        with self.lock:
+            execs = list(self.exec_procs)
+        for proc in execs:  # each in a session of its own, children included (reaped by _exec)
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def _fail(self, reason: str, message: str) -> None:
         with self.lock:
@@ -807,7 +851,12 @@ class _Handler(BaseHTTPRequestHandler):
             stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            start_new_session=True,
         )
+        with pod.lock:
+            pod.exec_procs = [p for p in pod.exec_procs if p.poll() is None] + [proc]
+        if pod.stopped.is_set():  # deleted while this exec was starting
+            pod._kill_all()
         self.standin.execs.append((pod.name, container.name, list(command)))
         if want_stdin:
             # Stdin frames are relayed as they arrive (the command may read a framed request

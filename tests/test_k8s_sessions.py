@@ -61,6 +61,22 @@ def worker_request(repo: RepoExport, **kw) -> SandboxRequest:
     return SandboxRequest(argv=("python", "worker.py"), export=repo, labels={"task": "t", "step": "warm"}, **kw)
 
 
+def _gone_within(pid: int, seconds: float) -> bool:
+    """True once ``pid`` is no running process (absent, or a zombie awaiting its parent)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_successive_calls_reuse_one_pod_and_each_sees_only_its_own_outputs(standin, tmp_path, repo):
     import json
 
@@ -80,6 +96,7 @@ def test_successive_calls_reuse_one_pod_and_each_sees_only_its_own_outputs(stand
     assert b.sandbox_counts() == {"cold_pods": 0, "session_pods": 1, "session_calls": 3, "env_build_pods": 0}
     session.close()
     assert standin.deleted == [created["metadata"]["name"]] and not standin.pods
+    assert _gone_within(replies[0]["pid"], 10.0)  # the exec'd worker went with its pod
     closed = session.call({"op": "ping"}, timeout=5)
     assert closed.status is SandboxStatus.CRASHED and "closed" in closed.detail
 
@@ -98,9 +115,14 @@ def test_a_worker_that_exits_before_replying_crashes_the_session_and_its_pod_goe
 def test_a_call_without_a_reply_in_time_is_a_timeout_and_deletes_the_pod(standin, tmp_path, repo):
     b = backend(standin, tmp_path, collect_slack_seconds=30)
     session = b.open_session(worker_request(repo))
+    import json
+
+    worker = json.loads(session.call({"op": "ping"}, timeout=30).stdout)["pid"]
     r = session.call({"op": "hang"}, timeout=1)
     assert r.status is SandboxStatus.TIMEOUT and "no reply within 1s" in r.detail
     assert not standin.pods
+    # The worker runs in a session of its own; a deleted pod takes it along, as on a node.
+    assert _gone_within(worker, 10.0)
 
 
 def test_cancelling_a_call_deletes_the_session_pod(standin, tmp_path, repo):
