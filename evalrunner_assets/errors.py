@@ -191,11 +191,11 @@ def explain(exc: BaseException, command: str) -> Explanation:
     for e in errors:
         if _outage(e):
             stopped = "stopped: " if type(e).__name__ == "ComparisonStopped" else ""
+            line = f"{prefix}: {stopped}{context}{_first_line(e)}"
             if getattr(e, "user_error", False):  # the breaker tripped on the request's own mistake
                 hint = getattr(e, "hint", None)
-                said = (f"{prefix}: {stopped}{context}{_first_line(e)}",) + ((f"  {hint}",) if hint else ())
-                return Explanation(EXIT_USER, said)
-            return Explanation(EXIT_OUTAGE, (f"{prefix}: {stopped}{context}{_first_line(e)}",))
+                return Explanation(EXIT_USER, (line, f"  {hint}") if hint else (line,))
+            return Explanation(EXIT_OUTAGE, (line,))
     user_types = _user_error_types()
     for e in errors:
         if isinstance(e, user_types):

@@ -26,7 +26,6 @@ from evalrunner_assets.discovery._manifest import (
 )
 
 __all__ = [
-    "yaml_problem",
     "AgentConfigError",
     "AgentModel",
     "DiscoveryError",
@@ -51,4 +50,5 @@ __all__ = [
     "read_agent_model",
     "task_id_for",
     "validate_manifest",
+    "yaml_problem",
 ]

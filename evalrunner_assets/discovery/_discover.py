@@ -104,7 +104,9 @@ def discover(
             f"{LIST_PATH} in {export.repo}@{export.commit[:12]} is not executable; "
             f"run `chmod +x {LIST_PATH}` and commit the mode change"
         )
-    _check_interpreter_line(path, export)
+    with open(path, "rb") as f:
+        first_line = f.readline(4096)
+    _check_interpreter_line(first_line, export)
     request = SandboxRequest(
         argv=(f"{SANDBOX_REPO_DIR}/{LIST_PATH}",),
         export=export,
@@ -116,8 +118,7 @@ def discover(
     if result.status is SandboxStatus.CRASHED and "execvp" in result.detail:
         # The program could not be started at all: its #! line names an interpreter the
         # sandbox does not have (bubblewrap's execvp fails) — the repository's, not an outage.
-        with open(path, "rb") as f:
-            first = f.readline(200).strip().decode("utf-8", "replace")
+        first = first_line[:200].strip().decode("utf-8", "replace")
         raise ListNotExecutable(
             f"{LIST_PATH} in {export.repo}@{export.commit[:12]} could not be started ({first!r}: "
             f"{result.detail.rsplit(':', 1)[-1].strip()}); its first line must name an interpreter the "
@@ -145,12 +146,10 @@ def discover(
     )
 
 
-def _check_interpreter_line(path: Path, export: RepoExport) -> None:
+def _check_interpreter_line(first: bytes, export: RepoExport) -> None:
     """A ``#!`` line ending in CR (a file saved with Windows line endings) names an interpreter
     that cannot exist (``/bin/sh\\r``): the sandbox could not even start the program, which
     would read as an infrastructure fault. Said here, as the repository's mistake it is."""
-    with open(path, "rb") as f:
-        first = f.readline(4096)
     if first.startswith(b"#!") and first.rstrip(b"\n").endswith(b"\r"):
         interpreter = first[2:].strip().decode("utf-8", "replace")
         raise ListNotExecutable(

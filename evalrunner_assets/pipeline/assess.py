@@ -30,6 +30,7 @@ from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, load_facts
 from evalrunner_assets.pipeline.pricing import PriceTable, usage_accounting
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, batch_state, read_failure
+from evalrunner_assets.stats import ARMS
 from lake import LAYOUT, Lake, Window
 from lake.batch import BatchKey
 from lake.integrity import LakeIntegrityError, quarantine
@@ -145,9 +146,6 @@ class _Batches:
 
     def arm_rows(self, keys: list[BatchKey]) -> list[dict[str, Any]]:
         return [r for d in sorted({k.digest for k in keys}) for r in self.rows[d]]
-
-
-ARMS = ("head", "base")
 
 
 def _unscored_reasons(task: str, pairing: stats.Pairing, rows: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -388,7 +386,7 @@ def assess(
             break
         progress[task] = p
 
-    all_keys = [k for p in progress.values() for arm in ("head", "base") for k in p.keys[arm]]
+    all_keys = [k for p in progress.values() for arm in ARMS for k in p.keys[arm]]
     try:
         batches = _load_batches(lake, all_keys, cache)
     except LakeIntegrityError as exc:
@@ -517,7 +515,7 @@ def assess(
     failed = failed_window_accounting(lake, [k for t in compared for k in progress[t].failed_keys], prices)
     # Samples are rows: one per input and epoch, as samples_run counts them.
     possible = sum(2 * progress[t].limit for t in compared) * max(1, request.settings.epochs)
-    spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ("head", "base")]
+    spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ARMS]
     result: dict[str, Any] = {
         **_identity(request),
         "status": "running" if next_windows else "complete",
@@ -541,7 +539,7 @@ def assess(
         "next_windows": [
             {"arm": w.arm, "commit": w.commit, "task": w.task, "window": w.window.name} for w in next_windows
         ],
-        "trajectories": {arm: lake.url(LAYOUT.raw_prefix(request.repo, commits[arm])) for arm in ("head", "base")},
+        "trajectories": {arm: lake.url(LAYOUT.raw_prefix(request.repo, commits[arm])) for arm in ARMS},
         # Which model each arm ran and where that came from (a run setting, the agent config).
         "arm_models": {arm: model_choice(request, agent) for arm, agent in arm_agent.items()},
         "computed_at": datetime.now(UTC).isoformat(),
@@ -631,7 +629,7 @@ def _assess_task(
             else None
         ),
         "path": [list(step) for step in stats.confidence_path(pairing, params, n_tasks)] if detail else [],
-        "batches": {arm: [k.digest for k in p.keys[arm]] for arm in ("head", "base")},
+        "batches": {arm: [k.digest for k in p.keys[arm]] for arm in ARMS},
     }
     return decision, doc, cost_per_pair
 

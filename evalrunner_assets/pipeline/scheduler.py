@@ -114,10 +114,11 @@ class BreakerTrip:
         """(what is wrong, how to fix it) when every failure of the streak is the same mistake
         in the comparison's own configuration rather than an outage (a model Inspect does not
         know in the repository's environment); None otherwise."""
-        models = {m.groups() for m in (_UNKNOWN_MODEL.search(str(f["cause"])) for f in self.failures) if m}
-        if len(models) != 1 or any(not _UNKNOWN_MODEL.search(str(f["cause"])) for f in self.failures):
+        found = [_UNKNOWN_MODEL.search(str(f["cause"])) for f in self.failures]
+        models = {m.groups() for m in found if m}
+        if not all(found) or len(models) != 1:
             return None
-        api, model = next(iter(models))
+        api, model = models.pop()
         return (
             f"the model {model!r} is not known to Inspect in the repository's environment "
             f"(no model provider named {api!r}; {len(self.failures)} windows failed the same way)",

@@ -194,7 +194,7 @@ def _with_sign_tests(crossings: dict[str, int], d: np.ndarray, design: Design) -
     return out
 
 
-def _directional_crossings(d: np.ndarray, margin: float, design: Design) -> dict[str, int]:
+def _test_crossings(d: np.ndarray, margin: float, design: Design) -> dict[str, int]:
     """First crossing of each of the decision's four tests over the pairs ``d`` (0 = never)."""
     data = {side: _sequence.Compressed(d, side) for side in (+1, -1)}
     scans = _crossings(data, margin, design.log_thrs)
@@ -493,7 +493,7 @@ def confidence_path(pairing: Pairing, params: StatsParams, n_tasks: int) -> list
         d, _sequence.log_threshold(params.alpha, n_tasks), looks=np.array(looks), margin=params.margin
     )
     design = task_design(params, n_tasks)
-    crossings = _directional_crossings(d, params.margin, design)
+    crossings = _test_crossings(d, params.margin, design)
     if not (crossings["above_zero"] and crossings["below_zero"]):  # both contradict one mean: leave it
         cut = [_directional_cut(a, b, crossings, params.min_pairs, int(t)) for t, a, b in zip(looks, lo, hi)]
         cut_lo, cut_hi = np.array([c[0] for c in cut]), np.array([c[1] for c in cut])
