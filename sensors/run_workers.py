@@ -143,13 +143,16 @@ def what_happens_next(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
     return "re-execute it from the Dagster UI to run it again"
 
 
-def failure_message(judgement: Judgement, next_step: str) -> str:
-    run, worker = judgement.run, judgement.worker
+def lost_worker(run_id: str, job_name: str, worker: WorkerProcess | None, host: str | None, what: str) -> str:
+    """ "Run <id> (<job>) lost its run worker: pid N on <host> <what>" (the start of both messages)."""
     pid = f"pid {worker.pid}" if worker is not None else "its process"
-    return (
-        f"Run {run.run_id} ({run.job_name}) lost its run worker: {pid} on {run.host} is gone "
-        f"({judgement.reason}). Marked failed by evalrunner's run_worker_reaper; {next_step}."
-    )
+    return f"Run {run_id} ({job_name}) lost its run worker: {pid} on {host or 'its host'} {what}"
+
+
+def failure_message(judgement: Judgement, next_step: str) -> str:
+    run = judgement.run
+    lost = lost_worker(run.run_id, run.job_name, judgement.worker, run.host, f"is gone ({judgement.reason})")
+    return f"{lost}. Marked failed by evalrunner's run_worker_reaper; {next_step}."
 
 
 def reap(
@@ -207,11 +210,7 @@ def explain_crashed(instance: dg.DagsterInstance, log, since: float) -> list[str
             continue  # it failed in its own code, or was failed by someone else
         host, tagged = workers_from_tags(run.tags)
         worker = engine_event_worker(instance, run.run_id) or tagged
-        pid = f"pid {worker.pid}" if worker is not None else "its process"
-        message = (
-            f"Run {run.run_id} ({run.job_name}) lost its run worker: {pid} on {host or 'its host'} {how}; "
-            f"{what_happens_next(instance, run)}."
-        )
+        message = f"{lost_worker(run.run_id, run.job_name, worker, host, how)}; {what_happens_next(instance, run)}."
         instance.add_run_tags(run.run_id, {WORKER_LOST_TAG: "true"})
         instance.report_engine_event(message, run)
         log.warning(message)

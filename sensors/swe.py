@@ -18,6 +18,8 @@ Every registered task set's gold patches run again each day (new flakes show up 
 asking); registration runs the same check once at once.
 """
 
+from collections.abc import Sequence
+
 import dagster as dg
 
 from evalrunner_assets.jobs import SWE_RUN_TAG, swe_gold_job, swe_run_job, swe_run_key, swe_run_request
@@ -85,7 +87,13 @@ def worker_loss_relaunch(instance: dg.DagsterInstance, run_id: str, this_run_cou
     """(whether SWE run ``run_id`` is relaunched after losing its run worker, what happens, in
     words). ``this_run_counts``: its newest Dagster run is about to be tagged lost (the reaper
     asks before tagging)."""
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={SWE_RUN_TAG: run_id}))
+    return _relaunch_decision(
+        instance.get_runs(filters=dg.RunsFilter(tags={SWE_RUN_TAG: run_id})), run_id, this_run_counts
+    )
+
+
+def _relaunch_decision(runs: Sequence[dg.DagsterRun], run_id: str, this_run_counts: bool = False) -> tuple[bool, str]:
+    """:func:`worker_loss_relaunch` given every Dagster run of the SWE run."""
     lost = sum(1 for r in runs if r.tags.get(WORKER_LOST_TAG) == "true") + (1 if this_run_counts else 0)
     if lost <= MAX_WORKER_LOSS_RELAUNCHES:
         return True, (
@@ -112,12 +120,12 @@ def relaunch_lost_workers(instance: dg.DagsterInstance, store: SweStore) -> list
         run_id = run.tags.get(SWE_RUN_TAG)
         if run_id is None or store.queued_run(run_id) is not None:
             continue
-        runs = instance.get_runs(filters=dg.RunsFilter(tags={SWE_RUN_TAG: run_id}), limit=1)
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={SWE_RUN_TAG: run_id}))  # newest first
         if not runs or runs[0].run_id != run.run_id:
             continue  # relaunched already (or submitted again)
-        if worker_loss_relaunch(instance, run_id)[0]:
+        if _relaunch_decision(runs, run_id)[0]:
             # Launch N follows N ended runs, as a resubmission counts them (the same run key).
-            store.queue_run(run_id, launch=len(instance.get_runs(filters=dg.RunsFilter(tags={SWE_RUN_TAG: run_id}))))
+            store.queue_run(run_id, launch=len(runs))
             queued.append(run_id)
     return queued
 
