@@ -285,30 +285,21 @@ class _Pod:
     def _kill_all(self) -> None:
         # A kubelet kills every process of the pod's containers, whatever its session: collect
         # the whole tree first (a worker started in a session of its own is reparented away
-        # once its parent dies), then kill it.
-        roots = [c.proc.pid for c in self.inits + self.mains if c.proc and c.proc.poll() is None]
+        # once its parent dies), then kill it, execs included (each reaped by its _exec).
         with self.lock:
-            roots += [p.pid for p in self.exec_procs if p.poll() is None]
-        for pid in _descendants(roots):
+            execs = [p.pid for p in self.exec_procs if p.poll() is None]
+        containers = [c.proc for c in self.inits + self.mains if c.proc and c.proc.poll() is None]
+        for pid in execs + _descendants([p.pid for p in containers] + execs):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        for c in self.inits + self.mains:
-            if c.proc and c.proc.poll() is None:
-                try:
-                    os.killpg(c.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                c.proc.wait()
-        with self.lock:
-            execs = list(self.exec_procs)
-        for proc in execs:  # each in a session of its own, children included (reaped by _exec)
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        for proc in containers:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
 
     def _fail(self, reason: str, message: str) -> None:
         with self.lock:

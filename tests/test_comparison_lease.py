@@ -19,6 +19,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from conftest import git
 
 from evalrunner_assets.pipeline import lease as lease_mod
 from evalrunner_assets.pipeline.lease import ComparisonBusy, ComparisonLease, live_holder, read_lease
@@ -157,9 +158,7 @@ def test_a_second_compare_of_the_same_head_waits_for_the_holder_then_finishes(tm
 
     repo = tmp_path / "repo"
     build_example_repo(repo, ["no-op-wording"])
-    sha = lambda ref: subprocess.run(  # noqa: E731
-        ["git", "-C", str(repo), "rev-parse", ref], check=True, capture_output=True, text=True
-    ).stdout.strip()
+    sha = lambda ref: git(repo, "rev-parse", ref)  # noqa: E731
     home = tmp_path / "home"
     env = {**os.environ, "EVALRUNNER_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
     the_lake = open_lake(str(home / "lake"))

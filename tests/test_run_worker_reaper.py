@@ -37,6 +37,13 @@ def _swe_run(instance: dg.DagsterInstance, run_id: str, key: str, tags: dict[str
     )
 
 
+def _submitted_swe_run(tmp_path) -> tuple[SweStore, str, dict[str, LakeResource]]:
+    """A SWE run submitted to a lake under ``tmp_path``: (its store, its id, the sensors' resources)."""
+    store = SweStore(open_lake(str(tmp_path / "lake")))
+    record, _ = store.save_run(RunSpec(agent_version="better", task_set="tinystats-bugs", budget_usd=1.0))
+    return store, record["id"], {"lake": LakeResource(root=str(tmp_path / "lake"))}
+
+
 def _dead_worker_tags() -> dict[str, str]:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     tags = {**worker_tags(), "evalrunner/worker-pid": str(proc.pid)}
@@ -47,10 +54,7 @@ def _dead_worker_tags() -> dict[str, str]:
 
 
 def test_on_a_local_instance_a_dead_workers_run_is_failed_and_the_swe_sensor_relaunches_it(tmp_path) -> None:
-    store = SweStore(open_lake(str(tmp_path / "lake")))
-    record, _ = store.save_run(RunSpec(agent_version="better", task_set="tinystats-bugs", budget_usd=1.0))
-    run_id = record["id"]
-    lake = {"lake": LakeResource(root=str(tmp_path / "lake"))}
+    store, run_id, lake = _submitted_swe_run(tmp_path)
     with dg.instance_for_test() as instance:
         dead = _swe_run(instance, run_id, run_id, _dead_worker_tags())
         alive = _swe_run(instance, "r-other", "r-other", worker_tags())  # this test's own process
@@ -67,10 +71,7 @@ def test_on_a_local_instance_a_dead_workers_run_is_failed_and_the_swe_sensor_rel
 def test_on_kubernetes_the_reaper_leaves_runs_to_run_monitoring_and_tags_what_it_failed_mocked_cluster(
     tmp_path,
 ) -> None:
-    store = SweStore(open_lake(str(tmp_path / "lake")))
-    record, _ = store.save_run(RunSpec(agent_version="better", task_set="tinystats-bugs", budget_usd=1.0))
-    run_id = record["id"]
-    lake = {"lake": LakeResource(root=str(tmp_path / "lake"))}
+    store, run_id, lake = _submitted_swe_run(tmp_path)
     with dg.instance_for_test(overrides={"run_launcher": K8S_LAUNCHER}) as instance:
         # A STARTED run whose recorded worker is gone from this host: not judged on this launcher.
         under_way = _swe_run(instance, "r-other", "r-other", _dead_worker_tags())
@@ -95,10 +96,7 @@ def test_on_kubernetes_the_reaper_leaves_runs_to_run_monitoring_and_tags_what_it
 
 
 def test_a_swe_run_that_keeps_losing_its_worker_is_relaunched_at_most_twice(tmp_path) -> None:
-    store = SweStore(open_lake(str(tmp_path / "lake")))
-    record, _ = store.save_run(RunSpec(agent_version="better", task_set="tinystats-bugs", budget_usd=1.0))
-    run_id = record["id"]
-    lake = {"lake": LakeResource(root=str(tmp_path / "lake"))}
+    store, run_id, lake = _submitted_swe_run(tmp_path)
     with dg.instance_for_test() as instance:
         for launch in range(MAX_WORKER_LOSS_RELAUNCHES + 1):
             run = _swe_run(instance, run_id, swe_run_key(run_id, launch), _dead_worker_tags())

@@ -19,6 +19,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from conftest import git
 from github_standin import GitHubStandin
 from served_evalrunner import EVALRUNNER, ServedEvalrunner
 from swe_example_subset import write_subset_task_set
@@ -186,9 +187,7 @@ def test_a_comparison_whose_worker_is_killed_is_failed_and_resumed(tmp_path: Pat
 
     repo = tmp_path / "repo"
     build_example_repo(repo, ["no-op-wording"])
-    sha = lambda ref: subprocess.run(  # noqa: E731
-        ["git", "-C", str(repo), "rev-parse", ref], check=True, capture_output=True, text=True
-    ).stdout.strip()
+    sha = lambda ref: git(repo, "rev-parse", ref)  # noqa: E731
     home = tmp_path / "home"
     (home / "dagster").mkdir(parents=True)
     the_lake = open_lake(str(home / "lake"))
