@@ -179,6 +179,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from resources import SandboxResource
 
     repo_id = _repo_id(args.repo, args.repo_id)
+    _check_repo_id(repo_id, args.repo)
     source = _repo_source(repo_id, args.repo)
     base, head = _resolve(source, "--base", args.base), _resolve(source, "--head", args.head)
     changed = tuple(source.changed_files(base, head))
@@ -665,9 +666,31 @@ def cmd_repos_add(args: argparse.Namespace) -> int:
         )
         return 2
     the_lake = open_lake(home.lake_root())
-    RepoResource().register(the_lake, args.repo, args.source)
+    RepoResource().register(the_lake, args.repo, args.source, repoint=args.repoint)
     print(f"{args.repo} is fetched from {args.source} ({the_lake.url(LAYOUT.repo_source(args.repo))})")
     return 0
+
+
+def cmd_repos_list(args: argparse.Namespace) -> int:
+    from lake import open_lake
+    from resources.repo import RepoResource
+
+    the_lake = open_lake(home.lake_root())
+    sources = RepoResource().registered(the_lake) if the_lake.exists("repos") else []
+    width = max((len(r) for r, _ in sources), default=0)
+    for repo, source in sources:
+        print(f"{repo:<{width}}  {source}")
+    if not sources:
+        print(f"no repository sources recorded in {the_lake.url('repos')}", file=sys.stderr)
+    return 0
+
+
+def _check_repo_id(repo_id: str, source: str) -> None:
+    """Refuse, before any work, a --repo-id already recorded for another repository."""
+    from lake import open_lake
+    from resources.repo import RepoResource
+
+    RepoResource().check_source(open_lake(home.lake_root()), repo_id, source)
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -1055,7 +1078,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repos_add.add_argument("repo", help="owner/name, as in the deliveries' repository.full_name")
     repos_add.add_argument("source", help="clone URL (https://…, git@…) or path of a local git repository")
+    repos_add.add_argument(
+        "--repoint",
+        action="store_true",
+        help="point an id already recorded for another source at this one (results under the id then "
+        "come from the new repository)",
+    )
     repos_add.set_defaults(func=cmd_repos_add)
+    repos_list = repos_sub.add_parser("list", help="every recorded repository id and where it is fetched from")
+    repos_list.set_defaults(func=cmd_repos_list)
 
     p = add("inbox", help="the webhook inbox's dead letters: list them, replay them once the cause is fixed")
     inbox_sub = p.add_subparsers(dest="inbox_command", required=True)

@@ -292,6 +292,10 @@ class LakeLayout:
         first asked for, so assets partitioned only by commit can export it."""
         return f"repos/{check_repo(repo)}.json"
 
+    def repo_sources_glob(self) -> str:
+        """Every recorded repository source (ids are ``owner/name``)."""
+        return "repos/*/*.json"
+
     def series_point(self, repo: str, commit: str) -> str:
         """One main-branch point of the cohort series (per-task means with intervals, cohort
         and combined pools, flags against the previous point)."""

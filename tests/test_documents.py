@@ -45,9 +45,23 @@ def test_version_1_commit_facts_load_unchanged() -> None:
         assert list(facts.tasks[task].input_digests) == rec["input_digests"]
     assert facts.agent_model is None  # learnt before agent configs could name a model
     again = json.loads(facts.to_json())
-    # Written back with the same fields, plus the version and the (optional, null) agent model.
+    # Written back with the same fields, plus the version, the (optional, null) agent model and
+    # each task's failure kind (null: its ids were listed).
     assert again.pop("agent_model") is None
+    for rec in again["tasks"].values():
+        assert rec.pop("failure_kind") is None
     assert {k: v for k, v in again.items() if k != "schema_version"} == old
+
+
+def test_older_commit_facts_failures_get_their_kind_from_the_runners_wording() -> None:
+    old = json.loads((V1 / "tasks.json").read_text())
+    task, rec = next(iter(old["tasks"].items()))
+    load = {**rec, "failure": "loading task 'evals/x.py@t' raised SyntaxError: invalid syntax; fix the task file"}
+    sandbox = {**rec, "failure": "listing sample ids failed in the sandbox (timeout): no reply within 900s"}
+    for record, kind in ((load, "task_load"), (sandbox, "listing")):
+        facts = CommitFacts.from_json(json.dumps({**old, "tasks": {task: record}}).encode())
+        assert facts.tasks[task].failure_kind == kind
+        assert facts.tasks[task].load_error == (record["failure"] if kind == "task_load" else None)
 
 
 def test_the_demo_comparison_document_reads_and_writes_back_byte_for_byte() -> None:

@@ -9,8 +9,8 @@ bubblewrap sandboxes, real Inspect with the offline simulated model, the real la
 - a head that inserts a sample at the top of a dataset without ids: every later positional id
   now names another input, and those ids are reported as changed inputs, never paired;
 - a head whose solver raises on every sample: the agent's failure, not the infrastructure's —
-  REGRESSED with the cause in the terminal, the PR comment and the check run, no failure
-  record, the outage breaker untouched.
+  BROKEN with the cause in the terminal, the PR comment and the check run, no failure record,
+  the outage breaker untouched.
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ SOLVE = "        state.messages.insert(0, ChatMessageSystem(content=prompt))\n  
 RAISES = "        raise RuntimeError('boom')\n"
 
 
-def test_a_head_whose_solver_raises_is_the_agents_regression_with_its_cause_shown(tmp_path: Path) -> None:
+def test_a_head_whose_solver_raises_is_broken_by_the_pr_with_its_cause_shown(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLE_REPO_SOURCE, repo)
     commit_files(repo, {}, "base")
@@ -237,15 +237,15 @@ def test_a_head_whose_solver_raises_is_the_agents_regression_with_its_cause_show
     home = tmp_path / "home"
     home.mkdir()
     done = run_compare(home, repo, "--head", "raise-in-solver", "--cap", "16", timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 4, done.stderr[-3000:]  # a verdict that blocks the merge
     doc = comparison_doc(home)
-    assert doc["verdict"] == "REGRESSED", doc["final_verdict"]
+    assert doc["verdict"] == "BROKEN", doc["final_verdict"]
     cause = "head: 16/16 samples raised RuntimeError('boom') in solver 'agent_instructions'"
     for task, t in doc["tasks"].items():
         assert t["decision"]["pairing"]["error_head"] == cause.removeprefix("head: "), task
         assert t["head"]["errors"] == 16 and t["base"]["errors"] == 0
         assert not t["failures"]
-        assert t["decision"]["label"] in ("regressed", "inconclusive")
+        assert t["decision"]["label"] == "broken" and t["decision"]["broken_arms"] == ["head"]
     # Not infrastructure: no failure record, the breaker never counted it.
     assert not (lake(home) / "failures").exists()
     assert "breaker" not in doc and doc["execution"]["failed_attempts"] == 0
@@ -254,8 +254,11 @@ def test_a_head_whose_solver_raises_is_the_agents_regression_with_its_cause_show
     artifacts = lake(home) / "comparisons"
     comment = next(artifacts.rglob("*.comment.md")).read_text()
     assert cause in comment and "Errors raised by this repository's code" in comment
-    # Every task's cause is among the verdict's reasons, the inconclusive one's too.
-    assert all(f"{task}: {cause}" in doc["final_verdict"]["reasons"] for task in doc["tasks"])
+    # Every task's cause is among the verdict's reasons.
+    assert all(
+        any(r.startswith(f"{task}: broken by this PR: {cause}") for r in doc["final_verdict"]["reasons"])
+        for task in doc["tasks"]
+    ), doc["final_verdict"]["reasons"]
     check_run = json.loads(next(artifacts.rglob("*.check_run.json")).read_text())
     assert check_run["conclusion"] == "failure"
     assert cause in json.dumps(check_run)
@@ -326,7 +329,11 @@ def test_scores_out_of_range_are_named_beside_the_verdict_and_added_or_removed_t
     assert f"why: {reason}" in done.stdout
     assert not any("base:" in r and "no score" in r for r in doc["final_verdict"]["reasons"])
     # Tasks outside the table are named in the terminal as in the PR comment.
-    assert "  new on this PR (no baseline yet): evals/graded/extra\n" in done.stdout
+    # The added task ran on head alone: its 10 scored answers are right (the 6 wrong ones score
+    # 1.5 on head and are left out), measured but never paired.
+    extra = doc["new_task_results"]["evals/graded/extra"]
+    assert extra["status"] == "measured" and extra["inputs"] == 10 and extra["unscored"] == 6
+    assert "  new: evals/graded/extra 1.00 (" in done.stdout
     assert "  removed on this PR: evals/graded/old\n" in done.stdout
 
 

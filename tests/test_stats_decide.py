@@ -291,24 +291,66 @@ def rows_of(scores, error=None, where=None):
     ]
 
 
-def test_a_head_that_raises_on_every_sample_regresses_against_a_good_base_with_the_cause():
+def test_a_head_that_raises_on_every_sample_is_broken_by_the_pr_with_the_cause():
+    from evalrunner_assets.stats import pair_task
+
+    pairing = pair_task(rows_of([0.0] * 16, "RuntimeError('boom')", "solver:agent"), rows_of([1.0] * 16))
+    d = decide_task(pairing, PARAMS, 1, forecast=False, breakage=True)
+    assert d.label == "broken" and d.broken_arms == ("head",)
+    assert d.reason == (
+        "broken by this PR: head: 16/16 samples raised RuntimeError('boom') in solver 'agent' "
+        "(more than 50% of its inputs raised; base ran)"
+    )
+    assert d.p_improvement is None and d.decided_at is None
+
+
+def test_without_breakage_a_raising_arm_keeps_the_symmetric_rule():
+    # Candidates and leaderboards compare two configurations, neither a change to the other:
+    # an arm over the error cap is a regression if the scores settled it, else inconclusive.
     from evalrunner_assets.stats import pair_task
 
     pairing = pair_task(rows_of([0.0] * 16, "RuntimeError('boom')", "solver:agent"), rows_of([1.0] * 16))
     d = decide_task(pairing, PARAMS, 1, forecast=False)
-    assert d.label == "regressed"
+    assert d.label == "regressed" and not d.broken_arms
     assert d.reason == "head: 16/16 samples raised RuntimeError('boom') in solver 'agent'"
+
+
+def test_both_arms_over_the_error_cap_are_broken_on_both_and_inconclusive():
+    from evalrunner_assets.stats import pair_task
+
+    pairing = pair_task(rows_of([0.0] * 16, "RuntimeError('boom')"), rows_of([0.0] * 16, "KeyError('x')"))
+    d = decide_task(pairing, PARAMS, 1, forecast=False, breakage=True)
+    assert d.label == "inconclusive" and d.broken_arms == ("head", "base")
+    assert d.reason.startswith("broken on both head and base: head: 16/16 samples raised RuntimeError('boom'); ")
+    assert "base: 16/16 samples raised KeyError('x')" in d.reason
+
+
+def test_a_task_that_cannot_load_on_head_is_broken_and_on_both_inconclusive():
+    from evalrunner_assets.stats import pair_task
+
+    empty = pair_task([], [])
+    err = "loading task 'evals/x.py@t' raised SyntaxError: invalid syntax (x.py, line 3)"
+    d = decide_task(empty, PARAMS, 1, forecast=False, head_load_error=err)
+    assert d.label == "broken" and d.head_failed and not d.base_failed and d.comparable
+    assert d.reason == f"broken by this PR: the task cannot be loaded on head ({err})"
+    both = decide_task(empty, PARAMS, 1, forecast=False, head_load_error=err, base_load_error=err)
+    assert both.label == "inconclusive" and both.broken_arms == ("head", "base")
+    assert both.reason.startswith("broken on both head and base")
+    # The sandbox failing on head (infrastructure) is not the PR's fault: inconclusive, as before.
+    # (load errors are the engine's finding about a PR; they need no ``breakage``.)
+    infra = decide_task(empty, PARAMS, 1, forecast=False, head_failed=True)
+    assert infra.label == "inconclusive" and infra.reason == "failed on head while base succeeded"
 
 
 def test_an_arm_over_the_error_cap_gets_no_quality_verdict():
     from evalrunner_assets.stats import pair_task
 
     # Base fails every sample anyway: errors scored 0 tie with it, so the scores cannot show a
-    # regression; the cause is the label's reason, never "unchanged".
+    # regression; but the head's code raising is the PR's breakage, never "unchanged".
     pairing = pair_task(rows_of([0.0] * 200, "RuntimeError('boom')", "solver:agent"), rows_of([0.0] * 200))
-    d = decide_task(pairing, PARAMS, 1, forecast=False)
-    assert d.label == "inconclusive"
-    assert d.reason.startswith("head: 200/200 samples raised RuntimeError('boom') in solver 'agent'")
+    d = decide_task(pairing, PARAMS, 1, forecast=False, breakage=True)
+    assert d.label == "broken"
+    assert d.reason.startswith("broken by this PR: head: 200/200 samples raised RuntimeError('boom') in solver 'agent'")
     # At or under the cap errors are plain failures: a quality verdict stays possible.
     half = rows_of([0.0] * 100, "RuntimeError('boom')") + [
         {"sample_id": f"t{i}", "epoch": 1, "score": 0.0, "error": None} for i in range(100)
@@ -332,9 +374,9 @@ def test_the_error_cap_waits_for_min_pairs_inputs_unless_the_task_is_at_its_limi
     from evalrunner_assets.stats import pair_task
 
     pairing = pair_task(rows_of([0.0] * 3, "RuntimeError('boom')"), rows_of([0.0] * 3))
-    assert decide_task(pairing, PARAMS, 1, forecast=False).label == "continue"
-    last = decide_task(pairing, PARAMS, 1, at_cap=True, dataset_size=3, forecast=False)
-    assert last.label == "inconclusive" and last.reason.startswith("head: 3/3 samples raised")
+    assert decide_task(pairing, PARAMS, 1, forecast=False, breakage=True).label == "continue"
+    last = decide_task(pairing, PARAMS, 1, at_cap=True, dataset_size=3, forecast=False, breakage=True)
+    assert last.label == "broken" and last.reason.startswith("broken by this PR: head: 3/3 samples raised")
 
 
 def test_error_cap_is_validated():

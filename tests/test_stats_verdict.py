@@ -29,6 +29,10 @@ def task(label: str, **changes):
         (["improved", "improved"], "IMPROVED"),
         (["unchanged", "unchanged"], "UNCHANGED"),
         ([], "INCONCLUSIVE"),
+        (["broken", "improved"], "BROKEN"),
+        (["broken", "regressed"], "BROKEN"),
+        (["broken", "inconclusive"], "BROKEN"),
+        (["continue", "broken"], "RUNNING"),
     ],
 )
 def test_run_verdict_rules(labels, expected):
@@ -97,7 +101,40 @@ def test_the_cause_of_errored_samples_is_a_reason_of_the_run_verdict():
         for i in range(16)
     ]
     base = [{"sample_id": f"s{i}", "epoch": 1, "score": 1.0, "error": None} for i in range(16)]
-    d = decide_task(pair_task(head, base), StatsParams(), 1, forecast=False)
+    d = decide_task(pair_task(head, base), StatsParams(), 1, forecast=False, breakage=True)
     verdict = run_verdict({"t": d})
-    assert verdict.verdict == "REGRESSED"
-    assert "t: head: 16/16 samples raised RuntimeError('boom') in solver 'agent'" in verdict.reasons
+    # Every head sample raising while the base ran is the PR breaking the task: BROKEN, with the
+    # cause (type, where, how many) as the first reason.
+    assert d.label == "broken" and d.broken_arms == ("head",)
+    assert verdict.verdict == "BROKEN" and verdict.broken == ("t",)
+    assert verdict.reasons[0] == (
+        "t: broken by this PR: head: 16/16 samples raised RuntimeError('boom') in solver 'agent' "
+        "(more than 50% of its inputs raised; base ran)"
+    )
+    assert verdict.p_improvement is None
+
+
+def test_a_broken_task_leads_the_reasons_and_blocks_beside_a_regression():
+    decisions = {
+        "a": task(
+            "broken", reason="broken by this PR: head: 16/16 samples raised KeyError('x')", broken_arms=("head",)
+        ),
+        "b": task("regressed"),
+        "c": task("improved"),
+    }
+    verdict = run_verdict(decisions)
+    assert verdict.verdict == "BROKEN" and verdict.broken == ("a",)
+    assert verdict.reasons[:2] == ("a: broken by this PR: head: 16/16 samples raised KeyError('x')", "regressed: b")
+    assert verdict.p_improvement is None and "BROKEN" in verdict.p_improvement_note
+    # While another task still samples, the breakage is named as already settled.
+    running = run_verdict({**decisions, "d": task("continue")})
+    assert running.verdict == "RUNNING" and "already broken by this PR: a" in running.reasons
+
+
+def test_a_broken_new_task_makes_the_verdict_broken_and_both_arms_broken_stays_inconclusive():
+    verdict = run_verdict({"a": task("unchanged")}, broken_new={"n": "broken by this PR: the eval it adds cannot load"})
+    assert verdict.verdict == "BROKEN" and verdict.broken == ("n",)
+    assert verdict.reasons[0] == "n: broken by this PR: the eval it adds cannot load"
+    both = task("inconclusive", reason="broken on both head and base: …", broken_arms=("head", "base"))
+    verdict = run_verdict({"a": task("unchanged"), "b": both})
+    assert verdict.verdict == "INCONCLUSIVE" and verdict.broken_on_both == ("b",) and not verdict.broken

@@ -93,7 +93,15 @@ BUDGET_SPENT = "budget_spent"
 
 
 class InspectRunError(RuntimeError):
-    """A task's samples could not be listed or a window is invalid; the message says which."""
+    """A task's samples could not be listed or a window is invalid; the message says which.
+
+    ``task_load``: the repository's own task code failed to load (an import that fails, a
+    syntax error, a spec naming a missing file or task) — a fault of the commit, not of the
+    sandbox."""
+
+    def __init__(self, message: str, *, task_load: bool = False) -> None:
+        super().__init__(message)
+        self.task_load = task_load
 
 
 class SampleListing(NamedTuple):
@@ -307,7 +315,7 @@ def _parse_ids(result: SandboxResult, spec: str | None = None) -> SampleListing:
     if raw is None:
         error = _task_error(result)
         if error is not None:
-            raise InspectRunError(_load_failure(spec, error))
+            raise InspectRunError(_load_failure(spec, error), task_load=True)
         why = result.rejected_outputs.get(IDS_FILE, "never written")
         raise InspectRunError(
             f"listing sample ids wrote no {IDS_FILE} ({why}); stderr ends: {result.stderr_tail.strip()[-600:]}"

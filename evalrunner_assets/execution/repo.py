@@ -54,6 +54,18 @@ class RepoError(ValueError):
     """A repository source, ref or commit cannot be used; the message names it."""
 
 
+class RepoIdInUse(RepoError):
+    """A repository id already names another source; pointing it elsewhere needs ``--repoint``."""
+
+    def __init__(self, repo: str, registered: str, given: str) -> None:
+        super().__init__(f"repository id {repo!r} already names {registered}, not {given}")
+        self.repo, self.registered, self.given = repo, registered, given
+        self.hint = (
+            f"give this checkout its own --repo-id, or run `evalrunner repos add {repo} {given} --repoint` "
+            "to point the id (and every series, candidate and comparison under it) at the new source"
+        )
+
+
 class RepoSubdirectory(RepoError):
     """A local path inside a checkout rather than its top level (``top``)."""
 

@@ -67,7 +67,8 @@ class TaskProgress:
     windows: int = 0
     keys: dict[str, list[BatchKey]] = field(default_factory=lambda: {"head": [], "base": []})
     pending: list[PlannedWindow] = field(default_factory=list)
-    failures: dict[str, str] = field(default_factory=dict)  # arm -> first cause
+    failures: dict[str, str] = field(default_factory=dict)  # arm -> first infrastructure cause
+    load_errors: dict[str, str] = field(default_factory=dict)  # arm -> why its task code could not load
     failed_keys: list[BatchKey] = field(default_factory=list)  # the windows that failed (one per arm at most)
 
 
@@ -347,10 +348,12 @@ def assess(
         n = min(len(hf.sample_ids), len(bf.sample_ids))
         p = TaskProgress(task=task, n_samples=n, limit=min(n, params.cap))
         for arm, f in (("head", hf), ("base", bf)):
-            if f.failure:
+            if f.load_error:
+                p.load_errors[arm] = f.load_error
+            elif f.failure:
                 p.failures[arm] = f"sample ids could not be listed: {f.failure}"
         start = 0
-        while start < p.limit and not p.failures:
+        while start < p.limit and not p.failures and not p.load_errors:
             w = window_bounds(start, p.limit)
             states = {}
             for arm, f in (("head", hf), ("base", bf)):
@@ -386,7 +389,24 @@ def assess(
             break
         progress[task] = p
 
+    # A task only the head has (the PR adds it) runs on head alone, up to the cap: measured,
+    # never paired, and never part of the improved/regressed verdict.
+    added = sorted(set(head_facts.tasks) - set(base_facts.tasks))
+    new_progress = {
+        task: _new_task_progress(
+            lake,
+            request,
+            head_facts.tasks[task],
+            arm_settings["head"],
+            params,
+            cache,
+            backend_name=backend_name,
+            runtime_digest=runtime_digest,
+        )
+        for task in added
+    }
     all_keys = [k for p in progress.values() for arm in ARMS for k in p.keys[arm]]
+    all_keys += [k for p in new_progress.values() for k in p.keys["head"]]
     try:
         batches = _load_batches(lake, all_keys, cache)
     except LakeIntegrityError as exc:
@@ -430,6 +450,7 @@ def assess(
             progress[task].n_samples,
             progress[task].limit,
             tuple(sorted(progress[task].failures.items())),
+            tuple(sorted(progress[task].load_errors.items())),
             budget_exhausted,
             n_tasks,
             touched[task],
@@ -476,13 +497,15 @@ def assess(
         pairings[task] = pairing
         task_docs[task] = copy.deepcopy(doc)  # the document may be edited; the cached one stays
         decisions[task] = decision
-        if "head" in p.failures and "base" not in p.failures:
+        causes = {**p.failures, **p.load_errors}
+        if "head" in p.failures and "base" not in causes:
             failures[task] = f"failed on this PR's head: {p.failures['head']}"
-        elif "base" in p.failures:
+        elif "base" in causes:
             # No baseline: the decision says so ("failed on both head and base", or "failed on
             # base while head succeeded"); run_verdict's failures are only head-failed tasks.
-            failed_causes.append(f"{task}: " + "; ".join(f"{a}: {p.failures[a]}" for a in ARMS if a in p.failures))
-        if decision.label == "continue" and not p.failures and p.pending:
+            # A task that cannot load on head alone is the decision's "broken", cause included.
+            failed_causes.append(f"{task}: " + "; ".join(f"{a}: {causes[a]}" for a in ARMS if a in causes))
+        if decision.label == "continue" and not causes and p.pending:
             plan_states[task] = stats.TaskPlanState(
                 next_start=p.landed,
                 n_samples=p.limit,
@@ -490,7 +513,16 @@ def assess(
                 cost_per_sample=cost_per_pair,
             )
 
-    verdict = stats.run_verdict(decisions, failures)
+    new_results = {
+        task: _measure_new_task(p, head_facts.tasks[task], batches, params, prices, request, budget_exhausted)
+        for task, p in new_progress.items()
+    }
+    broken_new = {
+        task: f"broken by this PR: the eval it adds {_new_task_broken_cause(r)}"
+        for task, r in new_results.items()
+        if r["status"] == "broken"
+    }
+    verdict = stats.run_verdict(decisions, failures, broken_new=broken_new)
     unscored = [
         r
         for task in compared
@@ -511,11 +543,20 @@ def assess(
     next_windows: list[PlannedWindow] = []
     for wp in planned:
         next_windows.extend(progress[wp.task].pending)
+    if not budget_exhausted:
+        for task, p in new_progress.items():
+            if new_results[task]["status"] == "measuring":
+                next_windows.extend(p.pending)
 
-    failed = failed_window_accounting(lake, [k for t in compared for k in progress[t].failed_keys], prices)
+    failed_keys = [k for t in compared for k in progress[t].failed_keys]
+    failed_keys += [k for p in new_progress.values() for k in p.failed_keys]
+    failed = failed_window_accounting(lake, failed_keys, prices)
     # Samples are rows: one per input and epoch, as samples_run counts them.
-    possible = sum(2 * progress[t].limit for t in compared) * max(1, request.settings.epochs)
+    possible = (sum(2 * progress[t].limit for t in compared) + sum(p.limit for p in new_progress.values())) * max(
+        1, request.settings.epochs
+    )
     spend = [task_docs[t][arm]["cost_usd"] for t in compared for arm in ARMS]
+    spend += [r["head"]["cost_usd"] for r in new_results.values() if r["head"]["samples"]]
     result: dict[str, Any] = {
         **_identity(request),
         "status": "running" if next_windows else "complete",
@@ -525,7 +566,8 @@ def assess(
         "tasks": task_docs,
         "task_order": order,
         "skipped_tasks": skipped,
-        "new_tasks": sorted(set(head_facts.tasks) - set(base_facts.tasks)),
+        "new_tasks": added,
+        "new_task_results": new_results,
         "removed_tasks": sorted(set(base_facts.tasks) - set(head_facts.tasks)),
         "samples_run": samples_run,
         "samples_possible": possible,
@@ -569,6 +611,103 @@ def _batch_key(
     return key
 
 
+def _new_task_progress(
+    lake: Lake,
+    request: ComparisonRequest,
+    hf: TaskFacts,
+    settings: RunSettings,
+    params: stats.StatsParams,
+    cache: AssessCache | None,
+    *,
+    backend_name: str,
+    runtime_digest: str,
+) -> TaskProgress:
+    """A new task's windows on head: the landed prefix, the first one not landed, or the failure."""
+    n = len(hf.sample_ids)
+    p = TaskProgress(task=hf.task, n_samples=n, limit=min(n, params.cap))
+    if hf.load_error:
+        p.load_errors["head"] = hf.load_error
+    elif hf.failure:
+        p.failures["head"] = f"sample ids could not be listed: {hf.failure}"
+    start = 0
+    while start < p.limit and not p.failures and not p.load_errors:
+        w = window_bounds(start, p.limit)
+        key = _batch_key(
+            cache,
+            request.repo,
+            request.head_sha,
+            hf,
+            settings,
+            w,
+            backend_name=backend_name,
+            runtime_digest=runtime_digest,
+        )
+        state = "committed" if cache is not None and key.digest in cache.committed else batch_state(lake, key)
+        if state == "committed":
+            if cache is not None:
+                cache.committed.add(key.digest)
+            p.keys["head"].append(key)
+            p.landed, p.windows = w.stop, p.windows + 1
+            start = w.stop
+        elif state == "failed":
+            p.failures["head"] = read_failure(lake, key) or "infrastructure failure"
+            p.failed_keys.append(key)
+        else:
+            p.pending = [PlannedWindow("head", request.head_sha, hf.task, w)]
+            break
+    return p
+
+
+def _measure_new_task(
+    p: TaskProgress,
+    hf: TaskFacts,
+    batches: _Batches,
+    params: stats.StatsParams,
+    prices: PriceTable,
+    request: ComparisonRequest,
+    budget_exhausted: bool,
+) -> dict[str, Any]:
+    """A new task's measurement document (``NewTaskResult``) from its landed head windows."""
+    rows = batches.arm_rows(p.keys["head"])
+    order = sample_order(list(hf.sample_ids), request.settings.seed)
+    looks = [k.window.stop for k in p.keys["head"]]
+    at_limit = p.landed >= p.limit
+    m = stats.measure_arm(batches.arm_table(p.keys["head"]), order, params, looks=looks, at_limit=at_limit)
+    failure = p.load_errors.get("head") or p.failures.get("head")
+    if p.load_errors or m.broken:
+        status = "broken"
+    elif p.failures:
+        status = "failed"
+    elif at_limit:
+        status = "measured"
+    elif budget_exhausted:
+        status = "budget_spent"
+    else:
+        status = "measuring"
+    return {
+        "status": status,
+        "mean": m.mean,
+        "interval": m.interval,
+        "level": m.level,
+        "inputs": m.inputs,
+        "inputs_run": m.inputs_run,
+        "errored": m.errored,
+        "unscored": m.unscored,
+        "samples_possible": p.n_samples,
+        "limit": p.limit,
+        "error_cause": m.error_cause,
+        "failure": failure,
+        "head": _arm_accounting(rows, prices),
+        "batches": [k.digest for k in p.keys["head"]],
+    }
+
+
+def _new_task_broken_cause(result: Mapping[str, Any]) -> str:
+    if result.get("error_cause"):
+        return f"raises: head: {result['error_cause']}"
+    return f"cannot be loaded ({result.get('failure')})"
+
+
 def _task_order(hf: TaskFacts, bf: TaskFacts, request: ComparisonRequest) -> list[str]:
     """The task's pre-committed sample order (the same for both arms): what pairs follow."""
     return sample_order(sorted(set(hf.sample_ids) | set(bf.sample_ids)), request.settings.seed)
@@ -599,6 +738,9 @@ def _assess_task(
         budget_exhausted=budget_exhausted,
         head_failed="head" in p.failures,
         base_failed="base" in p.failures,
+        head_load_error=p.load_errors.get("head"),
+        base_load_error=p.load_errors.get("base"),
+        breakage=True,
         forecast=detail,
         dataset_size=p.n_samples,
         budget_samples=budget_samples,
@@ -616,6 +758,7 @@ def _assess_task(
         "positions_landed": p.landed,
         "windows": p.windows,
         "failures": dict(p.failures),
+        "load_errors": dict(p.load_errors),
         # Ids both commits list whose input digests differ (known before running; pairing
         # counts the same from the rows that ran: decision.pairing.changed_inputs).
         "changed_inputs_listed": len(hf.changed_inputs(bf)),

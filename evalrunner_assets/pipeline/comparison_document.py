@@ -16,8 +16,8 @@ from evalrunner_assets.pipeline.documents import dump_document, parse_document
 
 COMPARISON_SCHEMA_VERSION = 1  # documents written before the field existed are read as version 1
 
-Verdict = Literal["RUNNING", "IMPROVED", "REGRESSED", "UNCHANGED", "INCONCLUSIVE"]
-Label = Literal["improved", "regressed", "unchanged", "continue", "inconclusive"]
+Verdict = Literal["RUNNING", "IMPROVED", "REGRESSED", "UNCHANGED", "INCONCLUSIVE", "BROKEN"]
+Label = Literal["improved", "regressed", "unchanged", "continue", "inconclusive", "broken"]
 Status = Literal["running", "complete", "stopped", "cancelled", "budget_spent"]
 Arm = Literal["head", "base"]
 
@@ -89,6 +89,11 @@ class TaskDecision(_Doc):
     head_failed: bool = Field(default=False, description="The head arm failed on infrastructure.")
     base_failed: bool = Field(default=False, description="The base arm failed on infrastructure.")
     comparable: bool = Field(default=True, description="False when there is no baseline to compare with.")
+    broken_arms: list[Arm] = Field(
+        default_factory=list,
+        description="Arms whose own task code is broken: it cannot be loaded, or more than the error cap of "
+        "its inputs raised. ['head'] is the label 'broken'; both arms leave the task inconclusive.",
+    )
     pairing: PairingSummary | None = Field(default=None, description="How the rows paired.")
 
 
@@ -115,6 +120,9 @@ class TaskDocument(_Doc):
     positions_landed: int = Field(description="Positions of the sample order landed on both arms.")
     windows: int = Field(description="Windows landed on both arms.")
     failures: dict[Arm, str] = Field(default_factory=dict, description="Per arm, its first infrastructure failure.")
+    load_errors: dict[Arm, str] = Field(
+        default_factory=dict, description="Per arm, why the repository's task code could not be loaded there."
+    )
     changed_inputs_listed: int = Field(default=0, description="Ids whose input digests differ, as listed.")
     head: ArmAccounting = Field(description="What the head arm ran and cost.")
     base: ArmAccounting = Field(description="What the base arm ran and cost.")
@@ -130,6 +138,32 @@ class TaskDocument(_Doc):
         return self.head if arm == "head" else self.base
 
 
+class NewTaskResult(_Doc):
+    """A task only the head has (a new eval): run on head alone up to the cap, measured, never
+    paired and never part of the improved/regressed verdict (``stats.measure_arm``)."""
+
+    status: Literal["measuring", "measured", "broken", "failed", "budget_spent"] = Field(
+        description="measuring (windows left), measured (ran to its limit), broken (cannot load, or more than the "
+        "error cap of its inputs raised: the PR adds an eval that does not run), failed (infrastructure), "
+        "budget_spent (the run budget ended it)."
+    )
+    mean: float | None = Field(default=None, description="Mean score over its inputs (an errored input scores 0).")
+    interval: tuple[float, float] | None = Field(
+        default=None, description="Anytime-valid confidence sequence of the mean, at `level`."
+    )
+    level: float = Field(description="Coverage of the interval.")
+    inputs: int = Field(default=0, description="Inputs scored.")
+    inputs_run: int = Field(default=0, description="Inputs run, scored or not.")
+    errored: int = Field(default=0, description="Inputs that raised in the repository's code.")
+    unscored: int = Field(default=0, description="Inputs with no score in [0, 1] (left out).")
+    samples_possible: int = Field(description="Samples the head lists.")
+    limit: int = Field(description="Most inputs this comparison may run (the cap).")
+    error_cause: str | None = Field(default=None, description="What its samples raised, when any did.")
+    failure: str | None = Field(default=None, description="Why it could not be loaded or run, when it could not.")
+    head: ArmAccounting = Field(description="What it ran and cost.")
+    batches: list[str] = Field(default_factory=list, description="The batch digests used.")
+
+
 class FinalVerdict(_Doc):
     """The run's verdict over its tasks (``stats.RunVerdict.to_dict``)."""
 
@@ -140,6 +174,10 @@ class FinalVerdict(_Doc):
     p_improvement_note: str | None = Field(default=None, description="Why p_improvement is not shown.")
     labels: dict[str, Label] = Field(default_factory=dict, description="Per task, its label.")
     counts: dict[str, int] = Field(default_factory=dict, description="Tasks per label.")
+    broken: list[str] = Field(default_factory=list, description="Tasks this PR broke (label 'broken').")
+    broken_on_both: list[str] = Field(
+        default_factory=list, description="Tasks broken on both head and base (inconclusive: the task needs fixing)."
+    )
 
 
 class Params(_Doc):
@@ -215,6 +253,9 @@ class ComparisonDocument(_Doc):
     task_order: list[str] = Field(default_factory=list, description="Tasks in the order they were sampled.")
     skipped_tasks: list[str] = Field(default_factory=list, description="Tasks left out by affinity 'prune'.")
     new_tasks: list[str] = Field(default_factory=list, description="Tasks only the head has.")
+    new_task_results: dict[str, NewTaskResult] = Field(
+        default_factory=dict, description="Per new task, its measurement on head alone."
+    )
     removed_tasks: list[str] = Field(default_factory=list, description="Tasks only the base has.")
     samples_run: int = Field(default=0, description="Samples landed, both arms.")
     samples_possible: int = Field(default=0, description="Most samples the comparison may run.")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -63,6 +63,11 @@ class TaskFacts(BaseModel):
     sample_ids: tuple[str, ...] = Field(description="The task's sample ids, in dataset order.")
     config_digest: str = Field(description="Digest of the agent configuration the task sees.")
     failure: str | None = Field(default=None, description="Why the sample ids could not be listed.")
+    failure_kind: Literal["task_load", "listing"] | None = Field(
+        default=None,
+        description="What the failure is: 'task_load', the repository's task code failed to load (its "
+        "fault); 'listing', the sandbox failed to list it (infrastructure). Null when listing succeeded.",
+    )
     env_digest: str = Field(
         default="", description="The commit's repository environment ('' when it declares no dependencies)."
     )
@@ -75,6 +80,21 @@ class TaskFacts(BaseModel):
     @classmethod
     def _none_is_unknown(cls, value: Any) -> Any:
         return () if value is None else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_of_older_failures(cls, data: Any) -> Any:
+        # Facts written before failure_kind: a load failure's text starts "loading " (the
+        # runner's one wording for it); any other failure was the sandbox's.
+        if isinstance(data, dict) and data.get("failure") and not data.get("failure_kind"):
+            kind = "task_load" if str(data["failure"]).startswith("loading ") else "listing"
+            data = {**data, "failure_kind": kind}
+        return data
+
+    @property
+    def load_error(self) -> str | None:
+        """Why the task's own code could not be loaded; None when it loaded (or the sandbox failed)."""
+        return self.failure if self.failure_kind == "task_load" else None
 
     def changed_inputs(self, other: TaskFacts) -> list[str]:
         """Ids listed on both commits whose input digests differ (none when either listing has
@@ -197,8 +217,10 @@ def learn_commit(
         name: str | None
         ids: list[str]
         digests: list[str]
+        failure_kind: Literal["task_load", "listing"] | None = None
         if isinstance(got, InspectRunError):
             name, ids, digests, failure = None, [], [], str(got)
+            failure_kind = "task_load" if got.task_load else "listing"
         else:
             (name, ids, digests), failure = got, None
         tasks[entry.id] = TaskFacts(
@@ -211,6 +233,7 @@ def learn_commit(
             sample_ids=tuple(ids),
             config_digest=config_digest(export.path, entry.workdir, entry.spec),
             failure=failure,
+            failure_kind=failure_kind,
             input_digests=tuple(digests),
             **env_fields,
         )

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
+from evalrunner_assets.report.checks import broken_detail, broken_on_both_detail
 from lake import LAYOUT
 
 CHECK_RUN_NAME = "evalrunner / evals"
@@ -72,7 +73,13 @@ def write_report(the_lake: Any, result: ComparisonDocument, poster: ReportPoster
     report files in the lake are complete either way)."""
     repo, pr, head = result.repo, result.pr, result.head_sha
     body = render_comment(result)
-    status, conclusion, title = check_run_state(result.verdict, result.samples_run, result.samples_possible)
+    status, conclusion, title = check_run_state(
+        result.verdict,
+        result.samples_run,
+        result.samples_possible,
+        detail=broken_detail(result) or broken_on_both_detail(result),
+        action_required=bool(result.final_verdict.broken_on_both),
+    )
     check = {
         "name": CHECK_RUN_NAME,
         "head_sha": head,

@@ -38,8 +38,8 @@ def comparison_chart(
     tasks = list(result.tasks)
     if max_tasks is not None and len(tasks) > max_tasks:
         # What a reader looks for first: regressions, then improvements, then the undecided.
-        order = {"regressed": 0, "improved": 1}
-        tasks = sorted(tasks, key=lambda t: (order.get(result.tasks[t].decision.label, 2), t))[:max_tasks]
+        order = {"broken": 0, "regressed": 1, "improved": 2}
+        tasks = sorted(tasks, key=lambda t: (order.get(result.tasks[t].decision.label, 3), t))[:max_tasks]
     shown = set(tasks)
     rows = [{**r, "kind": "path"} for r in _path_rows(result) if r["task"] in shown]
     rows += [

@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
+    from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, NewTaskResult
 
 MARKER = "<!-- evalrunner:pr-report -->"
 
@@ -15,6 +15,7 @@ _ICON = {
     "UNCHANGED": "⚪",
     "INCONCLUSIVE": "🟡",
     "REGRESSED": "🔴",
+    "BROKEN": "⛔",
     "RUNNING": "⏳",
 }
 _LABEL = {
@@ -23,6 +24,7 @@ _LABEL = {
     "unchanged": "unchanged",
     "continue": "running",
     "inconclusive": "inconclusive",
+    "broken": "**broken**",
 }
 BAR_CELLS = 21  # odd, so zero sits in the middle cell
 BAR_SCALE = 0.5  # the bar spans Δ in [-0.5, +0.5]; intervals beyond are clipped with an arrow
@@ -156,6 +158,11 @@ def render_comment(result: ComparisonDocument, *, marker: str = MARKER) -> str:
     for names, title in _task_lists(result):
         if names:
             lines.append(f"**{title}:** " + ", ".join(_code(t) for t in names))
+    new = new_task_lines(result)
+    if new:
+        lines.append("")
+        lines.append("**New on this PR** (run on this PR alone up to the cap; not paired, not part of the verdict):")
+        lines += [f"- {_code(t)}: {text}" for t, text in new]
     raised = agent_errors(result)
     if raised:
         lines.append("")
@@ -189,9 +196,12 @@ def render_comment(result: ComparisonDocument, *, marker: str = MARKER) -> str:
 
 
 def agent_errors(result: ComparisonDocument) -> list[tuple[str, str, str]]:
-    """(task, arm, cause) for every arm whose samples raised in the repository's code."""
-    out = []
+    """(task, arm, cause) for every arm whose task code could not be loaded or whose samples
+    raised in the repository's code."""
+    out: list[tuple[str, str, str]] = []
     for task, doc in result.ordered_tasks():
+        for arm, error in doc.load_errors.items():
+            out.append((task, arm, f"cannot be loaded: {error}"))
         pairing = doc.decision.pairing
         if pairing is None:
             continue
@@ -199,6 +209,42 @@ def agent_errors(result: ComparisonDocument) -> list[tuple[str, str, str]]:
             if cause:
                 out.append((task, arm, cause))
     return out
+
+
+def new_task_text(r: NewTaskResult, *, markdown: bool = True) -> str:
+    """ "0.81 (0.70, 0.90), 64 samples" for a new task's measurement, or what stopped it."""
+    noun = "sample" if r.head.samples == 1 else "samples"
+    if r.status == "broken":
+        cause = r.error_cause or f"cannot be loaded: {r.failure}"
+        return f"**broken** — {cause}" if markdown else f"broken — {cause}"
+    if r.status == "failed":
+        return f"not measured — infrastructure failure: {' '.join(str(r.failure)[:300].splitlines())}"
+    if r.mean is None:
+        return "measuring…" if r.status == "measuring" else f"not measured ({r.head.samples} {noun})"
+    interval = f" ({r.interval[0]:.2f}, {r.interval[1]:.2f})" if r.interval else ""
+    text = f"{r.mean:.2f}{interval}, {r.head.samples} {noun}"
+    if r.errored:
+        text += f"; {r.error_cause}"
+    if r.unscored:
+        text += f"; {r.unscored} with no score in [0, 1] (left out)"
+    if r.status == "measuring":
+        text += " (still measuring)"
+    elif r.status == "budget_spent":
+        text += " (run budget spent)"
+    return text
+
+
+def new_task_lines(result: ComparisonDocument, *, markdown: bool = True) -> list[tuple[str, str]]:
+    """(task, text) for each task the PR adds, measured on head alone."""
+    return [
+        (
+            t,
+            new_task_text(result.new_task_results[t], markdown=markdown)
+            if t in result.new_task_results
+            else "not measured",
+        )
+        for t in result.new_tasks
+    ]
 
 
 def not_landed_note(result: ComparisonDocument) -> str:
@@ -283,7 +329,6 @@ def _task_lists(result: ComparisonDocument) -> tuple[tuple[list[str], str], ...]
     """Tasks outside the verdict table, with what each list means (comment and summary)."""
     return (
         (result.skipped_tasks, "Skipped (no changed file matches their paths)"),
-        (result.new_tasks, "New on this PR (no baseline yet)"),
         (result.removed_tasks, "Removed on this PR"),
     )
 
@@ -305,6 +350,7 @@ def render_summary(result: ComparisonDocument) -> str:
         out.append(f"  not landed: {extra}")
     # A task the PR added or removed (or affinity skipped) is in no row above: say so.
     out += [f"  {title[0].lower()}{title[1:]}: {', '.join(names)}" for names, title in _task_lists(result) if names]
+    out += [f"  new: {t} {text}" for t, text in new_task_lines(result, markdown=False)]
     if result.verdict != "RUNNING":
         # Why, in the same words as the PR comment: limits, failures and errors the agent raised.
         out += [f"  why: {r}" for r in result.final_verdict.reasons if r]

@@ -19,13 +19,16 @@ from evalrunner_assets.stats._pairing import Pairing, arm_input_means, pair_task
 from evalrunner_assets.stats._params import StatsParams
 from evalrunner_assets.stats._planner import ARMS, Budget, TaskPlanState, WindowPlan, plan_next_windows
 from evalrunner_assets.stats._schedule import WINDOW_GROWTH, WINDOW_MIN, window_schedule, window_size, window_span
-from evalrunner_assets.stats._verdict import RunVerdict, Verdict, run_verdict
+from evalrunner_assets.stats._single_arm import ArmMeasurement, measure_arm
+from evalrunner_assets.stats._verdict import BLOCKING_VERDICTS, RunVerdict, Verdict, run_verdict
 
 __all__ = [
     "ARMS",
+    "BLOCKING_VERDICTS",
     "WINDOW_GROWTH",
     "WINDOW_MIN",
     "LABELS",
+    "ArmMeasurement",
     "Budget",
     "Label",
     "Pairing",
@@ -45,6 +48,7 @@ __all__ = [
     "describe_more_samples",
     "estimated_cost",
     "mean_sequence_interval",
+    "measure_arm",
     "pair_task",
     "pair_tasks",
     "plan_next_windows",

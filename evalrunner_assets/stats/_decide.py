@@ -13,8 +13,11 @@ from evalrunner_assets.stats._classical import paired_t_interval
 from evalrunner_assets.stats._pairing import Pairing
 from evalrunner_assets.stats._params import StatsParams, check_n_tasks
 
-Label = Literal["improved", "regressed", "unchanged", "continue", "inconclusive"]
-LABELS: tuple[str, ...] = ("improved", "regressed", "unchanged", "continue", "inconclusive")
+Label = Literal["improved", "regressed", "unchanged", "continue", "inconclusive", "broken"]
+LABELS: tuple[str, ...] = ("improved", "regressed", "unchanged", "continue", "inconclusive", "broken")
+# "broken": the PR broke the task's own code — it cannot be loaded on head, or more than
+# ``error_cap`` of head's inputs raised — while the base ran it. A finding about the code, not a
+# measured difference in quality: it blocks the merge whatever the scores say.
 
 _CODE_TO_LABEL: dict[int, Label] = {
     _sequence.CONTINUE: "continue",
@@ -65,6 +68,9 @@ class TaskDecision:
     head_failed: bool = False
     base_failed: bool = False
     pairing: dict[str, Any] = field(default_factory=dict)
+    # Arms whose own code is broken: the task cannot be loaded there, or more than the error cap
+    # of its inputs raised. ("head",) is the label "broken"; both arms leave it "inconclusive".
+    broken_arms: tuple[str, ...] = ()
     # Posterior draws of delta, kept for the run-level headline; not serialized.
     posterior_draws: np.ndarray | None = field(default=None, repr=False, compare=False)
     # Why p_improvement is None: it is shown only beside a directional label, where the
@@ -122,6 +128,7 @@ class TaskDecision:
             "head_failed": self.head_failed,
             "base_failed": self.base_failed,
             "comparable": self.comparable,
+            "broken_arms": list(self.broken_arms),
             "pairing": dict(self.pairing),
         }
 
@@ -346,6 +353,8 @@ def _p_improvement_note(label: str, interval: tuple[float, float], margin: float
         return f"not reported for an unchanged task: {where} lies within ±{margin:g}"
     if label == "continue":
         return f"not reported until the label settles: {where} is the current evidence"
+    if label == "broken":
+        return "not reported for a broken task: its head arm's code fails, the scores measure no change in quality"
     return f"not reported for an inconclusive task: {where} contains 0 at the task's level"
 
 
@@ -361,6 +370,9 @@ def decide_task(
     forecast: bool = True,
     dataset_size: int | None = None,
     budget_samples: int | None = None,
+    head_load_error: str | None = None,
+    base_load_error: str | None = None,
+    breakage: bool = False,
 ) -> TaskDecision:
     """Decide one task from its pairs, consumed in their pre-committed order.
 
@@ -372,9 +384,13 @@ def decide_task(
     real limit: ``dataset_size`` (the samples both commits have) tells a dataset that ran out
     ("dataset exhausted (20 samples)") and a task too small to ever carry a label ("cannot be
     decided (1 sample)") from the per-task cap; ``budget_samples`` names the run budget. A
-    failed arm makes the task "inconclusive" with the reason. An arm whose errored share exceeds
-    ``params.error_cap`` (after ``error_cap_inputs`` inputs, or at the limit) ends the task with that
-    cause: "regressed" if the scores settled it, else "inconclusive" (see the README).
+    failed arm makes the task "inconclusive" with the reason, except a task that cannot be loaded
+    on head while the base ran it (``head_load_error``, the repository's own code): "broken". An
+    arm whose errored share exceeds ``params.error_cap`` (after ``error_cap_inputs`` inputs, or at
+    the limit) ends the task with that cause. With ``breakage`` (head is a change to the base,
+    as in a PR) head alone is "broken" (the PR broke it) and both arms "inconclusive" (broken on
+    both); otherwise (a symmetric comparison: candidates, leaderboards) and for base alone it is
+    "regressed" if the scores settled it, else "inconclusive" (see the README).
     ``forecast=False`` skips the more-pairs estimate. ``p_improvement`` is given only beside
     "improved" / "regressed"; otherwise it is None and ``p_improvement_note`` says why (a
     posterior beside an undecided label reads as a decision the sequential rule did not make).
@@ -406,10 +422,19 @@ def decide_task(
         else (-1.0, 1.0)
     )
 
+    head_failed = head_failed or head_load_error is not None
+    base_failed = base_failed or base_load_error is not None
+    broken_arms: tuple[str, ...] = ()
     if head_failed or base_failed:
         label = "inconclusive"
         settled_at = 0
-        if head_failed and base_failed:
+        broken_arms = tuple(arm for arm, e in (("head", head_load_error), ("base", base_load_error)) if e)
+        if head_load_error and not base_failed:
+            label = "broken"
+            reason = f"broken by this PR: the task cannot be loaded on head ({head_load_error})"
+        elif head_load_error and base_load_error:
+            reason = f"broken on both head and base: the task cannot be loaded on either ({head_load_error})"
+        elif head_failed and base_failed:
             reason = "failed on both head and base"
         elif head_failed:
             reason = "failed on head while base succeeded"
@@ -417,14 +442,23 @@ def decide_task(
             reason = "failed on base while head succeeded: no baseline to compare with"
     else:
         over = [arm for arm in ("head", "base") if _over_error_cap(pairing, arm, params, at_cap or budget_exhausted)]
-        if over:
+        share = f"more than {params.error_cap:.0%} of its inputs raised"
+        if breakage and over == ["head"]:
+            # The PR's own code raises where the base's ran: broken, whatever the scores say.
+            label, settled_at, broken_arms = "broken", 0, ("head",)
+            reason = f"broken by this PR: head: {pairing.error_cause('head')} ({share}; base ran)"
+        elif breakage and over == ["head", "base"]:
+            label, settled_at, broken_arms = "inconclusive", 0, ("head", "base")
             causes = "; ".join(f"{arm}: {pairing.error_cause(arm)}" for arm in over)
+            reason = f"broken on both head and base: {causes} ({share} on each arm: no quality verdict)"
+        elif over:
+            cause = "; ".join(f"{arm}: {pairing.error_cause(arm)}" for arm in over)
             if label != "regressed":  # errors as failures settled a regression: a valid claim
                 label = "inconclusive"
                 settled_at = 0
-                reason = f"{causes} (more than {params.error_cap:.0%} of an arm raised: no quality verdict)"
+                reason = f"{cause} (more than {params.error_cap:.0%} of an arm raised: no quality verdict)"
             else:
-                reason = causes
+                reason = cause
         elif label == "continue" and (at_cap or budget_exhausted):
             label = "inconclusive"
             reason = _limit_reason(params, at_cap=at_cap, dataset_size=dataset_size, budget_samples=budget_samples)
@@ -468,6 +502,7 @@ def decide_task(
         head_failed=head_failed,
         base_failed=base_failed,
         pairing=pairing.to_dict(),
+        broken_arms=broken_arms,
         posterior_draws=post.draws,
         p_improvement_note=note,
     )

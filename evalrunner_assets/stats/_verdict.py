@@ -11,7 +11,9 @@ import numpy as np
 from evalrunner_assets.stats._decide import Label, TaskDecision
 from evalrunner_assets.stats._errors import StatsError
 
-Verdict = Literal["RUNNING", "IMPROVED", "REGRESSED", "UNCHANGED", "INCONCLUSIVE"]
+Verdict = Literal["RUNNING", "IMPROVED", "REGRESSED", "UNCHANGED", "INCONCLUSIVE", "BROKEN"]
+# Verdicts that block a merge (the check run fails; `compare` exits non-zero by default).
+BLOCKING_VERDICTS: tuple[str, ...] = ("BROKEN", "REGRESSED")
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,10 @@ class RunVerdict:
     counts: dict[str, int] = field(default_factory=dict)
     # Why p_improvement is None (it is shown only beside an IMPROVED or REGRESSED verdict).
     p_improvement_note: str | None = None
+    # Tasks the PR broke (label "broken"), and tasks broken on both arms (left inconclusive:
+    # nothing to compare, and nothing this PR did; someone must fix the task).
+    broken: tuple[str, ...] = ()
+    broken_on_both: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,6 +41,8 @@ class RunVerdict:
             "p_improvement_note": self.p_improvement_note,
             "labels": dict(self.labels),
             "counts": dict(self.counts),
+            "broken": list(self.broken),
+            "broken_on_both": list(self.broken_on_both),
         }
 
 
@@ -57,15 +65,24 @@ def _headline(decisions: Mapping[str, TaskDecision]) -> float | None:
     return float(np.mean(total / len(draws) > 0))
 
 
-def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, str] | None = None) -> RunVerdict:
+def run_verdict(
+    decisions: Mapping[str, TaskDecision],
+    failures: Mapping[str, str] | None = None,
+    *,
+    broken_new: Mapping[str, str] | None = None,
+) -> RunVerdict:
     """Combine per-task decisions into the run verdict.
 
-    Rules, in order: RUNNING while any compared task is "continue"; REGRESSED if any task
-    regressed; INCONCLUSIVE if any task is inconclusive (including improved + inconclusive) or
-    failed on head while base succeeded (``failures``: task id -> reason, for tasks with no
+    Rules, in order: RUNNING while any compared task is "continue"; BROKEN if the PR broke any
+    task (label "broken": it cannot be loaded on head, or head raised on more than the error cap
+    of its inputs, while the base ran it); REGRESSED if any task regressed; INCONCLUSIVE if any
+    task is inconclusive (including improved + inconclusive) or failed on head while base
+    succeeded (``failures``: task id -> reason, for tasks with no
     decision or in addition to one); IMPROVED if at least one improved and the rest are
     unchanged; UNCHANGED if all are unchanged. Tasks whose base failed while head succeeded
     have no baseline; they are listed in the reasons and left out of the verdict.
+    ``broken_new``: tasks the PR adds that are broken (task id -> reason); they make the verdict
+    BROKEN like a broken compared task (a new eval is otherwise never part of the verdict).
     """
     failures = dict(failures or {})
     for task, decision in decisions.items():
@@ -75,7 +92,12 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
         if not isinstance(why, str):
             raise StatsError(f"failure reason for task {task!r} must be a string, got {why!r}")
 
-    compared = {t: d for t, d in decisions.items() if d.comparable and t not in failures}
+    compared = {t: d for t, d in decisions.items() if d.comparable and t not in failures and d.label != "broken"}
+    broken_new = dict(broken_new or {})
+    broken = sorted(t for t, d in decisions.items() if d.label == "broken" and t not in failures)
+    broken = sorted(set(broken) | set(broken_new))
+    why_broken = {**{t: decisions[t].reason for t in broken if t in decisions}, **broken_new}
+    broken_on_both = sorted(t for t, d in decisions.items() if set(d.broken_arms) == {"head", "base"})
     labels = {t: d.label for t, d in sorted(decisions.items())}
     for task in failures:
         labels[task] = "inconclusive"
@@ -89,7 +111,7 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
         capped.append(task)
         reasons.append(f"{task}: failed on head while base succeeded ({why})")
     for task, d in sorted(decisions.items()):
-        if task in failures:
+        if task in failures or task in broken:
             continue
         if d.head_failed:
             capped.append(task)
@@ -108,8 +130,14 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
     if running:
         verdict = "RUNNING"
         reasons.insert(0, f"still sampling: {', '.join(running)}")
+        settled = [f"already broken by this PR: {', '.join(broken)}"] if broken else []
+        settled += [f"already regressed (settled): {', '.join(regressed)}"] if regressed else []
+        reasons[1:1] = settled
+    elif broken:
+        verdict = "BROKEN"
+        reasons[0:0] = [f"{t}: {why_broken[t]}" for t in broken]
         if regressed:
-            reasons.insert(1, f"already regressed (settled): {', '.join(regressed)}")
+            reasons.insert(len(broken), f"regressed: {', '.join(regressed)}")
     elif regressed:
         verdict = "REGRESSED"
         reasons.insert(0, f"regressed: {', '.join(regressed)}")
@@ -138,7 +166,9 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
     for task, d in sorted(decisions.items()):
         for arm in ("head", "base"):
             cause = d.pairing.get(f"error_{arm}")
-            shown = verdict == "INCONCLUSIVE" and task in inconclusive and f"{arm}: {cause}" in (d.reason or "")
+            shown = (task in broken or task in broken_on_both or verdict == "INCONCLUSIVE") and f"{arm}: {cause}" in (
+                d.reason or ""
+            )
             if cause and not shown:
                 reasons.append(f"{task}: {arm}: {cause}")
         changed = d.pairing.get("changed_inputs") or 0
@@ -150,6 +180,7 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
     note = None
     if verdict not in ("IMPROVED", "REGRESSED"):
         note = {
+            "BROKEN": "not reported for a BROKEN verdict: the PR broke a task's code, no quality change is measured",
             "RUNNING": "not reported while tasks are still sampling",
             "UNCHANGED": "not reported for an UNCHANGED verdict: every task lies within the margin",
             "INCONCLUSIVE": "not reported for an INCONCLUSIVE verdict: the evidence does not settle the direction",
@@ -162,4 +193,6 @@ def run_verdict(decisions: Mapping[str, TaskDecision], failures: Mapping[str, st
         labels=labels,
         counts=counts,
         p_improvement_note=note,
+        broken=tuple(broken),
+        broken_on_both=tuple(broken_on_both),
     )
