@@ -167,6 +167,9 @@ def _handle(
 @dg.sensor(
     jobs=[comparison_job, eval_manifest_job, cohort_series_job],
     minimum_interval_seconds=5,
+    description="Turns GitHub webhook deliveries (the lake's inbox) into work: a comparison_job run per PR "
+    "head, a cohort_series_job run per push to the default branch, more samples for `/eval more`; "
+    "deliveries it cannot handle become dead letters (github_inbox).",
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def pr_sensor(

@@ -218,7 +218,12 @@ def explain_crashed(instance: dg.DagsterInstance, log, since: float) -> list[str
     return explained
 
 
-@dg.sensor(minimum_interval_seconds=REAPER_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    minimum_interval_seconds=REAPER_INTERVAL_S,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Fails runs still STARTED whose run worker process is gone from this host (the default run "
+    "launcher has no health check), so their comparison or SWE run is resumed.",
+)
 def run_worker_reaper(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Marks failed the runs under way whose run worker process is gone from this host (only on
     an instance whose run launcher is the ``DefaultRunLauncher``, which has no health check), and

@@ -228,6 +228,9 @@ def sweep_environments(context: dg.SensorEvaluationContext, backend) -> None:
 @dg.sensor(
     jobs=[comparison_job],
     minimum_interval_seconds=15,
+    description="The adaptive loop: requests another comparison_job run for an undecided comparison with "
+    "work left and no run in flight (after `/eval more`, or a run that died), at most three times from one "
+    "state; retires decided and reported comparisons' partitions.",
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def sampling_sensor(

@@ -130,7 +130,13 @@ def relaunch_lost_workers(instance: dg.DagsterInstance, store: SweStore) -> list
     return queued
 
 
-@dg.sensor(jobs=[swe_run_job], minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    jobs=[swe_run_job],
+    minimum_interval_seconds=5,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Launches a swe_run_job run for each SWE run submitted through the API (POST /v1/runs), and "
+    "relaunches runs whose run worker was lost.",
+)
 def swe_run_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
     """Requests the Dagster run of every SWE run submitted through the API and not launched yet,
     and relaunches runs whose run worker was lost."""
@@ -144,7 +150,12 @@ def swe_run_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> d
     return dg.SensorResult(run_requests=requests)
 
 
-@dg.schedule(job=swe_gold_job, cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.RUNNING)
+@dg.schedule(
+    job=swe_gold_job,
+    cron_schedule="0 3 * * *",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Daily at 03:00: one gold-check run per registered SWE task set (gold patches must pass).",
+)
 def swe_gold_schedule(context: dg.ScheduleEvaluationContext):
     """One gold-check run per registered task set, keyed by task set and day."""
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")

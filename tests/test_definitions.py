@@ -61,6 +61,12 @@ def test_sensors_target_the_pipeline_jobs() -> None:
     assert not reaper.targets and reaper.default_status == dg.DefaultSensorStatus.RUNNING
 
 
+def test_every_sensor_and_schedule_says_what_it_does() -> None:
+    # The UI's Automation page shows the description; without one a sensor is just a name.
+    for definition in [*defs.sensors, *defs.schedules]:
+        assert definition.description and len(definition.description) > 40, definition.name
+
+
 def test_task_samples_declares_its_data_quality_checks() -> None:
     repo = defs.get_repository_def()
     checks = {k.name for k in repo.asset_graph.asset_check_keys if k.asset_key == dg.AssetKey("task_samples")}
