@@ -662,7 +662,7 @@ def point_rows(point: Mapping[str, Any]) -> pa.Table:
                 "errored": pool.get("errored", 0),
                 "label": None,
                 "status": "not measured" if pool.get("not_measured") else status,
-                "flagged": status == "regression flagged",
+                "flagged": bool(status and status.startswith("regression flagged")),
                 "annotation": _notes(*notes, _not_measured(pool)),
             }
         )

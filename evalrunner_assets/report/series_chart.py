@@ -19,6 +19,7 @@ import altair as alt
 
 ERRORS_RAISED = "inputs raised"
 ERRORS_NOT_MEASURED = "not measured"
+ERROR_COLOUR = "#d62728"
 
 
 def _rows(
@@ -144,6 +145,7 @@ def _error_layers(errors: list[dict[str, Any]], x: alt.X) -> list[Any]:
         "kind:N",
         scale=alt.Scale(domain=[ERRORS_RAISED, ERRORS_NOT_MEASURED], range=["triangle-down", "cross"]),
         title="errors",
+        legend=alt.Legend(symbolFillColor=ERROR_COLOUR, symbolStrokeColor=ERROR_COLOUR),
     )
     tooltip = ["series:N", "commit:N", alt.Tooltip("errored:N", title="inputs raised"), "text:N"]
     layers: list[Any] = []
@@ -151,14 +153,14 @@ def _error_layers(errors: list[dict[str, Any]], x: alt.X) -> list[Any]:
     if raised:
         layers.append(
             alt.Chart(alt.Data(values=raised))
-            .mark_point(filled=True, size=70, color="#ff7f0e", yOffset=-9)
+            .mark_point(filled=True, size=70, color=ERROR_COLOUR, yOffset=-9)
             .encode(x=x, y="mean:Q", shape=shape, tooltip=tooltip)
         )
     missing = [e for e in errors if e["kind"] == ERRORS_NOT_MEASURED]
     if missing:
         layers.append(
             alt.Chart(alt.Data(values=missing))
-            .mark_point(filled=True, size=90, color="#d62728")
+            .mark_point(filled=True, size=90, color=ERROR_COLOUR)
             .encode(x=x, y=alt.value(12), shape=shape, tooltip=tooltip)
         )
     return layers

@@ -44,7 +44,7 @@ def render_point_table(points: Sequence[Mapping[str, Any]]) -> str:
             status = (p.get("cohort_status") or {}).get(c, "")
             unmeasured = [] if pool.get("not_measured") else pool.get("unmeasured_tasks") or []
             part = f" · {len(unmeasured)} of {len(pool['tasks'])} evals not measured" if unmeasured else ""
-            cells.append(_interval(pool) + part + (" ⚠" if status == "regression flagged" else ""))
+            cells.append(_interval(pool) + part + (" ⚠" if status.startswith("regression flagged") else ""))
             notes += [f"{t} not measured: {_task_cause(p['tasks'][t])}" for t in unmeasured]
         cells.append(_interval(p["combined"]))
         cells.append(_errored(p["combined"]))
@@ -61,13 +61,14 @@ def render_series_summary(point: Mapping[str, Any]) -> str:
         "",
     ]
     lines += [f"- {line}" for line in _reading(point)]
-    lines += ["", "| eval | cohort | label | Δ (interval) | pairs |", "|---|---|---|---|---|"]
+    lines += ["", "| eval | cohort | label | Δ (interval) | pairs | vs |", "|---|---|---|---|---|---|"]
     for task, flag in sorted((point.get("task_flags") or {}).items()):
         iv = flag.get("interval") or (None, None)
         delta = "n/a" if flag.get("delta") is None else f"{flag['delta']:+.2f} ({iv[0]:+.2f}, {iv[1]:+.2f})"
-        lines.append(
-            "| " + " | ".join(_cell(c) for c in (task, flag["cohort"], flag["label"], delta, flag["pairs"])) + " |"
-        )
+        # an eval not measured at the previous point is compared with the last that measured it
+        versus = f"`{(flag.get('compared_with') or point.get('previous') or '')[:7]}`"
+        cells = (task, flag["cohort"], flag["label"], delta, flag["pairs"], versus)
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
