@@ -208,3 +208,51 @@ def test_points_with_equal_commit_times_get_distinct_x_positions():
         if t.get("text") in {"1111111", "2222222", "3333333"}
     ]
     assert labels == ["1111111", "2222222", "3333333"]
+
+
+def _task(mean, ran=64, errored=0, not_measured=None, cohort="default"):
+    return {
+        "cohort": cohort,
+        "mean": mean,
+        "interval": None if mean is None else [mean - 0.1, mean + 0.1],
+        "inputs": ran,
+        "ran": ran,
+        "errored": errored,
+        "not_measured": not_measured,
+        "failure": None,
+    }
+
+
+@pytest.mark.parametrize(
+    "b_inputs, not_measured",
+    [(16, False), (15, True)],  # 16 of 32 inputs raised: half, measured; 16 of 31: more than half
+)
+def test_a_pool_is_not_measured_once_more_than_half_its_inputs_raised(b_inputs, not_measured):
+    cause = "16/16 samples raised KeyError('x') in scorer 's'"
+    tasks = {"a": _task(None, ran=16, errored=16, not_measured=cause), "b": _task(0.5, ran=b_inputs)}
+    cohorts, combined = series.summarise_point(tasks)
+    assert combined["errored"] == 16 and combined["ran"] == 16 + b_inputs
+    assert combined["unmeasured_tasks"] == ["a"]
+    lines = series.reading({"cohorts": cohorts, "combined": combined, "cohort_status": {"default": "no regression"}})
+    if not_measured:
+        assert combined["mean"] is None and combined["interval"] is None
+        assert combined["not_measured"] == f"a: {cause}"
+        assert lines == [f"default not measured: a: {cause}", f"combined not measured: a: {cause}"]
+    else:
+        assert combined["mean"] == 0.5 and combined["not_measured"] is None  # b alone
+        assert lines == ["default 0.50 · no regression · 16/32 inputs raised", "combined 0.50 · 16/32 inputs raised"]
+
+
+def test_an_eval_not_measured_at_a_point_is_compared_with_the_point_before_it():
+    def point(commit, **tasks):
+        return {"commit": commit, "tasks": tasks}
+
+    newest_first = [
+        point("c", t=_task(None, errored=64, not_measured="…"), u=_task(0.7)),
+        point("b", t=_task(None, errored=64, not_measured="…"), u=_task(None, errored=64, not_measured="…")),
+        point("a", t=_task(0.8), u=_task(0.6), v=_task(0.5)),
+    ]
+    later = point("d", t=_task(0.6), u=_task(0.7), v=_task(0.5), w=_task(0.4))
+    found = series.task_baselines(later, newest_first)
+    assert {t: p["commit"] for t, p in found.items()} == {"t": "a", "u": "c"}  # v, w: not listed at c
+    assert not series.is_measured(newest_first[1]) and series.is_measured(newest_first[0])
