@@ -95,3 +95,6 @@ def main(flags: list[str]) -> None:
         f"windows run {run2.windows_run}"
     )
     print(f"flagged commits   : {', '.join(f'{c} ({kinds.get(c)})' for c in flagged) or 'none'}")
+    errored = sum(p["combined"]["errored"] for p in run.points)
+    unmeasured = [p["commit"][:7] for p in run.points if p["combined"]["not_measured"]]
+    print(f"errored inputs    : {errored} · points not measured: {', '.join(unmeasured) or 'none'}")

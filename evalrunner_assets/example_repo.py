@@ -171,7 +171,7 @@ HARD_COHORT_TASKS = (
 class HistoryCommit:
     sha: str
     message: str
-    kind: str  # "base" | "neutral" | "regression" | "cohort_added"
+    kind: str  # "base" | "neutral" | "regression" | "cohort_added" | "error" | "task_error"
 
 
 def _append(path: Path, text: str) -> None:
@@ -236,20 +236,53 @@ HISTORY_STEPS: tuple[tuple[str, str, Callable[[Path], None]], ...] = (
 )
 
 
-def build_example_history(dest: Path, extra_neutral: int = 0) -> list[HistoryCommit]:
+# Edits that make the repository's own code raise on every sample, and undo it: the solver all
+# tasks share (the whole point errors) or the escalation scorer alone (one task errors).
+_TRIAGE_EVALS = ("evals", "triage.py")
+_INSTRUCTIONS_OK = "        state.messages.insert(0, ChatMessageSystem(content=prompt))\n"
+_INSTRUCTIONS_RAISE = '        raise RuntimeError("skill index unavailable")\n'
+_PAGING_OK = '        incident = state.metadata\n        pages = tool_calls(state, "page_oncall")\n'
+_PAGING_RAISE = '        raise KeyError("paging_policy")\n' + _PAGING_OK
+
+
+def _replace(old: str, new: str) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        path = root.joinpath(*_TRIAGE_EVALS)
+        text = path.read_text(encoding="utf-8")
+        if text.count(old) != 1:
+            raise ExampleRepoError(f"{path} does not hold the code the history edits: {old.strip()!r}")
+        path.write_text(text.replace(old, new), encoding="utf-8")
+
+    return edit
+
+
+# (message, kind, edit) of steps that break the evals and repair them, for histories where a
+# commit's samples raise ("error": every task's solver; "task_error": the escalation scorer).
+ERROR_STEPS: dict[str, tuple[str, str, Callable[[Path], None]]] = {
+    "break_solver": ("triage: load the skill index first", "error", _replace(_INSTRUCTIONS_OK, _INSTRUCTIONS_RAISE)),
+    "fix_solver": ("triage: revert the skill index", "neutral", _replace(_INSTRUCTIONS_RAISE, _INSTRUCTIONS_OK)),
+    "break_scorer": ("evals: check the paging policy table", "task_error", _replace(_PAGING_OK, _PAGING_RAISE)),
+    "fix_scorer": ("evals: revert the paging policy table", "neutral", _replace(_PAGING_RAISE, _PAGING_OK)),
+}
+REGRESSION_STEP: tuple[str, str, Callable[[Path], None]] = HISTORY_STEPS[4]
+
+
+def build_example_history(
+    dest: Path,
+    extra_neutral: int = 0,
+    steps: Sequence[tuple[str, str, Callable[[Path], None]]] = HISTORY_STEPS,
+) -> list[HistoryCommit]:
     """Create a git repo at ``dest`` whose ``main`` has the example's base commit followed by
-    :data:`HISTORY_STEPS` (12 commits in all), then ``extra_neutral`` README-only commits
-    (for benchmarks of long histories), with fixed dates one day apart. Returns the commits
-    oldest first."""
+    ``steps`` (default :data:`HISTORY_STEPS`, 12 commits in all), then ``extra_neutral``
+    README-only commits (for benchmarks of long histories), with fixed dates one day apart.
+    Returns the commits oldest first."""
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise ExampleRepoError(f"{dest} exists and is not an empty directory")
     repo = build_example_repo(dest, variants=())
     git = _Git(dest)
     commits = [HistoryCommit(repo.base_sha, BASE_MESSAGE, "base")]
-    steps = list(HISTORY_STEPS) + [
-        (f"README: note {i}", "neutral", _note(f"Note {i}.")) for i in range(1, extra_neutral + 1)
-    ]
+    steps = list(steps) + [(f"README: note {i}", "neutral", _note(f"Note {i}.")) for i in range(1, extra_neutral + 1)]
     for day, (message, kind, edit) in enumerate(steps, start=1):
         edit(dest)
         _normalise_modes(dest)

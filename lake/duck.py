@@ -197,12 +197,19 @@ def register_series(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
     import pyarrow.parquet as pq
 
     rels = lake.glob(lake.layout.series_rows_glob())
-    tables = [pq.read_table(lake.fs.open(lake.path(rel), "rb")) for rel in rels]
-    rows = (
-        pa.concat_tables([t.cast(SERIES_ROWS_SCHEMA) for t in tables]) if tables else SERIES_ROWS_SCHEMA.empty_table()
-    )
+    tables = [_with_columns(pq.read_table(lake.fs.open(lake.path(rel), "rb")), SERIES_ROWS_SCHEMA) for rel in rels]
+    rows = pa.concat_tables(tables) if tables else SERIES_ROWS_SCHEMA.empty_table()
     con.register("series_rows", rows)
     con.execute(sql.load("cohort_series"))
+
+
+def _with_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in ``schema``'s column order, a column it was written without as nulls (a
+    file from before the column existed)."""
+    columns = [
+        table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
 
 
 def _small_table(lake: Lake, rels: list[str], schema: pa.Schema) -> pa.Table:

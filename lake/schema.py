@@ -374,6 +374,7 @@ SERIES_ROWS_SCHEMA = pa.schema(
         ("lo", pa.float64()),
         ("hi", pa.float64()),
         ("inputs", pa.int64()),
+        ("errored", pa.int64()),  # inputs that raised (null in rows written before it was counted)
         ("label", pa.string()),
         ("status", pa.string()),
         ("flagged", pa.bool_()),

@@ -87,13 +87,17 @@ def test_a_wide_spec_is_scaled_into_the_panel():
 def test_series_and_frontier_panels_fit():
     point = {
         "commit": "a" * 40,
+        "position": 0,
         "committed_at": "2026-11-01T00:00:00+00:00",
         "subject": "one",
         "cohorts": {"default": {"mean": 0.6, "interval": [0.5, 0.7], "inputs": 40}},
         "combined": {"mean": 0.6, "interval": [0.5, 0.7], "inputs": 40},
         "annotations": [{"kind": "cohort_added", "text": "cohort default added"}],
     }
-    points = [point, {**point, "commit": "b" * 40, "committed_at": "2026-11-02T00:00:00+00:00", "annotations": []}]
+    points = [
+        point,
+        {**point, "commit": "b" * 40, "position": 1, "committed_at": "2026-11-02T00:00:00+00:00", "annotations": []},
+    ]
     assert png_size(render_series_panel(points, "acme/agent", "main"))[0] <= PANEL_WIDTH
     rows = [
         {

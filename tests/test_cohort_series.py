@@ -141,6 +141,21 @@ def test_chart_and_sql_view_exist(backfilled):
     assert any(r[1] == "hard" and r[3] and "added" in r[3] for r in rows)
 
 
+def test_the_regression_note_reaches_cohort_series_annotation(backfilled):
+    regression = next(c.sha for c in backfilled["history"] if c.kind == "regression")
+    con = duck.connect(backfilled["home"].lake())
+    rows = con.sql(
+        'select scope, name, flagged, errored, annotation from cohort_series where "commit" = ? order by scope, name',
+        params=[regression],
+    ).fetchall()
+    noted = {(scope, name) for scope, name, flagged, _, note in rows if flagged and note and "regressed" in note}
+    assert noted == {("combined", "combined"), ("cohort", "default"), ("task", "triage/escalation_policy")}
+    assert all(errored == 0 for *_, errored, _ in rows)  # the simulated agent never raises
+    assert (
+        "triage/escalation_policy regressed (-0." in dict(((s, n), a) for s, n, _, _, a in rows)[("cohort", "default")]
+    )
+
+
 def test_each_point_runs_the_model_its_commit_agent_config_names(backfilled):
     for point in backfilled["first"].points:
         assert point["model"] == {

@@ -58,6 +58,7 @@ def cohort_series(
     metadata: dict[str, dg.MetadataValue] = {}
     measured = reused = windows_run = 0
     flagged: list[str] = []
+    not_measured: list[str] = []
     for repo, shas in sorted(wanted.items()):
         branch, settings = series.load_settings(the_lake, repo)
         source = repos.source(the_lake, repo)
@@ -97,6 +98,8 @@ def cohort_series(
         reused += len(run.reused)
         windows_run += run.windows_run
         for point in run.points:
+            if point["combined"].get("not_measured"):
+                not_measured.append(f"{repo}@{point['commit'][:12]}")
             if point.get("flagged"):
                 flagged.append(f"{repo}@{point['commit'][:12]}")
                 if point["commit"] in run.measured and github.is_configured():
@@ -117,6 +120,8 @@ def cohort_series(
             "points_reused": dg.MetadataValue.int(reused),
             "windows_run": dg.MetadataValue.int(windows_run),
             "flagged": dg.MetadataValue.json(flagged),
+            # more than half of their inputs raised: no score, no regression test
+            "not_measured": dg.MetadataValue.json(not_measured),
         }
     )
     return dg.MaterializeResult(metadata=metadata)

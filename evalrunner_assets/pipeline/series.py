@@ -12,6 +12,12 @@ its tasks regressed. A cohort that first appears at a commit is annotated "N eva
 starts its own series there; it never counts against the cohorts that existed before, and
 tasks added to an existing cohort are compared only once they have a previous point.
 
+Errored samples score 0 (as in a comparison) and are counted. A task more than half of whose
+inputs raised (the comparison's ``error_cap``) is *not measured*: no mean, the cause in the
+comparison's words, and no part in any regression test — the next point compares that task
+with the nearest point that did measure it. A cohort or a whole point whose samples mostly
+raised is not measured either, never a score of 0.00 and never "no regression".
+
 Plain Python: the ``cohort_series`` asset, the push sensor and ``evalrunner backfill`` call it.
 """
 
@@ -20,7 +26,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -40,9 +46,15 @@ from lake import LAYOUT, Lake, Window
 from lake.schema import SERIES_ROWS_SCHEMA
 
 # 2: a point records the model it ran (``model``: the agent config's unless the series names one).
-SCHEMA_VERSION = 2
+# 3: errored samples are counted per task and pool (``ran``, ``errored``); a task, cohort or
+#    point over the error cap is ``not_measured`` (no mean); ``compared_with`` per task.
+SCHEMA_VERSION = 3
 DEFAULT_HALF_WIDTH = 0.05
 DEFAULT_CAP = 256
+# The comparison's rule for an arm (``stats.StatsParams``): more than this share of the inputs
+# raised, once this many ran (or at the point's end), and the scores say nothing about quality.
+ERROR_CAP = stats.StatsParams().error_cap
+ERROR_CAP_INPUTS = max(stats.StatsParams().min_pairs, stats.StatsParams().error_cap_inputs)
 
 
 class SeriesError(ValueError):
@@ -154,10 +166,24 @@ def _task_keys(
     ]
 
 
-def _input_values(rows: list[dict[str, Any]], order: Sequence[str]) -> tuple[list[str], list[float], int]:
-    means, errored = stats.arm_input_means(rows)
+def _input_values(rows: list[dict[str, Any]], order: Sequence[str]) -> tuple[list[str], list[float]]:
+    means, _ = stats.arm_input_means(rows)
     ids = [sid for sid in order if sid in means]
-    return ids, [means[sid] for sid in ids], errored
+    return ids, [means[sid] for sid in ids]
+
+
+def _arm_errors(rows: list[dict[str, Any]], order: Sequence[str]) -> tuple[int, int, str | None]:
+    """(inputs run, inputs that raised, what they raised) of one task's rows, counted and worded
+    as a comparison counts an arm (``Pairing.error_share`` / ``error_cause``): the rows paired
+    with themselves give that arm's summary without a second rule."""
+    if not rows:
+        return 0, 0, None
+    arm = stats.pair_task(rows, rows, order=order)
+    return arm.inputs_head, arm.errored_head, arm.error_cause("head")
+
+
+def _over_error_cap(ran: int, errored: int) -> bool:
+    return ran > 0 and errored / ran > ERROR_CAP
 
 
 def _measure_task(
@@ -178,7 +204,10 @@ def _measure_task(
         "interval": None,
         "inputs": 0,
         "samples": 0,
+        "ran": 0,
         "errored": 0,
+        "error_cause": None,
+        "not_measured": None,
         "windows": [],
         "windows_run": 0,
         "windows_reused": 0,
@@ -220,7 +249,12 @@ def _measure_task(
         if not stop_early:
             continue  # every window runs anyway: its rows are read once, after the last
         rows = _load_rows(lake, _task_keys(export.repo, export.commit, facts, settings, done, backend.name, runtime))
-        ids, values, errored = _input_values(rows, order)
+        ran, errored, _ = _arm_errors(rows, order)
+        if ran >= ERROR_CAP_INPUTS and _over_error_cap(ran, errored):
+            # More windows would measure the same exception, not the agent.
+            out["stop"] = f"more than {ERROR_CAP:.0%} of its inputs raised"
+            break
+        ids, values = _input_values(rows, order)
         lo, hi = stats.mean_sequence_interval(values, settings.alpha, looks=_looks(done, ids, order))
         if values and (hi - lo) / 2.0 <= settings.half_width:
             out["stop"] = f"interval within ±{settings.half_width:g}"
@@ -236,12 +270,17 @@ def _measure_task(
         pool.discard(backend, export, task_session_config(backend, export, facts, settings.run_settings()))
     if not stop_early and done:
         rows = _load_rows(lake, _task_keys(export.repo, export.commit, facts, settings, done, backend.name, runtime))
-    ids, values, errored = _input_values(rows, order)
+    ids, values = _input_values(rows, order)
+    ran, errored, cause = _arm_errors(rows, order)
     out["windows"] = [w.name for w in done]
     out["samples"] = len(rows)
+    out["ran"] = ran
     out["errored"] = errored
+    out["error_cause"] = cause
     out["inputs"] = len(values)
-    if values:
+    if _over_error_cap(ran, errored):
+        out["not_measured"] = cause
+    elif values:
         out["mean"] = sum(values) / len(values)
         out["interval"] = list(stats.mean_sequence_interval(values, settings.alpha, looks=_looks(done, ids, order)))
     return out
@@ -256,17 +295,38 @@ def _looks(done: Sequence[Window], ids: Sequence[str], order: Sequence[str]) -> 
     return [n for n in looks if n > 0]
 
 
+def task_cause(task: Mapping[str, Any]) -> str | None:
+    """Why a task has no mean: what its samples raised, or why it did not run."""
+    if task["mean"] is not None:
+        return None
+    return task.get("not_measured") or task.get("failure") or "no input was scored"
+
+
 def _pool(tasks: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
     measured = [tasks[t] for t in names if tasks[t]["mean"] is not None]
+    unmeasured = sorted(t for t in names if tasks[t]["mean"] is None)
     inputs = sum(t["inputs"] for t in measured)
     total = sum(t["mean"] * t["inputs"] for t in measured)
     interval = stats.wilson_interval(total, inputs)
+    ran = sum(tasks[t].get("ran", 0) for t in names)
+    errored = sum(tasks[t].get("errored", 0) for t in names)
+    not_measured = None
+    if unmeasured and (_over_error_cap(ran, errored) or not measured):
+        first = unmeasured[0]
+        not_measured = f"{first}: {task_cause(tasks[first])}"
+        if len(unmeasured) > 1:
+            others = len(unmeasured) - 1
+            not_measured += f" (and {others} other eval{'s' if others != 1 else ''})"
     return {
         "tasks": sorted(names),
         "measured_tasks": len(measured),
+        "unmeasured_tasks": unmeasured,
         "inputs": inputs,
-        "mean": (total / inputs) if inputs else None,
-        "interval": list(interval) if interval else None,
+        "ran": ran,
+        "errored": errored,
+        "not_measured": not_measured,
+        "mean": (total / inputs) if inputs and not_measured is None else None,
+        "interval": list(interval) if interval and not_measured is None else None,
     }
 
 
@@ -351,22 +411,36 @@ def measure_point(
 # --- flags between points --------------------------------------------------------------------
 
 
+def is_measured(point: Mapping[str, Any]) -> bool:
+    """Whether any task of the point has a mean (a point all of whose tasks raised or failed is
+    nobody's neighbour in a regression test)."""
+    return any(t["mean"] is not None for t in point["tasks"].values())
+
+
 def compare_points(
-    lake: Lake, earlier: Mapping[str, Any], later: Mapping[str, Any], settings: SeriesSettings
+    lake: Lake,
+    earlier: Mapping[str, Any],
+    later: Mapping[str, Any],
+    settings: SeriesSettings,
+    baselines: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Pairwise comparison of two points of one repository (any two, not only neighbours):
     per shared task the PR statistics on the inputs both measured; per cohort a status; and
-    the annotations for cohorts and tasks that appear or disappear."""
+    the annotations for cohorts and tasks that appear or disappear. A task that either point
+    did not measure is not compared, unless ``baselines`` names, per task, the (older) point to
+    compare it with instead of ``earlier`` (see :func:`task_baselines`)."""
+    if baselines is None:
+        baselines = {t: earlier for t, e in earlier["tasks"].items() if e["mean"] is not None}
     shared = sorted(
         t
         for t in later["tasks"]
-        if t in earlier["tasks"] and later["tasks"][t]["mean"] is not None and earlier["tasks"][t]["mean"] is not None
+        if t in baselines and later["tasks"][t]["mean"] is not None and baselines[t]["tasks"][t]["mean"] is not None
     )
     params = stats.StatsParams(alpha=settings.alpha, margin=settings.margin, min_pairs=8, cap=max(8, settings.cap))
     task_flags: dict[str, Any] = {}
     for name in shared:
         head = point_task_rows(lake, later, name)
-        base = point_task_rows(lake, earlier, name)
+        base = point_task_rows(lake, baselines[name], name)
         order = sorted({str(r["sample_id"]) for r in head} | {str(r["sample_id"]) for r in base})
         order = sample_order(order, settings.seed)
         decision = stats.decide_task(stats.pair_task(head, base, order=order), params, len(shared), forecast=False)
@@ -376,6 +450,7 @@ def compare_points(
             "delta": decision.delta,
             "interval": list(decision.anytime_interval),
             "cohort": later["tasks"][name]["cohort"],
+            "compared_with": baselines[name]["commit"],
         }
     cohorts_before = set(earlier["cohorts"])
     annotations: list[dict[str, Any]] = []
@@ -391,7 +466,7 @@ def compare_points(
                     "text": f"{n} eval{'s' if n != 1 else ''} added (new cohort {cohort})",
                 }
             )
-            status[cohort] = f"{n} eval{'s' if n != 1 else ''} added"
+            status[cohort] = _not_measured(pool) or f"{n} eval{'s' if n != 1 else ''} added"
             continue
         added = sorted(set(pool["tasks"]) - set(earlier["cohorts"][cohort]["tasks"]))
         if added:
@@ -404,12 +479,19 @@ def compare_points(
                 }
             )
         labels = [f["label"] for t, f in task_flags.items() if f["cohort"] == cohort]
+        unmeasured = len(pool.get("unmeasured_tasks") or [])
         if "regressed" in labels:
             status[cohort] = "regression flagged"
+        elif pool.get("not_measured"):
+            status[cohort] = _not_measured(pool) or ""
+        elif not labels:
+            status[cohort] = "not compared (no eval measured at both points)"
         elif "improved" in labels:
             status[cohort] = "improving"
         else:
             status[cohort] = "no regression"
+        if unmeasured and not pool.get("not_measured"):
+            status[cohort] += f" ({unmeasured} eval{'s' if unmeasured != 1 else ''} not measured)"
     removed = sorted(set(earlier["tasks"]) - set(later["tasks"]))
     if removed:
         annotations.append(
@@ -431,6 +513,7 @@ def compare_points(
         )
     return {
         "previous": earlier["commit"],
+        "compared_with": {t: f["compared_with"] for t, f in task_flags.items()},
         "task_flags": task_flags,
         "cohort_status": status,
         "flagged": bool(flagged_tasks),
@@ -441,6 +524,13 @@ def compare_points(
 
 def _signed(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2f}"
+
+
+def _not_measured(pool: Mapping[str, Any]) -> str | None:
+    """``not measured: <cause>`` for a task, cohort or combined pool over the error cap (or
+    with nothing measured); None for one that was measured."""
+    cause = pool.get("not_measured")
+    return f"not measured: {cause}" if cause else None
 
 
 def point_run_settings(point: Mapping[str, Any]) -> SeriesSettings:
@@ -464,34 +554,55 @@ def point_task_rows(lake: Lake, point: Mapping[str, Any], task: str) -> list[dic
     return _load_rows(lake, keys)
 
 
-def flag_point(lake: Lake, point: dict[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``point`` with its comparison against ``previous`` (the point before it on the branch)."""
+def flag_point(
+    lake: Lake,
+    point: dict[str, Any],
+    previous: Mapping[str, Any] | None,
+    baselines: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """``point`` with its comparison against ``previous`` (the nearest measured point before
+    it on the branch) and, per task, ``baselines`` (:func:`task_baselines`)."""
     if previous is None:
         point.update(
             {
                 "previous": None,
+                "compared_with": {},
                 "task_flags": {},
                 "flagged": False,
                 "flagged_tasks": [],
-                "cohort_status": {c: "first point" for c in point["cohorts"]},
+                "cohort_status": {c: _not_measured(pool) or "first point" for c, pool in point["cohorts"].items()},
                 "annotations": [],
             }
         )
         return point
     settings = SeriesSettings(**point["settings"])
-    point.update(compare_points(lake, previous, point, settings))
+    point.update(compare_points(lake, previous, point, settings, baselines))
     return point
+
+
+def _errored_note(pool: Mapping[str, Any]) -> str:
+    errored = pool.get("errored") or 0
+    return f" · {errored}/{pool.get('ran', 0)} inputs raised" if errored else ""
 
 
 def reading(point: Mapping[str, Any]) -> list[str]:
     """The point in words, one line per cohort and one for all tasks, e.g.
-    ``default 0.86 · no regression`` … ``combined 0.81``."""
+    ``default 0.86 · no regression`` … ``combined 0.81``; a pool whose samples mostly raised
+    reads ``default not measured: <cause>``."""
     lines = []
     for cohort, pool in point["cohorts"].items():
+        status = point.get("cohort_status", {}).get(cohort, "measured")
+        if pool.get("not_measured"):
+            lines.append(f"{cohort} {_not_measured(pool)}")
+            continue
         mean = "n/a" if pool["mean"] is None else f"{pool['mean']:.2f}"
-        lines.append(f"{cohort} {mean} · {point.get('cohort_status', {}).get(cohort, 'measured')}")
-    mean = point["combined"]["mean"]
-    lines.append(f"combined {'n/a' if mean is None else f'{mean:.2f}'}")
+        lines.append(f"{cohort} {mean} · {status}{_errored_note(pool)}")
+    pool = point["combined"]
+    if pool.get("not_measured"):
+        lines.append(f"combined {_not_measured(pool)}")
+    else:
+        mean = "n/a" if pool["mean"] is None else f"{pool['mean']:.2f}"
+        lines.append(f"combined {mean}{_errored_note(pool)}")
     return lines
 
 
@@ -500,14 +611,23 @@ def reading(point: Mapping[str, Any]) -> list[str]:
 ROW_SCHEMA = SERIES_ROWS_SCHEMA
 
 
+def _notes(*texts: str | None) -> str | None:
+    shown = [t for t in texts if t]
+    return "; ".join(shown) if shown else None
+
+
 def point_rows(point: Mapping[str, Any]) -> pa.Table:
-    """A point as rows: one per task (``scope='task'``), cohort and the combined pool."""
+    """A point as rows: one per task (``scope='task'``), cohort and the combined pool. A row's
+    ``annotation`` holds its notes (regression, evals added or removed, not measured, a failed
+    window); ``errored`` counts the inputs that raised; a row over the error cap has no mean
+    and status ``not measured``."""
     base = {k: point[k] for k in ("repo", "branch", "commit", "position", "committed_at", "subject")}
-    notes = {a.get("cohort"): a["text"] for a in point.get("annotations", []) if a["kind"] == "cohort_added"}
+    annotations = point.get("annotations", [])
     rows = []
     for name, t in sorted(point["tasks"].items()):
         flag = point.get("task_flags", {}).get(name, {})
         iv = t["interval"] or [None, None]
+        notes = [a["text"] for a in annotations if name in a.get("tasks", []) and a["kind"] != "cohort_added"]
         rows.append(
             {
                 **base,
@@ -518,15 +638,17 @@ def point_rows(point: Mapping[str, Any]) -> pa.Table:
                 "lo": iv[0],
                 "hi": iv[1],
                 "inputs": t["inputs"],
+                "errored": t.get("errored", 0),
                 "label": flag.get("label"),
-                "status": t["stop"],
+                "status": "not measured" if t.get("not_measured") else t["stop"],
                 "flagged": flag.get("label") == "regressed",
-                "annotation": t["failure"],
+                "annotation": _notes(*notes, _not_measured(t), t["failure"]),
             }
         )
     for cohort, pool in point["cohorts"].items():
         iv = pool["interval"] or [None, None]
         status = point.get("cohort_status", {}).get(cohort)
+        notes = [a["text"] for a in annotations if a.get("cohort") == cohort]
         rows.append(
             {
                 **base,
@@ -537,10 +659,11 @@ def point_rows(point: Mapping[str, Any]) -> pa.Table:
                 "lo": iv[0],
                 "hi": iv[1],
                 "inputs": pool["inputs"],
+                "errored": pool.get("errored", 0),
                 "label": None,
-                "status": status,
-                "flagged": status == "regression flagged",
-                "annotation": notes.get(cohort),
+                "status": "not measured" if pool.get("not_measured") else status,
+                "flagged": bool(status and status.startswith("regression flagged")),
+                "annotation": _notes(*notes, _not_measured(pool)),
             }
         )
     pool = point["combined"]
@@ -555,10 +678,13 @@ def point_rows(point: Mapping[str, Any]) -> pa.Table:
             "lo": iv[0],
             "hi": iv[1],
             "inputs": pool["inputs"],
+            "errored": pool.get("errored", 0),
             "label": None,
-            "status": "regression flagged" if point.get("flagged") else None,
+            "status": (
+                "regression flagged" if point.get("flagged") else ("not measured" if pool.get("not_measured") else None)
+            ),
             "flagged": bool(point.get("flagged")),
-            "annotation": None,
+            "annotation": _notes(*(a["text"] for a in annotations), _not_measured(pool)),
         }
     )
     return pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
@@ -610,13 +736,41 @@ def point_matches(point: Mapping[str, Any] | None, settings: SeriesSettings, bac
     )
 
 
-def previous_point(lake: Lake, repo: str, history: Sequence[MainCommit], commit: MainCommit) -> dict[str, Any] | None:
-    """The nearest measured point before ``commit`` on the branch's first-parent line."""
+def earlier_points(
+    lake: Lake, repo: str, history: Sequence[MainCommit], commit: MainCommit
+) -> Iterator[dict[str, Any]]:
+    """The saved points before ``commit`` on the branch's first-parent line, nearest first
+    (read as they are asked for)."""
     for c in reversed([c for c in history if c.position < commit.position]):
         point = load_point(lake, repo, c.sha)
         if point is not None:
-            return point
-    return None
+            yield point
+
+
+def previous_point(lake: Lake, repo: str, history: Sequence[MainCommit], commit: MainCommit) -> dict[str, Any] | None:
+    """The nearest point before ``commit`` on the branch's first-parent line that measured any
+    task (a point whose every task raised or failed is skipped: it is no evidence either way)."""
+    return next((p for p in earlier_points(lake, repo, history, commit) if is_measured(p)), None)
+
+
+def task_baselines(point: Mapping[str, Any], earlier: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Per measured task of ``point``, the nearest of ``earlier`` (nearest first) that measured
+    it: a task not measured at one point is compared across it. The search for a task ends at
+    a measured point that does not list it (the task was added after it)."""
+    wanted = {t for t, v in point["tasks"].items() if v["mean"] is not None}
+    found: dict[str, Mapping[str, Any]] = {}
+    for p in earlier:
+        if not wanted:
+            break
+        measured = is_measured(p)
+        for t in sorted(wanted):
+            task = p["tasks"].get(t)
+            if task is not None and task["mean"] is not None:
+                found[t] = p
+                wanted.discard(t)
+            elif task is None and measured:
+                wanted.discard(t)
+    return found
 
 
 # --- a run over many commits -----------------------------------------------------------------
@@ -683,9 +837,15 @@ def run_series(
             point = saved
             run.reused.append(commit.sha)
             want_previous = previous["commit"] if previous else None
-            if point.get("previous") != want_previous or point.get("branch") != branch:
+            baselines = task_baselines(point, earlier_points(lake, repo, history, commit))
+            want_compared = {t: b["commit"] for t, b in baselines.items()}
+            if (
+                point.get("previous") != want_previous
+                or point.get("compared_with", {}) != want_compared
+                or point.get("branch") != branch
+            ):
                 point["branch"] = branch
-                point = flag_point(lake, point, previous)
+                point = flag_point(lake, point, previous, baselines)
                 save_point(lake, point)
             fresh = False
         else:
@@ -695,7 +855,9 @@ def run_series(
             )
             if cancel is not None and cancel.is_set():
                 break  # a cancelled point is not saved: the next run measures it again
-            point = flag_point(lake, point, previous)
+            point = flag_point(
+                lake, point, previous, task_baselines(point, earlier_points(lake, repo, history, commit))
+            )
             save_point(lake, point)
             run.measured.append(commit.sha)
             run.windows_run += point["execution"]["windows_run"]

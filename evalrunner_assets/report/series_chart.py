@@ -1,8 +1,12 @@
 """The main-branch cohort series of one repository: one line per cohort and for all tasks.
 
-Bands are each point's interval (per-cohort and combined: pooled Wilson); vertical rules mark
-where cohorts were added (grey, dashed) and where a drop was flagged (red). Reading the chart:
-a combined line that drops where a cohort was added is the suite getting harder, not a
+Points stand in first-parent order, one x position per commit (labelled by its short sha), so
+commits made in the same second stay apart. Bands are each point's interval (per-cohort and
+combined: pooled Wilson); vertical rules mark where cohorts were added (grey, dashed) and where
+a drop was flagged (red). A triangle marks a point some of whose inputs raised (at its mean); a
+cross along the top marks a cohort or the combined pool that was not measured (more than half
+of its inputs raised) — such a point has no mean, so its line skips it. Reading the chart: a
+combined line that drops where a cohort was added is the suite getting harder, not a
 regression — the cohort lines say which.
 """
 
@@ -13,17 +17,43 @@ from typing import Any
 
 import altair as alt
 
+ERRORS_RAISED = "inputs raised"
+ERRORS_NOT_MEASURED = "not measured"
+ERROR_COLOUR = "#d62728"
 
-def _rows(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    lines, marks = [], []
+
+def _rows(
+    points: Sequence[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    lines, marks, errors = [], [], []
     for p in points:
-        base = {"commit": p["commit"][:7], "committed_at": p["committed_at"], "subject": p.get("subject", "")}
+        base = {
+            "commit": p["commit"][:7],
+            "position": p["position"],
+            "committed_at": p["committed_at"],
+            "subject": p.get("subject", ""),
+        }
         scopes = [(c, pool) for c, pool in p["cohorts"].items()] + [("combined", p["combined"])]
         for name, pool in scopes:
+            errored, ran = pool.get("errored") or 0, pool.get("ran") or 0
+            if pool.get("not_measured"):
+                errors.append(
+                    {
+                        **base,
+                        "series": name,
+                        "kind": ERRORS_NOT_MEASURED,
+                        "errored": f"{errored}/{ran}",
+                        "text": f"not measured: {pool['not_measured']}",
+                    }
+                )
+                continue
             if pool["mean"] is None:
                 continue
             lo, hi = pool["interval"] or (pool["mean"], pool["mean"])
-            lines.append({**base, "series": name, "mean": pool["mean"], "lo": lo, "hi": hi, "inputs": pool["inputs"]})
+            row = {**base, "series": name, "mean": pool["mean"], "lo": lo, "hi": hi, "inputs": pool["inputs"]}
+            lines.append({**row, "errored": f"{errored}/{ran}"})
+            if errored:
+                errors.append({**row, "kind": ERRORS_RAISED, "errored": f"{errored}/{ran}", "text": ""})
         for note in p.get("annotations", []):
             if note["kind"] in ("cohort_added", "tasks_added", "regression"):
                 marks.append(
@@ -33,14 +63,21 @@ def _rows(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
                         "text": note["text"],
                     }
                 )
-    return lines, marks
+    return lines, marks, errors
 
 
 def series_chart(
     points: Sequence[dict[str, Any]], repo: str, branch: str, *, width: int = 520, height: int = 240
 ) -> alt.LayerChart:
-    lines, marks = _rows(points)
-    x = alt.X("committed_at:T", title=f"commit time ({branch}, first-parent)")
+    lines, marks, errors = _rows(points)
+    order = [p["commit"][:7] for p in sorted(points, key=lambda p: p["position"])]
+    x = alt.X(
+        "commit:O",
+        sort=order,
+        scale=alt.Scale(domain=order),
+        title=f"commit ({branch}, first-parent order)",
+        axis=alt.Axis(labelAngle=-45),
+    )
     band = (
         alt.Chart(alt.Data(values=lines))
         .mark_area(opacity=0.15)
@@ -67,6 +104,7 @@ def series_chart(
                 alt.Tooltip("lo:Q", format=".2f"),
                 alt.Tooltip("hi:Q", format=".2f"),
                 "inputs:Q",
+                alt.Tooltip("errored:N", title="inputs raised"),
             ],
         )
     )
@@ -92,11 +130,40 @@ def series_chart(
             .encode(x=x, y=alt.value(4), text="text:N")
         )
         layers += [rule, label]
+    layers += _error_layers(errors, x)
     return (
         alt.layer(*layers)
         .resolve_scale(color="independent")
         .properties(width=width, height=height, title=f"{repo} · {branch}: cohort series")
     )
+
+
+def _error_layers(errors: list[dict[str, Any]], x: alt.X) -> list[Any]:
+    """The error markers: a triangle at the mean of a pool some of whose inputs raised, a cross
+    along the top for one that was not measured (it has no mean to stand at)."""
+    shape = alt.Shape(
+        "kind:N",
+        scale=alt.Scale(domain=[ERRORS_RAISED, ERRORS_NOT_MEASURED], range=["triangle-down", "cross"]),
+        title="errors",
+        legend=alt.Legend(symbolFillColor=ERROR_COLOUR, symbolStrokeColor=ERROR_COLOUR),
+    )
+    tooltip = ["series:N", "commit:N", alt.Tooltip("errored:N", title="inputs raised"), "text:N"]
+    layers: list[Any] = []
+    raised = [e for e in errors if e["kind"] == ERRORS_RAISED]
+    if raised:
+        layers.append(
+            alt.Chart(alt.Data(values=raised))
+            .mark_point(filled=True, size=70, color=ERROR_COLOUR, yOffset=-9)
+            .encode(x=x, y="mean:Q", shape=shape, tooltip=tooltip)
+        )
+    missing = [e for e in errors if e["kind"] == ERRORS_NOT_MEASURED]
+    if missing:
+        layers.append(
+            alt.Chart(alt.Data(values=missing))
+            .mark_point(filled=True, size=90, color=ERROR_COLOUR)
+            .encode(x=x, y=alt.value(12), shape=shape, tooltip=tooltip)
+        )
+    return layers
 
 
 def render_series_chart(points: Sequence[dict[str, Any]], repo: str, branch: str) -> dict[str, bytes]:

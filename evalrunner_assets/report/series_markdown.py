@@ -12,6 +12,8 @@ def _cell(text: Any) -> str:
 
 
 def _interval(pool: Mapping[str, Any]) -> str:
+    if pool.get("not_measured"):
+        return f"not measured: {pool['not_measured']}"
     if pool.get("mean") is None:
         return "n/a"
     iv = pool.get("interval")
@@ -19,10 +21,17 @@ def _interval(pool: Mapping[str, Any]) -> str:
     return f"{shown} ({iv[0]:.2f}–{iv[1]:.2f})" if iv else shown
 
 
+def _errored(pool: Mapping[str, Any]) -> str:
+    """Inputs that raised of those run ("0" when none did)."""
+    errored = pool.get("errored") or 0
+    return f"{errored}/{pool.get('ran', 0)}" if errored else "0"
+
+
 def render_point_table(points: Sequence[Mapping[str, Any]]) -> str:
-    """One row per point (oldest first): commit, date, each cohort, all tasks, and notes."""
+    """One row per point (oldest first): commit, date, each cohort, all tasks, the inputs that
+    raised, and notes. A pool whose samples mostly raised reads "not measured: <cause>"."""
     cohorts = sorted({c for p in points for c in p["cohorts"]})
-    header = ["commit", "date", *cohorts, "combined", "notes"]
+    header = ["commit", "date", *cohorts, "combined", "errored", "notes"]
     lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     for p in points:
         notes = [a["text"] for a in p.get("annotations", [])]
@@ -33,8 +42,12 @@ def render_point_table(points: Sequence[Mapping[str, Any]]) -> str:
                 cells.append("")
                 continue
             status = (p.get("cohort_status") or {}).get(c, "")
-            cells.append(_interval(pool) + (" ⚠" if status == "regression flagged" else ""))
+            unmeasured = [] if pool.get("not_measured") else pool.get("unmeasured_tasks") or []
+            part = f" · {len(unmeasured)} of {len(pool['tasks'])} evals not measured" if unmeasured else ""
+            cells.append(_interval(pool) + part + (" ⚠" if status.startswith("regression flagged") else ""))
+            notes += [f"{t} not measured: {_task_cause(p['tasks'][t])}" for t in unmeasured]
         cells.append(_interval(p["combined"]))
+        cells.append(_errored(p["combined"]))
         cells.append("; ".join(notes))
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
@@ -48,13 +61,14 @@ def render_series_summary(point: Mapping[str, Any]) -> str:
         "",
     ]
     lines += [f"- {line}" for line in _reading(point)]
-    lines += ["", "| eval | cohort | label | Δ (interval) | pairs |", "|---|---|---|---|---|"]
+    lines += ["", "| eval | cohort | label | Δ (interval) | pairs | vs |", "|---|---|---|---|---|---|"]
     for task, flag in sorted((point.get("task_flags") or {}).items()):
         iv = flag.get("interval") or (None, None)
         delta = "n/a" if flag.get("delta") is None else f"{flag['delta']:+.2f} ({iv[0]:+.2f}, {iv[1]:+.2f})"
-        lines.append(
-            "| " + " | ".join(_cell(c) for c in (task, flag["cohort"], flag["label"], delta, flag["pairs"])) + " |"
-        )
+        # an eval not measured at the previous point is compared with the last that measured it
+        versus = f"`{(flag.get('compared_with') or point.get('previous') or '')[:7]}`"
+        cells = (task, flag["cohort"], flag["label"], delta, flag["pairs"], versus)
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -62,3 +76,9 @@ def _reading(point: Mapping[str, Any]) -> list[str]:
     from evalrunner_assets.pipeline.series import reading
 
     return reading(point)
+
+
+def _task_cause(task: Mapping[str, Any]) -> str:
+    from evalrunner_assets.pipeline.series import task_cause
+
+    return task_cause(task) or ""
