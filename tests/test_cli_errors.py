@@ -112,6 +112,23 @@ def _case(name: str, tmp_path: Path) -> Case:
         return Case(
             ["compare", "--repo", ".", "--base", "main", "--head", "main", "--cap", "lots"], ["--cap", "'lots'"]
         )
+    if name in ("base-is-head", "base-and-head-are-one-commit"):
+        sha = commit_files(good, {"README.md": "x\n"})
+        head = "main" if name == "base-is-head" else "pr"
+        git(good, "branch", "pr")
+        return Case(
+            ["compare", "--repo", str(good), "--base", "main", "--head", head],
+            [f"--base main and --head {head}", sha[:12], "--head"],
+        )
+    if name == "fail-on-not-a-verdict":
+        return Case(
+            ["compare", "--repo", ".", "--base", "main", "--head", "pr", "--fail-on", "regressed,unchanged"],
+            ["--fail-on", "'unchanged' is not a verdict", "regressed, broken, inconclusive, or never"],
+        )
+    if name == "fail-on-never-with-a-verdict":
+        return Case(
+            ["demo", "--fail-on", "never,broken"], ["--fail-on", "'never,broken'", "never means no verdict blocks"]
+        )
     if name == "sql-syntax-error":
         (tmp_path / "home" / "lake").mkdir(parents=True)
         return Case(["sql", "selec count(*) from samples"], ["syntax error", "selec"])
@@ -146,6 +163,10 @@ FAST = [
     "bad-cap",
     "cap-not-a-number",
     "alpha-not-an-error-rate",
+    "base-is-head",
+    "base-and-head-are-one-commit",
+    "fail-on-not-a-verdict",
+    "fail-on-never-with-a-verdict",
     "sql-syntax-error",
     "sql-on-a-missing-lake",
     "view-on-a-missing-lake",
