@@ -208,8 +208,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     request = _same_comparison_again(request)
     # The instance is opened beside the first sandboxes; one it cannot write would only be
-    # found once they ran.
-    home.ensure_dagster_home()
+    # found once they ran. (Only here: `serve --webhook-only` may run on a read-only DAGSTER_HOME.)
+    home.ensure_writable(home.ensure_dagster_home())
     print(
         f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
         f"with {args.model or 'the model each agent config names'} in a {args.backend} sandbox; "
@@ -972,7 +972,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop sampling an eval once its interval is within ± this (default: %(default)s)",
     )
     p.add_argument("--cap", type=int, default=256, help="most inputs per eval and point (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=0, help="sandboxes running at once (default: cores)")
+    p.add_argument("--workers", type=_count(0), default=0, help="sandboxes running at once (default: cores)")
     p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
     p.set_defaults(func=cmd_backfill)
 
@@ -1007,7 +1007,7 @@ def build_parser() -> argparse.ArgumentParser:
             q.add_argument("--reference", action="store_true", help="make it the reference candidate")
         if action == "measure":
             q.add_argument("--name", action="append", default=[], help="measure only this candidate (repeatable)")
-            q.add_argument("--workers", type=int, default=0, help="sandboxes running at once (default: cores)")
+            q.add_argument("--workers", type=_count(0), default=0, help="sandboxes running at once (default: cores)")
             q.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
         q.set_defaults(func=cmd_candidates)
 

@@ -83,7 +83,7 @@ def ensure_writable(path: Path) -> None:
 def ensure_dagster_home() -> Path:
     """The Dagster instance directory, with a ``dagster.yaml`` (created on first use)."""
     path = dagster_home()
-    ensure_writable(path)
+    path.mkdir(parents=True, exist_ok=True)
     config = path / "dagster.yaml"
     earlier = {text.format(max_runs=max(1, os.cpu_count() or 1)) for text in _EARLIER_DAGSTER_YAMLS}
     if not config.exists() or config.read_text() in earlier:

@@ -118,14 +118,21 @@ def test_a_read_only_dagster_instance_is_exit_2_before_any_sandbox_runs(tmp_path
 
     repo = tmp_path / "repo"
     build_example_repo(repo, ["no-op-wording"])
+    from evalrunner_assets.home import new_dagster_yaml
+
     home = tmp_path / "home"
     instance = tmp_path / "instance" if moved else home / "dagster"
     instance.mkdir(parents=True)
+    # A new instance's first write is its dagster.yaml (named, not its temporary file); an
+    # instance that has one is probed by a write in its directory.
+    if moved:
+        (instance / "dagster.yaml").write_text(new_dagster_yaml())
     env = _env(home, **({"DAGSTER_HOME": str(instance)} if moved else {}))
     argv = [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", "no-op-wording", "--cap", "16"]
     done = _in_mounts([_read_only(instance)], argv, env, tmp_path)
     first, hint = _two_lines(done, 2)
-    assert first == f"evalrunner compare: cannot write {instance} (the Dagster instance): read-only file system"
+    named = instance if moved else instance / "dagster.yaml"
+    assert first == f"evalrunner compare: cannot write {named} (the Dagster instance): read-only file system"
     assert hint.strip() == (
         "point DAGSTER_HOME at a writable directory"
         if moved
