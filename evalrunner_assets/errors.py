@@ -13,6 +13,9 @@ One mapping for every command (:func:`explain`), applied by the one handler in `
   instance starts) exits 130;
 - anything else is a bug: one line and exit 1.
 
+``compare``'s verdict that ``--fail-on`` names is no error: the command returns
+:data:`EXIT_BLOCKED` (4) itself, after printing the summary.
+
 A traceback is printed only with ``--debug`` (or ``EVALRUNNER_DEBUG=1``).
 
 User errors are the typed errors the domain packages already raise (discovery's, ``RepoError``,

@@ -288,7 +288,10 @@ def test_tasks_whose_every_window_failed_name_their_cause_in_the_terminal(tmp_pa
     commit_files(repo, {}, message="solver imports a missing module")
 
     done = _run(["compare", "--repo", str(repo), "--base", "main", "--head", "broken", "--cap", "16"], tmp_path, {})
-    assert done.returncode in (0, 3), done.stderr[-3000:]
+    # 4: a verdict that blocks the merge (the PR regressed or broke its tasks); 3: the breaker
+    assert done.returncode in (0, 3, 4), done.stderr[-3000:]
+    if done.returncode == 4:
+        assert "blocks the merge (--fail-on regressed,broken): exit code 4" in done.stderr, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     out = done.stdout.splitlines()
     failed = out[out.index("failed (first cause, as the comparison records it):") + 1 :]

@@ -237,7 +237,7 @@ def test_a_head_whose_solver_raises_is_the_agents_regression_with_its_cause_show
     home = tmp_path / "home"
     home.mkdir()
     done = run_compare(home, repo, "--head", "raise-in-solver", "--cap", "16", timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 4, done.stderr[-3000:]  # a regression blocks the merge (--fail-on's default)
     doc = comparison_doc(home)
     assert doc["verdict"] == "REGRESSED", doc["final_verdict"]
     cause = "head: 16/16 samples raised RuntimeError('boom') in solver 'agent_instructions'"
