@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from evalrunner_assets import home
-from evalrunner_assets.errors import DEBUG_ENV, LakeNotFound, UserError, debug_enabled, explain
+from evalrunner_assets.errors import DEBUG_ENV, EXIT_BLOCKED, LakeNotFound, UserError, debug_enabled, explain
 
 if TYPE_CHECKING:
     from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
@@ -182,6 +182,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _check_repo_id(repo_id, args.repo)
     source = _repo_source(repo_id, args.repo)
     base, head = _resolve(source, "--base", args.base), _resolve(source, "--head", args.head)
+    if base == head:
+        same = "the same ref" if args.base == args.head else "the same commit"
+        raise UserError(
+            f"--base {args.base} and --head {args.head} are {same} ({base[:12]}): there is nothing to compare",
+            hint="give --head the PR's branch or commit and --base the branch it merges into",
+        )
     changed = tuple(source.changed_files(base, head))
     request = ComparisonRequest.build(
         repo=repo_id,
@@ -202,6 +208,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         requested_at=datetime.now(UTC).isoformat(),
     )
     request = _same_comparison_again(request)
+    # The instance is opened beside the first sandboxes; one it cannot write would only be
+    # found once they ran. (Only here: `serve --webhook-only` may run on a read-only DAGSTER_HOME.)
+    home.ensure_writable(home.ensure_dagster_home())
     print(
         f"comparing {repo_id} {args.head} ({head[:7]}) against {args.base} ({base[:7]}) "
         f"with {args.model or 'the model each agent config names'} in a {args.backend} sandbox; "
@@ -233,7 +242,42 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _print_outcome(result)
     if result.status == "budget_spent":
         print(f"evalrunner compare: {result.stopped_reason}", file=sys.stderr, flush=True)
+    if blocks_merge(result.verdict, args.fail_on):
+        named = ",".join(v for v in FAIL_ON_VERDICTS if v in args.fail_on)
+        print(
+            f"evalrunner {args.command}: {result.verdict} blocks the merge (--fail-on {named}): exit code {EXIT_BLOCKED}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_BLOCKED
     return 0
+
+
+# What --fail-on names, by the run verdict (a comparison ended before a decision is undecided:
+# inconclusive). BROKEN: a task the PR broke.
+FAIL_ON_VERDICTS = ("regressed", "broken", "inconclusive")
+FAIL_ON_DEFAULT = "regressed,broken"
+
+
+def blocks_merge(verdict: str, fail_on: frozenset[str]) -> bool:
+    """Whether a comparison's run verdict is one ``--fail-on`` names (IMPROVED and UNCHANGED never are)."""
+    name = "inconclusive" if verdict in ("RUNNING", "INCONCLUSIVE") else verdict.lower()
+    return name in fail_on and name in FAIL_ON_VERDICTS
+
+
+def _fail_on(text: str) -> frozenset[str]:
+    """An argparse type: ``never``, or a comma-separated list of verdicts that block a merge."""
+    names = [name.strip().lower() for name in text.split(",")]
+    if names == ["never"]:
+        return frozenset()
+    choices = f"give a comma-separated list of {', '.join(FAIL_ON_VERDICTS)}, or never"
+    for name in names:
+        if name == "never":
+            raise argparse.ArgumentTypeError(f"{text!r}: never means no verdict blocks; give it alone")
+        if name not in FAIL_ON_VERDICTS:
+            what = f"{name!r} is not a verdict" if name else f"{text!r} has an empty name"
+            raise argparse.ArgumentTypeError(f"{what}: {choices}")
+    return frozenset(names)
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -869,6 +913,19 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_fail_on(p: argparse.ArgumentParser, default: str, why: str) -> None:
+    # Not part of the request: it changes the exit code, not what is measured, so a rerun with
+    # another --fail-on resumes the same comparison.
+    p.add_argument(
+        "--fail-on",
+        type=_fail_on,
+        default=_fail_on(default),
+        metavar="VERDICTS",
+        help=f"exit with code {EXIT_BLOCKED} when the verdict is one of these: a comma-separated list of "
+        f"{', '.join(FAIL_ON_VERDICTS)}, or never (default: {default}; {why})",
+    )
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors in two lines (what, and where to read more) with exit code 2, instead of the
     whole usage text."""
@@ -885,7 +942,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="evalrunner",
         description=__doc__,
         epilog="exit codes: 0 done, 2 a user error (the message says what to fix), "
-        "3 an outage (infrastructure), 130 cancelled, 1 a bug",
+        f"3 an outage (infrastructure), {EXIT_BLOCKED} a verdict compare's --fail-on blocks, 130 cancelled, 1 a bug",
     )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     # `--debug` also after the command (`evalrunner compare … --debug`); SUPPRESS keeps it from
@@ -902,6 +959,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--variant", default="improve-runbook", choices=("improve-runbook", "regress-escalation", "no-op-wording")
     )
     _add_run_options(p)
+    _add_fail_on(p, "never", "a tour: it ends with 0 on any verdict unless told otherwise")
     p.set_defaults(func=cmd_demo)
 
     p = add("compare", help="judge HEAD against BASE of a repository")
@@ -911,6 +969,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", required=True, help="head ref or SHA")
     p.add_argument("--pr", default="local", help="PR number or a name for this comparison")
     _add_run_options(p)
+    _add_fail_on(p, FAIL_ON_DEFAULT, "a merge gate for any CI runner")
     p.set_defaults(func=cmd_compare)
 
     p = add("backfill", help="measure a branch's history as a cohort series (one point per commit)")
@@ -936,7 +995,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop sampling an eval once its interval is within ± this (default: %(default)s)",
     )
     p.add_argument("--cap", type=int, default=256, help="most inputs per eval and point (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=0, help="sandboxes running at once (default: cores)")
+    p.add_argument("--workers", type=_count(0), default=0, help="sandboxes running at once (default: cores)")
     p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
     p.set_defaults(func=cmd_backfill)
 
@@ -971,7 +1030,7 @@ def build_parser() -> argparse.ArgumentParser:
             q.add_argument("--reference", action="store_true", help="make it the reference candidate")
         if action == "measure":
             q.add_argument("--name", action="append", default=[], help="measure only this candidate (repeatable)")
-            q.add_argument("--workers", type=int, default=0, help="sandboxes running at once (default: cores)")
+            q.add_argument("--workers", type=_count(0), default=0, help="sandboxes running at once (default: cores)")
             q.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
         q.set_defaults(func=cmd_candidates)
 

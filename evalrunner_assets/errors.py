@@ -6,9 +6,15 @@ One mapping for every command (:func:`explain`), applied by the one handler in `
   ``.evals/list``, a query) prints one or two lines — what is wrong, with which input, how to
   fix it — and exits 2;
 - an **outage** (the breaker tripped, the sandbox itself or the lake storage failed) exits 3;
+- a **storage error** on the home, the lake or the Dagster instance (:func:`storage_error`):
+  permission denied or a read-only file system exits 2 (a path the person must fix), a full disk
+  or quota exits 3 (space runs out and comes back); the line names the path and the setting;
 - a **cancellation** (Ctrl-C, at any moment: in a DuckDB query, in a Dagster run, while the
   instance starts) exits 130;
 - anything else is a bug: one line and exit 1.
+
+``compare``'s verdict that ``--fail-on`` names is no error: the command returns
+:data:`EXIT_BLOCKED` (4) itself, after printing the summary.
 
 A traceback is printed only with ``--debug`` (or ``EVALRUNNER_DEBUG=1``).
 
@@ -21,7 +27,10 @@ through ``__cause__``/``__context__`` and Dagster's ``user_exception``.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -29,6 +38,7 @@ EXIT_OK = 0
 EXIT_BUG = 1
 EXIT_USER = 2
 EXIT_OUTAGE = 3
+EXIT_BLOCKED = 4  # `compare` finished with a verdict its --fail-on blocks a merge on
 EXIT_CANCELLED = 130
 
 DEBUG_ENV = "EVALRUNNER_DEBUG"
@@ -132,11 +142,126 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
 
 def _outage(e: BaseException) -> bool:
     from evalrunner_assets.discovery import DiscoveryError
-    from lake.storage import LakeWriteError
+    from lake.storage import LakeUnavailable, LakeWriteError
 
     if isinstance(e, DiscoveryError):
         return e.infrastructure  # the sandbox failed, not the repository's .evals/list
-    return isinstance(e, LakeWriteError) or type(e).__name__ == "ComparisonStopped"
+    return isinstance(e, (LakeWriteError, LakeUnavailable)) or type(e).__name__ == "ComparisonStopped"
+
+
+# Storage errors by errno: the person must fix the path (exit 2), or space must come back (exit 3).
+_NOT_WRITABLE = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only file system",
+}
+_NO_SPACE = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded"}
+# An atomic write's temporary file (`.<name>.tmp-<pid>…`) is named by the file it was to become.
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+?)\.tmp-\d+")
+
+
+def _within(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root``, under it, or one of the directories creating it needs."""
+    try:
+        common = os.path.commonpath([path, root])
+    except ValueError:
+        return False
+    return common in (path, root)
+
+
+def _storage_owner(path: str) -> tuple[str, str] | None:
+    """What ``path`` belongs to (the lake, the Dagster instance, evalrunner's home) and the
+    setting that moves it; None for any other path."""
+    from evalrunner_assets import home
+
+    evalrunner_home = str(home.home())
+    lake = home.lake_root()
+    dagster = os.path.realpath(home.dagster_home())
+    # The CLI sets DAGSTER_HOME itself once the instance is open: name it only when it was moved.
+    dagster_moved = dagster != os.path.realpath(os.path.join(evalrunner_home, "dagster"))
+    owners = [
+        (dagster, "the Dagster instance", "DAGSTER_HOME" if dagster_moved else "EVALRUNNER_HOME (or DAGSTER_HOME)"),
+        (evalrunner_home, "evalrunner's home", "EVALRUNNER_HOME"),
+    ]
+    if "://" not in lake:
+        moved = "EVALRUNNER_LAKE" if os.environ.get("EVALRUNNER_LAKE") else "EVALRUNNER_HOME (or EVALRUNNER_LAKE)"
+        owners.insert(0, (os.path.realpath(lake), "the lake", moved))
+    path = os.path.realpath(path)
+    # The most specific owner: the lake and the instance usually live inside the home.
+    found = [(len(root), what, setting) for root, what, setting in owners if _within(path, root)]
+    if not found:
+        return None
+    _, what, setting = max(found)
+    return what, setting
+
+
+def _shown_path(path: str) -> str:
+    directory, name = os.path.split(path)
+    temp = _TEMP_NAME.match(name)
+    return os.path.join(directory, temp.group("name")) if temp else path
+
+
+@dataclass(frozen=True)
+class StorageError:
+    """A file-system error on a path, classified: ``exit_code`` 2 or 3, with what to print."""
+
+    exit_code: int
+    what: str
+    hint: str
+    ours: bool  # the path is under the home, the lake or the Dagster instance
+
+
+def storage_error(errors: list[BaseException]) -> StorageError | None:
+    """The first permission, read-only or full-disk error in ``errors`` (an exception's chain),
+    naming its path: an ``OSError`` (its file name, else the path of the lake write it failed)
+    or the SQLite error of the Dagster instance's storage (which names no file)."""
+    from evalrunner_assets import home
+    from lake.storage import LakeWriteError
+
+    written = next((e.path for e in errors if isinstance(e, LakeWriteError) and e.path), None)
+    for e in errors:
+        if isinstance(e, OSError) and e.errno is not None and (e.errno in _NOT_WRITABLE or e.errno in _NO_SPACE):
+            path = e.filename if isinstance(e.filename, str) else written
+            if path is None:
+                continue
+            owner = _storage_owner(path)
+            target = f"{_shown_path(path)} ({owner[0]})" if owner else _shown_path(path)
+            reason = _NOT_WRITABLE.get(e.errno) or _NO_SPACE[e.errno]
+            return _storage_line(target, reason, e.errno, owner[1] if owner else None)
+    for e in errors:
+        if isinstance(e, sqlite3.OperationalError):
+            message = _first_line(e)
+            if "readonly database" in message or "unable to open database file" in message:
+                code = errno.EROFS
+            elif "database or disk is full" in message:
+                code = errno.ENOSPC
+            else:
+                continue
+            path = str(home.dagster_home())
+            owner = _storage_owner(path)
+            setting = owner[1] if owner else "DAGSTER_HOME"
+            return _storage_line(f"the Dagster instance's SQLite storage in {path}", message, code, setting)
+    return None
+
+
+def _storage_line(target: str, reason: str, code: int, setting: str | None) -> StorageError:
+    """What to print for ``code`` on ``target``; ``setting`` moves the path (None: not ours)."""
+    if code in _NO_SPACE:
+        moved = f", or point {setting} at another disk" if setting else ""
+        return StorageError(
+            EXIT_OUTAGE,
+            f"cannot write {target}: {reason}",
+            f"free space there and run the command again (a comparison resumes where it stopped){moved}",
+            setting is not None,
+        )
+    verb = "write" if code == errno.EROFS else "access"
+    if setting is None:
+        hint = "give the user running evalrunner access to that path, or choose another one"
+    elif code == errno.EROFS:
+        hint = f"point {setting} at a writable directory"
+    else:
+        hint = f"let the user running evalrunner read and write it, or point {setting} at a directory it can write"
+    return StorageError(EXIT_USER, f"cannot {verb} {target}: {reason}", hint, setting is not None)
 
 
 def _first_line(text: object, limit: int = 400) -> str:
@@ -188,6 +313,9 @@ def explain(exc: BaseException, command: str) -> Explanation:
     errors = list(chain(exc))
     where = next((w for w in (getattr(e, "where", None) for e in errors) if w), None)
     context = f"{where}: " if where else ""
+    storage = storage_error(errors)
+    if storage is not None and storage.ours:  # whatever it surfaced as: a lake write, a step, a recording
+        return Explanation(storage.exit_code, (f"{prefix}: {storage.what}", f"  {storage.hint}"))
     for e in errors:
         if _outage(e):
             stopped = "stopped: " if type(e).__name__ == "ComparisonStopped" else ""
@@ -204,6 +332,8 @@ def explain(exc: BaseException, command: str) -> Explanation:
             if hint:
                 lines.append(f"  {hint}")
             return Explanation(EXIT_USER, tuple(lines))
+    if storage is not None:  # a path of the person's own (e.g. an --out file)
+        return Explanation(storage.exit_code, (f"{prefix}: {storage.what}", f"  {storage.hint}"))
     innermost = errors[-1]
     return Explanation(
         EXIT_BUG,

@@ -66,6 +66,20 @@ def new_dagster_yaml() -> str:
     return _NEW_DAGSTER_YAML.format(max_runs=max(1, os.cpu_count() or 1))
 
 
+def ensure_writable(path: Path) -> None:
+    """Raise the ``OSError`` (read-only file system, permission denied, no space) that writing
+    in the directory ``path`` would meet, naming ``path``; create it if needed."""
+    probe = path / f".write-probe.tmp-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
+
+
 def ensure_dagster_home() -> Path:
     """The Dagster instance directory, with a ``dagster.yaml`` (created on first use)."""
     path = dagster_home()

@@ -36,11 +36,13 @@ DEFAULT_LOCAL_ROOT = ".evalrunner/lake"
 
 class LakeWriteError(RuntimeError):
     """A write to the lake failed; nothing was left at the target path. ``disk_full`` when the
-    cause was ENOSPC or EDQUOT (no space or quota left where the lake lives)."""
+    cause was ENOSPC or EDQUOT (no space or quota left where the lake lives); the cause (an
+    ``OSError``: read-only, permission denied, full) is chained."""
 
-    def __init__(self, message: str, *, disk_full: bool = False) -> None:
+    def __init__(self, message: str, *, disk_full: bool = False, path: str | None = None) -> None:
         super().__init__(message)
         self.disk_full = disk_full
+        self.path = path  # the file it was writing, when known
 
 
 class LakeUnavailable(RuntimeError):
@@ -184,10 +186,10 @@ class Lake:
 
     def _write_local(self, target: str, data: bytes, *, exclusive: bool) -> bool:
         directory = os.path.dirname(target)
-        os.makedirs(directory, exist_ok=True)
         # The writer's pid in the name lets a sweep tell a dead writer's leftovers at once.
         tmp = os.path.join(directory, f".{os.path.basename(target)}.tmp-{os.getpid()}-{uuid.uuid4().hex}")
         try:
+            os.makedirs(directory, exist_ok=True)  # a read-only or full disk fails here first
             with open(tmp, "xb") as fh:
                 fh.write(data)
                 fh.flush()
@@ -208,6 +210,7 @@ class Lake:
             raise LakeWriteError(
                 f"writing {target} failed: {exc}" + (" (the disk holding the lake is full)" if full else ""),
                 disk_full=full,
+                path=target,
             ) from exc
         finally:
             if os.path.exists(tmp):

@@ -112,6 +112,23 @@ def _case(name: str, tmp_path: Path) -> Case:
         return Case(
             ["compare", "--repo", ".", "--base", "main", "--head", "main", "--cap", "lots"], ["--cap", "'lots'"]
         )
+    if name in ("base-is-head", "base-and-head-are-one-commit"):
+        sha = commit_files(good, {"README.md": "x\n"})
+        head = "main" if name == "base-is-head" else "pr"
+        git(good, "branch", "pr")
+        return Case(
+            ["compare", "--repo", str(good), "--base", "main", "--head", head],
+            [f"--base main and --head {head}", sha[:12], "--head"],
+        )
+    if name == "fail-on-not-a-verdict":
+        return Case(
+            ["compare", "--repo", ".", "--base", "main", "--head", "pr", "--fail-on", "regressed,unchanged"],
+            ["--fail-on", "'unchanged' is not a verdict", "regressed, broken, inconclusive, or never"],
+        )
+    if name == "fail-on-never-with-a-verdict":
+        return Case(
+            ["demo", "--fail-on", "never,broken"], ["--fail-on", "'never,broken'", "never means no verdict blocks"]
+        )
     if name == "sql-syntax-error":
         (tmp_path / "home" / "lake").mkdir(parents=True)
         return Case(["sql", "selec count(*) from samples"], ["syntax error", "selec"])
@@ -146,6 +163,10 @@ FAST = [
     "bad-cap",
     "cap-not-a-number",
     "alpha-not-an-error-rate",
+    "base-is-head",
+    "base-and-head-are-one-commit",
+    "fail-on-not-a-verdict",
+    "fail-on-never-with-a-verdict",
     "sql-syntax-error",
     "sql-on-a-missing-lake",
     "view-on-a-missing-lake",
@@ -267,7 +288,10 @@ def test_tasks_whose_every_window_failed_name_their_cause_in_the_terminal(tmp_pa
     commit_files(repo, {}, message="solver imports a missing module")
 
     done = _run(["compare", "--repo", str(repo), "--base", "main", "--head", "broken", "--cap", "16"], tmp_path, {})
-    assert done.returncode in (0, 3), done.stderr[-3000:]
+    # 4: a verdict that blocks the merge (the PR regressed or broke its tasks); 3: the breaker
+    assert done.returncode in (0, 3, 4), done.stderr[-3000:]
+    if done.returncode == 4:
+        assert "blocks the merge (--fail-on regressed,broken): exit code 4" in done.stderr, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     out = done.stdout.splitlines()
     failed = out[out.index("failed (first cause, as the comparison records it):") + 1 :]

@@ -237,7 +237,7 @@ def test_a_head_whose_solver_raises_is_broken_by_the_pr_with_its_cause_shown(tmp
     home = tmp_path / "home"
     home.mkdir()
     done = run_compare(home, repo, "--head", "raise-in-solver", "--cap", "16", timeout=600)
-    assert done.returncode == 4, done.stderr[-3000:]  # a verdict that blocks the merge
+    assert done.returncode == 4, done.stderr[-3000:]  # BROKEN blocks the merge (--fail-on's default)
     doc = comparison_doc(home)
     assert doc["verdict"] == "BROKEN", doc["final_verdict"]
     cause = "head: 16/16 samples raised RuntimeError('boom') in solver 'agent_instructions'"
