@@ -12,7 +12,12 @@ import sys
 import dagster as dg
 
 from evalrunner_assets.jobs import SWE_RUN_TAG, swe_run_key
-from evalrunner_assets.pipeline.run_workers import WORKER_LOST_TAG, worker_tags
+from evalrunner_assets.pipeline.run_workers import (
+    WORKER_LOST_TAG,
+    WORKER_PID_TAG,
+    WORKER_STARTED_TAG,
+    worker_tags,
+)
 from evalrunner_assets.swe import RunSpec, SweStore
 from lake import open_lake
 from resources import LakeResource
@@ -46,8 +51,8 @@ def _submitted_swe_run(tmp_path) -> tuple[SweStore, str, dict[str, LakeResource]
 
 def _dead_worker_tags() -> dict[str, str]:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    tags = {**worker_tags(), "evalrunner/worker-pid": str(proc.pid)}
-    tags.pop("evalrunner/worker-started")
+    tags = {**worker_tags(), WORKER_PID_TAG: str(proc.pid)}
+    tags.pop(WORKER_STARTED_TAG)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=300)
     return tags

@@ -133,3 +133,13 @@ def test_worker_tags_name_this_process_and_read_back() -> None:
     assert worker.started_at == pytest.approx(float(tags[WORKER_STARTED_TAG]))
     assert not judge_run(_run(worker), ProcTable(), HOST, time.time(), 300).dead
     assert workers_from_tags({WORKER_PID_TAG: "x"}) == (None, None)
+
+
+def test_worker_tags_are_hidden_from_the_runs_list_and_older_runs_names_still_read() -> None:
+    from dagster._core.storage.tags import TagType, get_tag_type  # the UI's own rule, checked here only
+
+    tags = worker_tags()
+    assert all(get_tag_type(tag) == TagType.HIDDEN for tag in tags), tags
+    # Runs tagged before the tags were hidden are judged the same.
+    legacy = {tag.removeprefix(".dagster/"): value for tag, value in tags.items()}
+    assert workers_from_tags(legacy) == workers_from_tags(tags)

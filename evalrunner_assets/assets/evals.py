@@ -554,8 +554,16 @@ def pr_report(context: dg.AssetExecutionContext, lake: LakeResource, github: Git
 
 def report_metadata(report: WrittenReport) -> dict[str, Any]:
     """What a ``pr_report`` materialization shows of one written report."""
+    check = report.check
+    conclusion = check.get("conclusion") or check.get("status")
     metadata: dict[str, Any] = {
-        "check_run": dg.MetadataValue.json(report.check),
+        # Shown inline in the UI (a JSON blob showed the summary as one line of "\n" escapes).
+        "check_run_conclusion": dg.MetadataValue.text(str(conclusion)),
+        "check_run_title": dg.MetadataValue.text(str(check.get("title", ""))),
+        "check_run": dg.MetadataValue.md(
+            f"**{check.get('name', '')}** · `{conclusion}` · {check.get('title', '')}\n\n"
+            f"```\n{check.get('summary', '')}\n```"
+        ),
         "comment_file": dg.MetadataValue.path(report.comment_url),
         "comment": dg.MetadataValue.md(report.body),
     }

@@ -28,10 +28,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-# Run tags of the process executing a run (written by its first step).
-WORKER_PID_TAG = "evalrunner/worker-pid"
-WORKER_HOST_TAG = "evalrunner/worker-host"
-WORKER_STARTED_TAG = "evalrunner/worker-started"  # the process's start time (epoch seconds)
+# Run tags of the process executing a run (written by its first step). Bookkeeping for the
+# reaper, not for people: under the prefix Dagster's UI hides from the Runs list and run pages
+# (its HIDDEN_TAG_PREFIX). Runs tagged before that carry the visible names (LEGACY_TAGS).
+HIDDEN_TAG_PREFIX = ".dagster/"
+WORKER_PID_TAG = f"{HIDDEN_TAG_PREFIX}evalrunner/worker-pid"
+WORKER_HOST_TAG = f"{HIDDEN_TAG_PREFIX}evalrunner/worker-host"
+WORKER_STARTED_TAG = f"{HIDDEN_TAG_PREFIX}evalrunner/worker-started"  # the process's start time (epoch seconds)
+LEGACY_TAGS = {
+    tag: tag.removeprefix(HIDDEN_TAG_PREFIX) for tag in (WORKER_PID_TAG, WORKER_HOST_TAG, WORKER_STARTED_TAG)
+}
 # Set on a run the reaper failed: its sensor may relaunch it (value "true").
 WORKER_LOST_TAG = "evalrunner/worker-lost"
 
@@ -130,6 +136,7 @@ def judge(
 
 def workers_from_tags(tags: Mapping[str, str]) -> tuple[str | None, WorkerProcess | None]:
     """(host, process) recorded in a run's tags; (None, None) when absent or malformed."""
+    tags = {**{tag: tags[old] for tag, old in LEGACY_TAGS.items() if old in tags}, **tags}
     host = tags.get(WORKER_HOST_TAG) or None
     try:
         pid = int(tags[WORKER_PID_TAG])
