@@ -56,8 +56,9 @@ def _progress_printer() -> Any:
                 flush=True,
             )
         elif result is not None:
-            spend = result.spend_usd
-            money = f"${spend:,.2f}" if result.spend_known and spend is not None else "unknown"
+            from evalrunner_assets.report.markdown import format_usd
+
+            money = format_usd(result.spend_usd) if result.spend_known else "unknown"
             labels = ", ".join(f"{t.split('/')[-1]}={d.decision.label}" for t, d in result.tasks.items())
             print(
                 f"[{elapsed:6.1f}s] {result.verdict}: samples {result.samples_run} of "

@@ -10,9 +10,11 @@ SDKs parse, ``usage`` included. Answers are deterministic functions of the reque
 
 Token counts are whitespace-separated words (prompt: every message's text; completion: the
 answer), so a test can predict them. Faults are injected for the next N requests
-(:meth:`OpenAIStandIn.fail_next`), every request's ``Authorization``/``x-api-key`` is recorded,
-and the most requests in flight at once are counted (an optional per-request delay makes
-overlap observable).
+(:meth:`OpenAIStandIn.fail_next`) or for every request until further notice
+(:meth:`OpenAIStandIn.fail_always`: a provider that is down, or refuses the key). Every
+request's ``Authorization``/``x-api-key``, arrival and end (``at``, ``done_at``) and answered
+tokens (``tokens``) are recorded, and the most requests in flight at once are counted (an
+optional per-request delay makes overlap observable).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class _Fault:
 @dataclass
 class StandInState:
     faults: list[_Fault] = field(default_factory=list)
+    always: _Fault | None = None  # every request fails so (after the queued faults)
     requests: list[dict[str, Any]] = field(default_factory=list)  # path, auth, model, status
     in_flight: int = 0
     max_in_flight: int = 0
@@ -80,16 +83,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with state.lock:
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
-            fault = state.faults.pop(0) if state.faults else None
-            state.requests.append(
-                {
-                    "path": self.path,
-                    "authorization": self.headers.get("authorization"),
-                    "x-api-key": self.headers.get("x-api-key"),
-                    "model": body.get("model"),
-                    "status": fault.status if fault else 200,
-                }
-            )
+            fault = state.faults.pop(0) if state.faults else state.always
+            self._record: dict[str, Any] = {
+                "path": self.path,
+                "authorization": self.headers.get("authorization"),
+                "x-api-key": self.headers.get("x-api-key"),
+                "model": body.get("model"),
+                "status": fault.status if fault else 200,
+                "at": time.monotonic(),  # when it arrived (this process's clock)
+            }
+            state.requests.append(self._record)
         try:
             if state.hold is not None:
                 state.arrived.release()
@@ -115,6 +118,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             with state.lock:
                 state.in_flight -= 1
+                self._record["done_at"] = time.monotonic()
 
     def _json(self, data: bytes) -> None:
         self.send_header("content-type", "application/json")
@@ -127,6 +131,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         answer = answer_for(messages)
         prompt = sum(words(_text(m.get("content"))) for m in messages)
         usage = {"prompt_tokens": prompt, "completion_tokens": words(answer), "total_tokens": prompt + words(answer)}
+        self._record["tokens"] = (prompt, words(answer))
         if body.get("stream"):
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
@@ -179,6 +184,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             [{"role": m.get("role"), "content": m.get("content")} for m in messages if isinstance(m, dict)]
         )
         prompt = sum(words(_text(m.get("content"))) for m in messages if isinstance(m, dict))
+        self._record["tokens"] = (prompt, words(answer))
         self.send_response(200)
         self._json(
             json.dumps(
@@ -215,6 +221,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         messages = list(body.get("messages") or [])
         answer = answer_for(messages)
         prompt = sum(words(_text(m.get("content"))) for m in messages) + words(_text(body.get("system")))
+        self._record["tokens"] = (prompt, words(answer))
         if body.get("stream"):
             msg = {
                 "id": "msg_standin",
@@ -296,6 +303,16 @@ class OpenAIStandIn:
     def fail_next(self, n: int, status: int, retry_after: str | None = None) -> None:
         with self.state.lock:
             self.state.faults.extend(_Fault(status, retry_after) for _ in range(n))
+
+    def fail_always(self, status: int | None, retry_after: str | None = None) -> None:
+        """Answer every request with ``status`` from now on (None: answer normally again)."""
+        with self.state.lock:
+            self.state.always = None if status is None else _Fault(status, retry_after)
+
+    def statuses_since(self, start: int) -> list[int]:
+        """The statuses answered to the requests after the first ``start``."""
+        with self.state.lock:
+            return [r["status"] for r in self.state.requests[start:]]
 
     def __enter__(self) -> OpenAIStandIn:
         self._thread.start()

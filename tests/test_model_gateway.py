@@ -166,17 +166,105 @@ def test_a_server_error_is_retried_with_backoff_then_succeeds(upstream):
     assert usage.retries == 2
 
 
-def test_retries_are_bounded_and_a_long_retry_after_is_capped(upstream):
-    sleeps: list[float] = []
-    upstream.fail_next(10, 429, retry_after="3600")
-    with gateway_for(upstream, sleeps, max_retries=2, max_retry_wait_s=5.0) as gw, gw.open_scope() as scope:
+class FakeTime:
+    """A clock that only the gateway's own waits move (no real sleeping in these tests)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+    def clock(self) -> float:
+        return self.now
+
+
+def gateway_on_fake_time(up: OpenAIStandIn, t: FakeTime, **kw) -> ModelGateway:
+    settings = GatewaySettings(
+        keys={"openai": KEY, "anthropic": ANT_KEY},
+        bases={"openai": kw.pop("openai_base", up.openai_base), "anthropic": up.anthropic_base},
+        **kw,
+    )
+    return ModelGateway(settings, sleep=t.sleep, clock=t.clock)
+
+
+def test_a_provider_answering_429_on_every_call_opens_its_circuit_and_the_answer_is_not_retried(upstream):
+    t = FakeTime()
+    trips = []
+    upstream.fail_next(50, 429, retry_after="3600")
+    with gateway_on_fake_time(upstream, t, max_retries=2, max_retry_wait_s=5.0) as gw, gw.open_scope() as scope:
+        gw.on_provider_down(trips.append)
         scope.begin()
         status, data = post(scope, "/openai/v1/chat/completions", CHAT)
+        again, _ = post(scope, "/openai/v1/chat/completions", CHAT)
         usage = scope.end()
-    assert status == 429  # relayed after the last attempt: Inspect's own retry policy takes over
-    assert sleeps == [5.0, 5.0]
-    assert len(upstream.state.requests) == 3
-    assert usage.upstream_errors == 1 and usage.requests == 0
+    # Retry-After 3600 is capped at 5 s; the circuit opens at the 8th failure (35 s ≥ 20 s).
+    assert t.sleeps == [5.0] * 7
+    assert len(upstream.state.requests) == 8
+    assert status == again == 424  # neither the SDKs nor Inspect retry it
+    err = json.loads(data)["error"]
+    assert err["code"] == "provider_down"
+    assert "model provider openai is down: 8 consecutive failed calls over 35s" in err["message"]
+    assert "8× 429" in err["message"]
+    (trip,) = trips
+    assert trip.kind == "outage" and trip.failures == {"429": 8} and trip.upstream_calls == 8
+    assert gw.upstream_calls()["openai"] == 8
+    assert usage.retries == 7 and usage.requests == 0
+
+
+def test_a_provider_refusing_connections_opens_its_circuit(upstream):
+    import socket as socket_mod
+
+    closed = socket_mod.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: every connection is refused
+    t = FakeTime()
+    with (
+        gateway_on_fake_time(upstream, t, openai_base=f"http://127.0.0.1:{port}/v1") as gw,
+        gw.open_scope() as scope,
+    ):
+        scope.begin()
+        status, data = post(scope, "/openai/v1/chat/completions", CHAT)
+        scope.end()
+    assert status == 424
+    trip = gw.provider_trip
+    assert trip is not None and trip.kind == "outage" and trip.failures == {"ConnectError": trip.streak}
+    assert trip.streak >= 8 and trip.window_s >= 20.0
+    assert f"{trip.streak}× ConnectError" in json.loads(data)["error"]["message"]
+
+
+def test_a_refused_key_opens_the_circuit_at_once_naming_the_variable(upstream):
+    t = FakeTime()
+    trips = []
+    upstream.fail_next(5, 401)
+    with gateway_on_fake_time(upstream, t) as gw, gw.open_scope() as scope:
+        gw.on_provider_down(trips.append)
+        scope.begin()
+        status, data = post(scope, "/openai/v1/chat/completions", CHAT)
+        again, _ = post(scope, "/openai/v1/chat/completions", CHAT)
+        scope.end()
+    assert status == again == 424 and t.sleeps == []
+    assert len(upstream.state.requests) == 1  # not retried, and nothing more is sent
+    (trip,) = trips
+    assert trip.kind == "auth" and trip.hint() is not None and "OPENAI_API_KEY" in trip.hint()
+    assert "model provider openai refused the key in OPENAI_API_KEY: HTTP 401" in json.loads(data)["error"]["message"]
+    assert KEY not in data.decode()
+
+
+def test_a_few_failures_then_success_close_the_circuit_again(upstream):
+    t = FakeTime()
+    upstream.fail_next(4, 500)
+    with gateway_on_fake_time(upstream, t) as gw, gw.open_scope() as scope:
+        scope.begin()
+        status, _ = post(scope, "/openai/v1/chat/completions", CHAT)
+        later, _ = post(scope, "/openai/v1/chat/completions", CHAT)
+        scope.end()
+    assert status == later == 200
+    assert gw.provider_trip is None and not gw.circuits["openai"].failing
+    assert len(t.sleeps) == 4  # one probe per backoff step, then straight through
 
 
 def test_requests_in_flight_per_provider_are_bounded(upstream):

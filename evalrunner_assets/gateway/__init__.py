@@ -5,9 +5,11 @@ See :mod:`evalrunner_assets.gateway._gateway` for what it does and
 """
 
 from evalrunner_assets.gateway._backend import GatewayBackend, with_gateway
+from evalrunner_assets.gateway._circuit import CircuitTrip, ProviderCircuit
 from evalrunner_assets.gateway._gateway import (
     BUDGET_STATUS,
     GATEWAY_ENV_NAMES,
+    PROVIDER_DOWN_STATUS,
     PROVIDERS,
     SANDBOX_GATEWAY_PORT,
     GatewayError,
@@ -21,14 +23,17 @@ from evalrunner_assets.gateway._gateway import (
 
 __all__ = [
     "BUDGET_STATUS",
+    "CircuitTrip",
     "GATEWAY_ENV_NAMES",
     "PROVIDERS",
+    "PROVIDER_DOWN_STATUS",
     "SANDBOX_GATEWAY_PORT",
     "GatewayBackend",
     "GatewayError",
     "GatewaySettings",
     "GatewayUsage",
     "ModelGateway",
+    "ProviderCircuit",
     "Scope",
     "provider_of",
     "start_gateway",

@@ -12,11 +12,18 @@ the token, replaces it with the real key and forwards the request upstream.
 On the way it
 - meters every response's usage (tokens per model, and cost from the price table) into the
   scope's current window (:meth:`Scope.end` returns the window's :class:`GatewayUsage`);
-- enforces a dollar budget shared by all scopes: once spent, requests are refused with HTTP 402
-  and a message saying so, and the window's usage counts the refusals (the pipeline records a
-  budget stop, not an agent failure);
-- retries upstream 429 and 5xx answers (and connection errors) with exponential backoff,
-  honouring ``Retry-After`` up to ``max_retry_wait_s``, at most ``max_retries`` times;
+- enforces a dollar budget shared by all scopes: every upstream attempt is checked after it
+  has taken its concurrency slot, so once the spend reaches the budget no call starts and the
+  overshoot is at most the calls already in flight (``max_concurrency`` per provider, each
+  costing what it costs); refused requests get HTTP 402 and a message saying so, and the
+  window's usage counts the refusals (the pipeline records a budget stop, not an agent failure);
+- retries upstream 408/409/429/5xx answers and connection errors itself, through the
+  provider's circuit (``gateway/_circuit.py``: one probe at a time while the provider fails,
+  honouring ``Retry-After`` up to ``max_retry_wait_s``; open on a persistent outage or a
+  refused key), and answers the sandbox with a status nobody retries (424, ``x-should-retry:
+  false``) once it gives up, so retries are made once, not multiplied by the SDK's and
+  Inspect's own. A request is retried until the provider answers or its circuit opens; only
+  while other calls succeed does one request give up after ``max_retries``;
 - bounds the requests in flight to each provider (a semaphore per provider).
 
 Streams (``"stream": true``) are relayed chunk by chunk; their usage is read from the
@@ -48,11 +55,23 @@ from typing import Any
 import httpx
 
 from evalrunner_assets.execution.sandbox import Channel
+from evalrunner_assets.gateway._circuit import (
+    AUTH_STATUSES,
+    TRIP_AFTER_S,
+    TRIP_FAILURES,
+    CircuitOpen,
+    CircuitTrip,
+    ProviderCircuit,
+)
 from evalrunner_assets.pipeline.pricing import PriceTable
 
 # The loopback port the gateway has inside every sandbox (each sandbox has its own loopback).
 SANDBOX_GATEWAY_PORT = 18400
 BUDGET_STATUS = 402
+# What a sandbox is answered when the gateway gives up on the provider (its circuit is open, or
+# one request kept failing): a status neither the SDKs nor Inspect retry, so retries are made
+# once, here, and never multiplied by the sandbox's own.
+PROVIDER_DOWN_STATUS = 424
 
 
 class GatewayError(RuntimeError):
@@ -136,6 +155,11 @@ class GatewaySettings:
     max_retry_wait_s: float = 30.0  # longest single wait (a longer Retry-After is capped)
     backoff_base_s: float = 0.5
     timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0  # a provider that does not accept connections fails fast
+    # The provider's circuit (gateway/_circuit.py): open after this many consecutive failed
+    # attempts spanning at least this long, with no success in between.
+    trip_failures: int = TRIP_FAILURES
+    trip_after_s: float = TRIP_AFTER_S
     prices: PriceTable | None = None
 
     @classmethod
@@ -154,6 +178,11 @@ class GatewaySettings:
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
             raise GatewayError(f"gateway concurrency must be at least 1, got {self.max_concurrency}")
+        if self.trip_failures < 1 or not (self.trip_after_s >= 0):
+            raise GatewayError(
+                f"the gateway's circuit needs at least 1 failure and a non-negative window, got "
+                f"{self.trip_failures} and {self.trip_after_s!r}s"
+            )
         if self.max_retries < 0:
             raise GatewayError(f"gateway retries must be 0 or more, got {self.max_retries}")
         if self.budget_usd is not None and not (self.budget_usd >= 0):
@@ -206,6 +235,7 @@ class _Budget:
     def __init__(self, limit_usd: float | None) -> None:
         self.limit = limit_usd
         self.spent = 0.0
+        self.unpriced = 0  # answered calls whose cost is unknown (no price): the spend is a floor
         self.lock = threading.Lock()
 
     def spent_out(self) -> bool:
@@ -213,8 +243,10 @@ class _Budget:
             return self.limit is not None and self.spent >= self.limit
 
     def charge(self, cost: float | None) -> None:
-        if cost is not None:
-            with self.lock:
+        with self.lock:
+            if cost is None:
+                self.unpriced += 1
+            else:
                 self.spent += cost
 
 
@@ -346,6 +378,12 @@ class Scope:
 
     # -- accounting (called by the handler) ------------------------------------------------------
 
+    @property
+    def live(self) -> bool:
+        """Whether a window of this scope is running (its calls are still wanted)."""
+        with self._lock:
+            return self._active and not self._closed
+
     def authorised(self, presented: str) -> bool:
         with self._lock:
             return self._active and hmac.compare_digest(presented.encode(), self.token.encode())
@@ -358,6 +396,8 @@ class Scope:
 
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    # A sandbox's samples connect many at once; socketserver's backlog of 5 refuses the rest.
+    request_queue_size = 128
 
     def __init__(self, path: str, handler: type, scope: Scope) -> None:
         self.scope = scope
@@ -410,7 +450,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     # -- answers -------------------------------------------------------------------------------
 
-    def _refuse(self, status: int, message: str, *, count: bool = True, budget: bool = False) -> None:
+    def _refuse(
+        self, status: int, message: str, *, count: bool = True, budget: bool = False, kind: str = "gateway_error"
+    ) -> None:
         if count:
             self.server.scope.record(
                 lambda u: setattr(
@@ -419,10 +461,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     getattr(u, "budget_refusals" if budget else "refused") + 1,
                 )
             )
-        err_type = "budget_exceeded" if budget else "gateway_error"
+        err_type = "budget_exceeded" if budget else kind
         body = json.dumps({"type": "error", "error": {"message": message, "type": err_type, "code": err_type}}).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
+        self.send_header("x-should-retry", "false")  # the gateway's answer is final: SDKs obey this
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -437,6 +480,7 @@ class ModelGateway:
         *,
         socket_dir: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings or GatewaySettings.from_env()
         self.prices = self.settings.prices or PriceTable.default()
@@ -446,9 +490,27 @@ class ModelGateway:
         os.chmod(self.socket_dir, 0o700)
         self._sleep = sleep
         self._slots = {name: threading.BoundedSemaphore(self.settings.max_concurrency) for name in PROVIDERS}
+        timeout = httpx.Timeout(
+            self.settings.timeout_s, connect=min(self.settings.connect_timeout_s, self.settings.timeout_s)
+        )
         self._clients = {
-            name: httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False, trust_env=False)
-            for name in PROVIDERS
+            name: httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) for name in PROVIDERS
+        }
+        # Each provider's health across the whole comparison (every scope's calls).
+        self._down_listeners: list[Callable[[CircuitTrip], None]] = []
+        self.circuits = {
+            p.name: ProviderCircuit(
+                p.name,
+                p.key_env,
+                trip_failures=self.settings.trip_failures,
+                trip_after_s=self.settings.trip_after_s,
+                base_s=self.settings.backoff_base_s,
+                max_wait_s=self.settings.max_retry_wait_s,
+                clock=clock,
+                sleep=sleep,
+                on_open=self._provider_down,
+            )
+            for p in PROVIDERS.values()
         }
         self._scopes: set[Scope] = set()
         self._lock = threading.Lock()
@@ -501,6 +563,31 @@ class ModelGateway:
                     None if tm["cost_usd"] is None or m["cost_usd"] is None else tm["cost_usd"] + m["cost_usd"]
                 )
 
+    def on_provider_down(self, listener: Callable[[CircuitTrip], None]) -> None:
+        """Call ``listener(trip)`` (from a gateway thread) when a provider's circuit opens; at once
+        if one is open already."""
+        with self._lock:
+            self._down_listeners.append(listener)
+        trip = self.provider_trip
+        if trip is not None:
+            listener(trip)
+
+    def _provider_down(self, trip: CircuitTrip) -> None:
+        with self._lock:
+            listeners = list(self._down_listeners)
+        for listener in listeners:
+            listener(trip)
+
+    @property
+    def provider_trip(self) -> CircuitTrip | None:
+        """The first provider circuit that opened, if any."""
+        trips = [c.trip for c in self.circuits.values() if c.trip is not None]
+        return min(trips, key=lambda t: t.opened_at) if trips else None
+
+    def upstream_calls(self) -> dict[str, int]:
+        """Upstream attempts per provider so far (retries included)."""
+        return {name: c.upstream_calls for name, c in self.circuits.items()}
+
     @property
     def budget_spent(self) -> bool:
         return self.budget.spent_out()
@@ -508,6 +595,11 @@ class ModelGateway:
     @property
     def spent_usd(self) -> float:
         return self.budget.spent
+
+    @property
+    def spend_known(self) -> bool:
+        """Whether every call answered so far had a price (else ``spent_usd`` is a floor)."""
+        return self.budget.unpriced == 0
 
     def close(self) -> None:
         with self._lock:
@@ -532,13 +624,8 @@ class ModelGateway:
             return None
         return (tokens.get("input_tokens", 0) * price[0] + tokens.get("output_tokens", 0) * price[1]) / 1e6
 
-    def _backoff(self, attempt: int, retry_after: str | None) -> float:
-        wait = None
-        if retry_after:
-            try:
-                wait = max(0.0, float(retry_after))
-            except ValueError:
-                wait = None  # an HTTP date: fall back to our own backoff
+    def _backoff(self, attempt: int, retry_after_s: float | None) -> float:
+        wait = retry_after_s
         if wait is None:
             wait = self.settings.backoff_base_s * (2**attempt) * (0.5 + random.random() / 2)
         return min(wait, self.settings.max_retry_wait_s)
@@ -562,48 +649,95 @@ class ModelGateway:
                 400, f"model {model!r} has no price, so the budget cannot be enforced; add it to $EVALRUNNER_PRICES"
             )
             return
-        if self.budget.spent_out():
-            h._refuse(
-                BUDGET_STATUS,
-                f"evalrunner model budget of ${self.settings.budget_usd:g} is spent "
-                f"(${self.budget.spent:.4f} used); no more model calls in this comparison",
-                budget=True,
-            )
-            return
         headers = {k: v for k, v in h.headers.items() if k.lower() in _FORWARD_HEADERS}
         headers.update(provider.upstream_headers(key))
         url = self.settings.bases[provider.name].rstrip("/") + sub
         client = self._clients[provider.name]
+        circuit = self.circuits[provider.name]
         with self._slot(provider.name):
             attempt = 0
+            successes_then: int | None = None  # the circuit's successes at this request's first failure
+            failed_at, own_wait = 0.0, 0.0
             while True:
+                try:
+                    admission = circuit.admit(lambda: scope.live)
+                except CircuitOpen as exc:
+                    h._refuse(
+                        PROVIDER_DOWN_STATUS, f"evalrunner model gateway: {exc}", count=False, kind="provider_down"
+                    )
+                    return
+                if admission is None:
+                    return  # the window ended while this request waited: nobody reads the answer
+                if attempt:
+                    gap = max(admission.waited_s + own_wait, time.monotonic() - failed_at)
+                    scope.record(functools.partial(_add_retry, wait=round(gap, 3)))
+                # Checked for every attempt, after the slot is taken: once the budget is spent no
+                # call starts, so the overshoot is bounded by the calls already in flight.
+                if self.budget.spent_out():
+                    circuit.release(admission)
+                    self._refuse_budget(h)
+                    return
+                failure: tuple[str, float | None] | None = None
                 try:
                     resp = client.send(client.build_request("POST", url, headers=headers, content=body), stream=True)
                 except httpx.HTTPError as exc:
-                    if attempt < self.settings.max_retries:
-                        wait = self._backoff(attempt, None)
-                        scope.record(functools.partial(_add_retry, wait=wait))
-                        self._sleep(wait)
-                        attempt += 1
-                        continue
+                    failure = (type(exc).__name__, None)
+                else:
+                    if resp.status_code in AUTH_STATUSES:
+                        detail = _error_code(resp)
+                        resp.close()
+                        circuit.refused_key(resp.status_code, detail)
+                        scope.record(lambda u: setattr(u, "upstream_errors", u.upstream_errors + 1))
+                        trip = circuit.trip
+                        h._refuse(
+                            PROVIDER_DOWN_STATUS,
+                            f"evalrunner model gateway: {trip.describe() if trip else provider.name}",
+                            count=False,
+                            kind="provider_down",
+                        )
+                        return
+                    if resp.status_code in _RETRY_STATUSES:
+                        failure = (str(resp.status_code), _retry_after_s(resp.headers.get("retry-after")))
+                        resp.read()
+                        resp.close()
+                    else:
+                        circuit.success()
+                if failure is None:
+                    break
+                circuit.failure(admission, *failure)
+                failed_at = time.monotonic()
+                if successes_then is None:
+                    successes_then = circuit.successes
+                if attempt >= self.settings.max_retries and circuit.successes != successes_then:
+                    # Other calls to the provider succeed meanwhile: this request alone keeps
+                    # failing. It is answered (not retried by the sandbox's SDK or Inspect).
                     scope.record(lambda u: setattr(u, "upstream_errors", u.upstream_errors + 1))
                     h._refuse(
-                        502, f"the model gateway could not reach {provider.name}: {type(exc).__name__}", count=False
+                        PROVIDER_DOWN_STATUS,
+                        f"evalrunner model gateway: {provider.name} answered {failure[0]} to this request "
+                        f"{attempt + 1} times while other calls succeeded",
+                        count=False,
+                        kind="upstream_failed",
                     )
                     return
-                if resp.status_code in _RETRY_STATUSES and attempt < self.settings.max_retries:
-                    wait = self._backoff(attempt, resp.headers.get("retry-after"))
-                    resp.read()
-                    resp.close()
-                    scope.record(functools.partial(_add_retry, wait=wait))
-                    self._sleep(wait)
-                    attempt += 1
-                    continue
-                break
+                attempt += 1
+                own_wait = 0.0
+                if not circuit.failing:
+                    # Another call succeeded since: this request backs off on its own.
+                    own_wait = self._backoff(attempt - 1, failure[1])
+                    self._sleep(own_wait)
             try:
                 self._relay(h, scope, provider, model, resp, stream)
             finally:
                 resp.close()
+
+    def _refuse_budget(self, h: _Handler) -> None:
+        h._refuse(
+            BUDGET_STATUS,
+            f"evalrunner model budget of ${self.settings.budget_usd:g} is spent "
+            f"(${self.budget.spent:.4f} used); no more model calls in this comparison",
+            budget=True,
+        )
 
     def _relay(
         self, h: _Handler, scope: Scope, provider: Provider, model: str, resp: httpx.Response, stream: bool
@@ -680,6 +814,28 @@ class ModelGateway:
 
     def _slot(self, name: str) -> ModelGateway._SlotCtx:
         return ModelGateway._SlotCtx(self, name)
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (an HTTP date is left to our own backoff)."""
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
+
+
+def _error_code(resp: httpx.Response) -> str:
+    """A refusal's error type/code (``invalid_api_key``), never its message: a provider may echo
+    part of the key there."""
+    try:
+        data = json.loads(resp.read()[:65536])
+    except (ValueError, httpx.HTTPError):
+        return ""
+    err = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(err, dict):
+        return ""
+    parts = [str(err[k]) for k in ("type", "code") if isinstance(err.get(k), str) and err.get(k)]
+    return " ".join(dict.fromkeys(p[:60] for p in parts if p.replace("_", "").isalnum()))
 
 
 def _add_retry(u: GatewayUsage, wait: float) -> None:

@@ -56,6 +56,7 @@ from evalrunner_assets.pipeline.windows import (
     run_task_windows,
     session_config,
 )
+from evalrunner_assets.report.markdown import format_usd
 from lake import LAYOUT, Window, integrity
 from lake.storage import LakeUnavailable, LakeWriteError
 
@@ -263,13 +264,27 @@ def _gateway_model(request: ComparisonRequest, resources: dict[str, Any], the_la
 def gateway_summary(gateway: ModelGateway) -> dict[str, Any]:
     """What the comparison sent through the model gateway (closed scopes; all of them by the
     time the warm pool has closed)."""
+    trip = gateway.provider_trip
     return {
         **gateway.total.to_dict(),
         "budget_usd": gateway.settings.budget_usd,
         "spent_usd": round(gateway.spent_usd, 9),
+        "spend_known": gateway.spend_known,
+        "upstream_calls": gateway.upstream_calls(),
         "max_in_flight": dict(gateway.max_in_flight),
         "max_concurrency": gateway.settings.max_concurrency,
+        **({"provider_down": trip.to_dict()} if trip is not None else {}),
     }
+
+
+def with_metered_spend(result: ComparisonDocument, gateway: ModelGateway | None) -> ComparisonDocument:
+    """A comparison served by the model gateway shows the spend the gateway metered (every call,
+    of landed windows or not, the grader's included: the number the budget is held to), so the
+    terminal, the document, the comment and the check run all show the same number."""
+    if gateway is not None:
+        result.spend_usd = round(gateway.spent_usd, 6)
+        result.spend_known = gateway.spend_known
+    return result
 
 
 def _sandbox_counts(backend: Any) -> dict[str, Any]:
@@ -426,6 +441,10 @@ class ComparisonEngine:
         self.outcomes: dict[tuple[str, str], list[WindowOutcome]] = {}
         self.live_tasks: set[str] = set()  # undecided tasks: planned or in flight, on either arm
         self.finished: set[tuple[str, str]] = set()
+        if gateway is not None:
+            # A provider whose circuit opens (down, or refusing the key) stops the comparison at
+            # once: the scheduler sees ``stop``, kills every sandbox, and ``conclude`` says why.
+            gateway.on_provider_down(lambda trip: self.stop.set())
 
     # --- reading the state ----------------------------------------------------------------------
 
@@ -695,7 +714,7 @@ class ComparisonEngine:
                     runtime_digest=self.runtime,
                     cache=self._assess_cache,
                 ).result
-            saved = save_comparison(self.lake, result)
+            saved = save_comparison(self.lake, with_metered_spend(result, self.gateway))
             self.recorder.comparison_saved(saved)
             self.report(step)
         except (LakeUnavailable, LakeWriteError, ComparisonFailed, KeyboardInterrupt):
@@ -756,6 +775,18 @@ class ComparisonEngine:
     def conclude(self) -> ComparisonDocument:
         """The verdict once no window is left to run, or the reason the comparison stopped."""
         request, scheduler, gateway = self.request, self.scheduler, self.gateway
+        provider_trip = gateway.provider_trip if gateway is not None else None
+        if provider_trip is not None:
+            # The model provider is down or refused the key: no verdict, whatever landed before.
+            result = self.finish("stopped", provider_trip.describe())
+            self.report(Step("report", f"report:{request.key}:stopped"))
+            self.recorder.close(wait=True)
+            raise ComparisonStopped(
+                provider_trip.describe(),
+                result,
+                user_error=provider_trip.kind == "auth",
+                hint=provider_trip.hint(),
+            )
         trip = scheduler.breaker.trip
         if trip is not None:
             result = self.finish("stopped", trip.describe())
@@ -776,7 +807,7 @@ class ComparisonEngine:
         if gateway is not None and (budget_stops or (gateway.budget_spent and self.assess().next_windows)):
             result = self.finish(
                 "budget_spent",
-                f"the model budget of ${request.budget_usd:g} was spent (${gateway.spent_usd:.4f}); "
+                f"the model budget of ${request.budget_usd:g} was spent ({format_usd(gateway.spent_usd)}); "
                 f"{len(budget_stops)} window(s) stopped, nothing more was run",
                 sandbox_counts=False,
             )
@@ -823,10 +854,16 @@ class ComparisonEngine:
             # Not a decision: the evidence stops here. INCONCLUSIVE, as for a failed task.
             result.verdict = "INCONCLUSIVE"
             result.final_verdict.verdict = "INCONCLUSIVE"
-        if self.scheduler.breaker.trip is not None:
+        provider_trip = self.gateway.provider_trip if self.gateway is not None else None
+        if provider_trip is not None:
+            result.breaker = provider_trip.to_dict()
+        elif self.scheduler.breaker.trip is not None:
             result.breaker = self.scheduler.breaker.trip.to_dict()
+        with_metered_spend(result, self.gateway)
         counts = _sandbox_counts(self.backend) if sandbox_counts else {}
         result.execution = {**self.scheduler.summary(), "status": status, "reason": reason, **counts}
+        if self.gateway is not None:
+            result.execution["gateway"] = gateway_summary(self.gateway)
         assess_mod.save_result(self.lake, result)
         self.write_execution(result.execution)
         return result

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
-from evalrunner_assets.report.checks import broken_detail, broken_on_both_detail
+from evalrunner_assets.report.checks import broken_detail, broken_on_both_detail, stopped_title
 from lake import LAYOUT
 
 CHECK_RUN_NAME = "evalrunner / evals"
@@ -80,6 +80,8 @@ def write_report(the_lake: Any, result: ComparisonDocument, poster: ReportPoster
         detail=broken_detail(result) or broken_on_both_detail(result),
         action_required=bool(result.final_verdict.broken_on_both),
     )
+    if result.status == "stopped" and result.stopped_reason:
+        title = stopped_title(result.stopped_reason)  # no verdict: say why instead
     check = {
         "name": CHECK_RUN_NAME,
         "head_sha": head,

@@ -82,3 +82,11 @@ def broken_on_both_detail(result: ComparisonDocument) -> str | None:
         return None
     more = f" (+{len(both) - 1} more)" if len(both) > 1 else ""
     return f"{both[0]} is broken on both this PR and its base{more}: fix the task"
+
+
+def stopped_title(reason: str) -> str:
+    """The check run's title for a comparison that stopped without a verdict (the model provider
+    down, the outage breaker, the lake): ``could not evaluate: <reason>``."""
+    line = " ".join(str(reason).split())
+    title = f"could not evaluate: {line}"
+    return title if len(title) <= TITLE_LIMIT else title[: TITLE_LIMIT - 1] + "…"

@@ -26,6 +26,8 @@ _LABEL = {
     "inconclusive": "inconclusive",
     "broken": "**broken**",
 }
+# Ends that are not a verdict, as the comment's first line names them.
+_ENDED_EARLY = {"stopped": "Could not evaluate", "budget_spent": "Budget spent"}
 BAR_CELLS = 21  # odd, so zero sits in the middle cell
 BAR_SCALE = 0.5  # the bar spans Δ in [-0.5, +0.5]; intervals beyond are clipped with an arrow
 
@@ -38,10 +40,14 @@ def _fmt_delta(x: float | None) -> str:
     return "–" if x is None else f"{x:+.2f}"
 
 
-def _fmt_money(x: float | None) -> str:
+def format_usd(x: float | None) -> str:
+    """A dollar amount as every report shows it (terminal, comment, check run, stop reasons)."""
     if x is None:
         return "unknown"
     return f"${x:,.2f}" if x >= 0.01 else f"${x:,.4f}"
+
+
+_fmt_money = format_usd
 
 
 def _cell(text: object) -> str:
@@ -110,6 +116,8 @@ def render_comment(result: ComparisonDocument, *, marker: str = MARKER) -> str:
             "",
         ]
     reasons = [r for r in result.final_verdict.reasons if r]
+    if result.status in _ENDED_EARLY and result.stopped_reason:
+        lines += [f"> **{_ENDED_EARLY[result.status]}:** {' '.join(result.stopped_reason.split())}", ""]
     if verdict != "RUNNING" and reasons:
         lines += [f"> {r}" for r in reasons] + [""]
 
@@ -350,6 +358,8 @@ def render_summary(result: ComparisonDocument) -> str:
         out.append(f"  not landed: {extra}")
     # A task the PR added or removed (or affinity skipped) is in no row above: say so.
     out += [f"  {title[0].lower()}{title[1:]}: {', '.join(names)}" for names, title in _task_lists(result) if names]
+    if result.status in _ENDED_EARLY and result.stopped_reason:
+        out.append(f"  {_ENDED_EARLY[result.status].lower()}: {' '.join(result.stopped_reason.split())}")
     out += [f"  new: {t} {text}" for t, text in new_task_lines(result, markdown=False)]
     if result.verdict != "RUNNING":
         # Why, in the same words as the PR comment: limits, failures and errors the agent raised.
