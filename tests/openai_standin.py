@@ -37,6 +37,7 @@ class _Fault:
 class StandInState:
     faults: list[_Fault] = field(default_factory=list)
     always: _Fault | None = None  # every request fails so (after the queued faults)
+    by_model: dict[str, _Fault] = field(default_factory=dict)  # requests naming this model fail so
     requests: list[dict[str, Any]] = field(default_factory=list)  # path, auth, model, status
     in_flight: int = 0
     max_in_flight: int = 0
@@ -83,7 +84,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with state.lock:
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
-            fault = state.faults.pop(0) if state.faults else state.always
+            fault = state.by_model.get(str(body.get("model")))
+            if fault is None:
+                fault = state.faults.pop(0) if state.faults else state.always
             self._record: dict[str, Any] = {
                 "path": self.path,
                 "authorization": self.headers.get("authorization"),
@@ -308,6 +311,11 @@ class OpenAIStandIn:
         """Answer every request with ``status`` from now on (None: answer normally again)."""
         with self.state.lock:
             self.state.always = None if status is None else _Fault(status, retry_after)
+
+    def fail_model(self, model: str, status: int) -> None:
+        """Answer every request naming ``model`` with ``status`` (one request that always fails)."""
+        with self.state.lock:
+            self.state.by_model[model] = _Fault(status, None)
 
     def statuses_since(self, start: int) -> list[int]:
         """The statuses answered to the requests after the first ``start``."""

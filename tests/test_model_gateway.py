@@ -267,6 +267,66 @@ def test_a_few_failures_then_success_close_the_circuit_again(upstream):
     assert len(t.sleeps) == 4  # one probe per backoff step, then straight through
 
 
+def test_while_a_provider_fails_its_calls_go_one_at_a_time_until_the_circuit_opens(upstream):
+    t = FakeTime()
+    upstream.fail_always(500)
+    hold = upstream.state.hold = threading.Event()
+    results: list[int] = []
+    with gateway_on_fake_time(upstream, t, max_concurrency=6) as gw, gw.open_scope() as scope:
+        scope.begin()
+        threads = [
+            threading.Thread(target=lambda: results.append(post(scope, "/openai/v1/chat/completions", CHAT)[0]))
+            for _ in range(6)
+        ]
+        for th in threads:
+            th.start()
+        for _ in range(6):  # all six reach the provider before it answers the first
+            assert upstream.state.arrived.acquire(timeout=60)
+        upstream.state.hold = None
+        hold.set()
+        for th in threads:
+            th.join(timeout=60)
+        scope.end()
+    assert results == [424] * 6
+    trip = gw.provider_trip
+    assert trip is not None and trip.window_s >= 20.0
+    # Six calls failed at once; after them one probe at a time until the failures span 20 s
+    # (spaced 0.5, 1, 2, 4, 4 … s less at most a quarter of jitter: at most 9 probes) — not six
+    # requests each retrying on its own (6 × 5 = 30 calls).
+    assert len(upstream.state.requests) == trip.streak == gw.upstream_calls()["openai"]
+    assert trip.streak <= 6 + 9, trip.streak
+    assert len(t.sleeps) == trip.streak - 6
+
+
+def test_one_request_that_keeps_failing_while_others_succeed_gives_up_after_its_retries(upstream):
+    upstream.fail_model("gpt-poison", 500)
+    stop = threading.Event()
+    with gateway_for(upstream, max_retries=2, backoff_base_s=0.01) as gw, gw.open_scope() as scope:
+        scope.begin()
+
+        def others() -> None:
+            while not stop.is_set():
+                post(scope, "/openai/v1/chat/completions", CHAT)
+
+        background = threading.Thread(target=others)
+        background.start()
+        try:
+            status, data = post(scope, "/openai/v1/chat/completions", {**CHAT, "model": "gpt-poison"})
+        finally:
+            stop.set()
+            background.join(timeout=60)
+        scope.end()
+    assert status == 424
+    # Probes go to waiting requests in turn, so the others' answers end each of its failure
+    # streaks: it gives up after its own retries, and the provider is not taken for down.
+    assert (
+        "openai answered 500 to this request 3 times while other calls succeeded"
+        in json.loads(data)["error"]["message"]
+    )
+    assert [r["model"] for r in upstream.state.requests].count("gpt-poison") == 3
+    assert gw.provider_trip is None
+
+
 def test_requests_in_flight_per_provider_are_bounded(upstream):
     hold = upstream.state.hold = threading.Event()
     arrived = upstream.state.arrived

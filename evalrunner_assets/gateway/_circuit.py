@@ -23,6 +23,7 @@ answered at once, and ``on_open`` (the engine) is told, once, with the :class:`C
 from __future__ import annotations
 
 import random
+from collections import deque
 import threading
 import time
 from collections.abc import Callable
@@ -141,6 +142,7 @@ class ProviderCircuit:
         self._cond = threading.Condition()
         self._streak: _Streak | None = None
         self._probing = False  # an attempt of the streak is in flight
+        self._waiting: deque[object] = deque()  # requests waiting for their probe, in arrival order
         self._not_before = 0.0  # the next probe waits until then
         self.trip: CircuitTrip | None = None
         self.upstream_calls = 0
@@ -154,20 +156,28 @@ class ProviderCircuit:
         """Wait until an attempt may go upstream (its :class:`Admission`), or None (no attempt)
         when ``alive()`` turns False while waiting (the window that asked has ended). Raises
         :class:`CircuitOpen` once the circuit is open."""
+        ticket = object()
         with self._cond:
-            while True:
-                if self.trip is not None:
-                    raise CircuitOpen(self.trip)
-                if not alive():
-                    return None
-                if self._streak is None:
-                    self.upstream_calls += 1
-                    return Admission(0.0, probe=False)
-                if not self._probing:
-                    self._probing = True  # this request is the next probe
-                    wait = round(max(0.0, self._not_before - self._clock()), 3)
-                    break
-                self._cond.wait(timeout=0.5)
+            self._waiting.append(ticket)
+            try:
+                while True:
+                    if self.trip is not None:
+                        raise CircuitOpen(self.trip)
+                    if not alive():
+                        return None
+                    if self._streak is None:
+                        self.upstream_calls += 1
+                        return Admission(0.0, probe=False)
+                    # Probes go to waiting requests in turn: one request that alone keeps
+                    # failing goes to the back, so the others' answers can end the streak.
+                    if not self._probing and self._waiting[0] is ticket:
+                        self._probing = True  # this request is the next probe
+                        wait = round(max(0.0, self._not_before - self._clock()), 3)
+                        break
+                    self._cond.wait(timeout=0.5)
+            finally:
+                self._waiting.remove(ticket)
+                self._cond.notify_all()
         if wait > 0:
             self._sleep(wait)
         with self._cond:
