@@ -23,9 +23,9 @@ answered at once, and ``on_open`` (the engine) is told, once, with the :class:`C
 from __future__ import annotations
 
 import random
-from collections import deque
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
