@@ -60,3 +60,27 @@ def test_cancelled_windows_of_a_stopped_run_are_counted() -> None:
     note = not_landed_note(doc)
     assert note.startswith("1 window(s) failed on infrastructure after using 16 samples")
     assert note.endswith("1 window(s) cancelled mid-run (their use is unknown; they run again on resume)")
+
+
+def test_a_stopped_comparison_says_why_in_the_comment_the_summary_and_the_check_run_title(tmp_path) -> None:
+    from evalrunner_assets.pipeline.publish import write_report
+    from evalrunner_assets.report.markdown import render_comment, render_summary
+    from lake import open_lake
+
+    doc = document()
+    doc.status, doc.verdict = "stopped", "INCONCLUSIVE"
+    doc.final_verdict.verdict = "INCONCLUSIVE"
+    doc.stopped_reason = (
+        "model provider openai is down: 9 consecutive failed calls over 21s with no success in between "
+        "(6× 500, 3× 503)" + " and more" * 40
+    )
+    reason = doc.stopped_reason
+    assert f"> **Could not evaluate:** {reason}" in render_comment(doc)
+    assert f"could not evaluate: {reason}" in render_summary(doc)
+    check = write_report(open_lake(str(tmp_path / "lake")), doc).check
+    assert check["conclusion"] == "neutral"
+    assert check["title"].startswith("could not evaluate: model provider openai is down: 9 consecutive failed calls")
+    assert len(check["title"]) <= 200 and check["title"].endswith("…")
+    # A comparison that ran to its end keeps its verdict's title.
+    doc.status, doc.stopped_reason = "complete", None
+    assert write_report(open_lake(str(tmp_path / "lake")), doc).check["title"].startswith("inconclusive · ")
