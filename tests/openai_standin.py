@@ -37,6 +37,7 @@ class _Fault:
 class StandInState:
     faults: list[_Fault] = field(default_factory=list)
     always: _Fault | None = None  # every request fails so (after the queued faults)
+    always_after: int = 0  # … once this many requests have been answered
     by_model: dict[str, _Fault] = field(default_factory=dict)  # requests naming this model fail so
     requests: list[dict[str, Any]] = field(default_factory=list)  # path, auth, model, status
     in_flight: int = 0
@@ -86,7 +87,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
             fault = state.by_model.get(str(body.get("model")))
             if fault is None:
-                fault = state.faults.pop(0) if state.faults else state.always
+                down = state.always if len(state.requests) >= state.always_after else None
+                fault = state.faults.pop(0) if state.faults else down
             self._record: dict[str, Any] = {
                 "path": self.path,
                 "authorization": self.headers.get("authorization"),
@@ -307,10 +309,12 @@ class OpenAIStandIn:
         with self.state.lock:
             self.state.faults.extend(_Fault(status, retry_after) for _ in range(n))
 
-    def fail_always(self, status: int | None, retry_after: str | None = None) -> None:
-        """Answer every request with ``status`` from now on (None: answer normally again)."""
+    def fail_always(self, status: int | None, retry_after: str | None = None, *, after: int = 0) -> None:
+        """Answer every request with ``status`` from now on, or once ``after`` requests have come
+        (None: answer normally again)."""
         with self.state.lock:
             self.state.always = None if status is None else _Fault(status, retry_after)
+            self.state.always_after = after
 
     def fail_model(self, model: str, status: int) -> None:
         """Answer every request naming ``model`` with ``status`` (one request that always fails)."""
