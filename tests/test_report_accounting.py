@@ -80,7 +80,7 @@ def test_a_stopped_comparison_says_why_in_the_comment_the_summary_and_the_check_
     check = write_report(open_lake(str(tmp_path / "lake")), doc).check
     assert check["conclusion"] == "neutral"
     assert check["title"].startswith("could not evaluate: model provider openai is down: 9 consecutive failed calls")
-    assert len(check["title"]) <= 200 and check["title"].endswith("…")
+    assert len(check["title"]) <= 240 and check["title"].endswith("…")
     # A comparison that ran to its end keeps its verdict's title.
     doc.status, doc.stopped_reason = "complete", None
     assert write_report(open_lake(str(tmp_path / "lake")), doc).check["title"].startswith("inconclusive · ")
