@@ -850,8 +850,9 @@ class ComparisonEngine:
         result = self.assess().result
         result.status = status
         result.stopped_reason = reason
-        if result.verdict == "RUNNING":
-            # Not a decision: the evidence stops here. INCONCLUSIVE, as for a failed task.
+        if result.verdict == "RUNNING" or status == "stopped":
+            # Not a decision: the evidence stops here. INCONCLUSIVE, as for a failed task (a
+            # stopped comparison never has a verdict, whatever its decided tasks say).
             result.verdict = "INCONCLUSIVE"
             result.final_verdict.verdict = "INCONCLUSIVE"
         provider_trip = self.gateway.provider_trip if self.gateway is not None else None
