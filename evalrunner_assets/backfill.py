@@ -39,6 +39,53 @@ class BackfillResult:
     measured: int  # points measured by this backfill (the rest were already in the lake)
 
 
+def register_commits(
+    repo: str,
+    source: str,
+    *,
+    branch: str = "main",
+    since: str | None = None,
+    last: int | None = None,
+    every: int | None = None,
+    instance: dg.DagsterInstance | None = None,
+    resources: dict[str, Any] | None = None,
+) -> list[series.MainCommit]:
+    """Make the chosen commits of ``branch``'s first-parent history known as ``main_commits``
+    partitions (oldest first) without measuring anything, so a range can be selected and
+    backfilled from the UI. Returns the commits, oldest first."""
+    from evalrunner_assets.assets.recording import local_instance
+    from resources import default_resources
+
+    resources = resources or default_resources()
+    the_lake = resources["lake"].open()
+    resources["repos"].register(the_lake, repo, source)
+    chosen = _chosen(resources, the_lake, repo, branch, since=since, last=last, every=every)
+    instance = instance or local_instance()
+    keys = [commit_key(repo, c.sha) for c in chosen]
+    trim_main_commits(instance, keys)
+    add_partitions(instance, PARTITIONS, keys)
+    return chosen
+
+
+def _chosen(
+    resources: dict[str, Any],
+    the_lake: Any,
+    repo: str,
+    branch: str,
+    *,
+    since: str | None,
+    last: int | None,
+    every: int | None,
+) -> list[series.MainCommit]:
+    src = resources["repos"].source(the_lake, repo)
+    src.update()
+    history = series.history_of(src.first_parent_history(branch))
+    chosen = series.select_commits(history, since=since, last=last, every=every)
+    if not chosen:
+        raise BackfillError(f"no commit of {repo} {branch} matches the selection")
+    return chosen
+
+
 def run_backfill(
     repo: str,
     source: str,
@@ -60,12 +107,7 @@ def run_backfill(
     resources["repos"].register(the_lake, repo, source)
     settings = settings or series.SeriesSettings()
     series.save_settings(the_lake, repo, branch, settings)
-    src = resources["repos"].source(the_lake, repo)
-    src.update()
-    history = series.history_of(src.first_parent_history(branch))
-    chosen = series.select_commits(history, since=since, last=last, every=every)
-    if not chosen:
-        raise BackfillError(f"no commit of {repo} {branch} matches the selection")
+    chosen = _chosen(resources, the_lake, repo, branch, since=since, last=last, every=every)
     before = {
         c.sha
         for c in chosen

@@ -331,6 +331,23 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_series_register(args: argparse.Namespace) -> int:
+    from evalrunner_assets.backfill import register_commits
+
+    repo_id = _repo_id(args.repo, args.repo_id)
+    _check_repo_id(repo_id, args.repo)
+    commits = register_commits(
+        repo_id, args.repo, branch=args.branch, since=args.since, last=args.last, every=args.every
+    )
+    print(
+        f"{len(commits)} commit(s) of {repo_id} {args.branch} are main_commits partitions "
+        f"({commits[0].sha[:7]} … {commits[-1].sha[:7]}), none measured: select a range of the "
+        "cohort_series asset's partitions in the Dagster UI (`evalrunner serve`) and backfill it, "
+        "or run `evalrunner backfill` with the same selection"
+    )
+    return 0
+
+
 def _model_args(pairs: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -812,10 +829,27 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 
 
 def cmd_example_repo(args: argparse.Namespace) -> int:
-    from evalrunner_assets.example_repo import VARIANTS, build_example_candidates, build_example_repo
+    from evalrunner_assets.example_repo import (
+        VARIANTS,
+        ExampleRepoError,
+        build_example_candidates,
+        build_example_history,
+        build_example_repo,
+    )
 
     if args.candidates and args.variant:
-        raise SystemExit("evalrunner example-repo: --candidates builds its own branch; drop --variant")
+        raise UserError("--candidates builds its own branch; drop --variant")
+    if args.history:
+        if args.candidates or args.variant:
+            raise UserError("--history builds main's history alone; drop --candidates and --variant")
+        try:
+            commits = build_example_history(Path(args.dest))
+        except ExampleRepoError as exc:
+            raise UserError(str(exc), hint="give example-repo a new or empty directory") from exc
+        for c in commits:
+            print(f"{c.sha[:12]}  {c.kind:<12}  {c.message}")
+        print(f"{args.dest}: main has {len(commits)} commits (oldest first above)")
+        return 0
     ex = (
         build_example_candidates(Path(args.dest))
         if args.candidates
@@ -973,14 +1007,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fail_on(p, FAIL_ON_DEFAULT, "a merge gate for any CI runner")
     p.set_defaults(func=cmd_compare)
 
+    def add_commit_selection(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--repo", required=True, help="local path or clone URL")
+        p.add_argument("--repo-id", default=None, help="owner/name (default: from the URL, or local/<dir>)")
+        p.add_argument("--branch", default="main", help="the branch whose first-parent history is measured")
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--since", default=None, help="commits since this date (ISO, e.g. 2025-01-31)")
+        which.add_argument("--last", type=_count(1), default=None, help="the newest N commits")
+        which.add_argument("--every", type=_count(1), default=None, help="every K-th commit, counted back from the tip")
+
     p = add("backfill", help="measure a branch's history as a cohort series (one point per commit)")
-    p.add_argument("--repo", required=True, help="local path or clone URL")
-    p.add_argument("--repo-id", default=None, help="owner/name (default: from the URL, or local/<dir>)")
-    p.add_argument("--branch", default="main", help="the branch whose first-parent history is measured")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--since", default=None, help="commits since this date (ISO, e.g. 2025-01-31)")
-    which.add_argument("--last", type=int, default=None, help="the newest N commits")
-    which.add_argument("--every", type=int, default=None, help="every K-th commit, counted back from the tip")
+    add_commit_selection(p)
     p.add_argument(
         "--model",
         default=None,
@@ -999,6 +1036,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_count(0), default=0, help="sandboxes running at once (default: cores)")
     p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
     p.set_defaults(func=cmd_backfill)
+
+    p = add("series", help="the cohort series' commits: register a branch's history without measuring it")
+    series_sub = p.add_subparsers(dest="series_command", required=True)
+    q = series_sub.add_parser(
+        "register",
+        help="make a branch's first-parent commits known as main_commits partitions, measuring nothing",
+        description="Register the chosen commits as partitions of cohort_series (oldest first) so a range "
+        "can be selected and backfilled from the Dagster UI; nothing runs.",
+    )
+    add_commit_selection(q)
+    q.set_defaults(func=cmd_series_register)
 
     p = add("candidates", help="candidate configurations: add, list, measure (frontier + promotion gate)")
     actions = p.add_subparsers(dest="action", required=True)
@@ -1192,6 +1240,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--candidates",
         action="store_true",
         help="the repo for `candidates measure`: main with .evals/candidates.yaml, and improve-runbook",
+    )
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="the repo for the cohort series: main's 12-commit history with a planted regression and an "
+        "eval added to a cohort",
     )
     p.set_defaults(func=cmd_example_repo)
     return parser
