@@ -430,6 +430,9 @@ class ComparisonEngine:
         self.planning = {"calls": 0, "seconds": 0.0}  # measured, for the execution summary
         self.stop = stop or threading.Event()
         self.sigint = SigintCount()  # while run() runs on the main thread, Ctrl-C sets `stop`
+        # One document write at a time; once an end is saved (finish), a progress document still
+        # being assessed is not saved over it.
+        self._save_lock, self._ended = threading.Lock(), False
         # Worker threads live for the whole comparison: a warm sandbox dies with the thread that
         # opened it, and those opened while learning the commits serve the windows afterwards.
         n_workers = default_workers() if workers is None else workers
@@ -724,7 +727,9 @@ class ComparisonEngine:
             if step.kind == "compare":
                 self.compare(step)
 
-    def compare(self, step: Step) -> SavedComparison:
+    def compare(self, step: Step) -> SavedComparison | None:
+        """Save the comparison as assessed now and write its report; None when an end that is
+        not a verdict was saved first (this document would overwrite it)."""
         try:
             with self._assess_lock:  # the planning cache serves the detailed assessment too
                 result = assess_mod.assess(
@@ -734,9 +739,12 @@ class ComparisonEngine:
                     runtime_digest=self.runtime,
                     cache=self._assess_cache,
                 ).result
-            saved = save_comparison(self.lake, result)
-            self.recorder.comparison_saved(saved)
-            self.report(step)
+            with self._save_lock:
+                if self._ended:
+                    return None
+                saved = save_comparison(self.lake, result)
+                self.recorder.comparison_saved(saved)
+                self.report(step)
         except (LakeUnavailable, LakeWriteError, ComparisonFailed, KeyboardInterrupt):
             raise
         except Exception as exc:
@@ -884,12 +892,9 @@ class ComparisonEngine:
             if learning:
                 cf.wait(learning, timeout=JOIN_SECONDS)
             self.window_threads.shutdown(wait=False, cancel_futures=True)
-            # A progress report under way would otherwise save its "running" document after
-            # the cancelled one.
+            # A progress report under way is not waited for: once the cancellation is saved it
+            # saves nothing (compare), and one writing now holds the save lock finish() takes.
             self.progress_thread.shutdown(wait=False, cancel_futures=True)
-            for f in self._progress:
-                if not f.cancelled():
-                    step("saving the comparison for progress", functools.partial(f.result, timeout=JOIN_SECONDS))
             step("stopping the recording", functools.partial(self.recorder.close, wait=False))
             step("closing the warm sandboxes", self._close_pool)
             if not step("saving the cancelled comparison", lambda: self.finish("cancelled", reason)):
@@ -897,6 +902,9 @@ class ComparisonEngine:
                 self._assess_cache = assess_mod.AssessCache()
                 if not step("assessing it afresh", lambda: self.finish("cancelled", reason)):
                     step("marking the saved comparison cancelled", lambda: self.mark_cancelled(reason))
+            for f in self._progress:
+                if f.done() and not f.cancelled():
+                    step("saving the comparison for progress", f.result)
         return ComparisonCancelled(reason, errors)
 
     def _cancel_reason(self, during: str, cause: BaseException | None) -> str:
@@ -918,8 +926,10 @@ class ComparisonEngine:
             result.verdict = "INCONCLUSIVE"
             result.final_verdict.verdict = "INCONCLUSIVE"
         result.execution = {**(result.execution or {}), "status": "cancelled", "reason": reason}
-        assess_mod.save_result(self.lake, result)
-        self.write_execution(result.execution)
+        with self._save_lock:
+            self._ended = True
+            assess_mod.save_result(self.lake, result)
+            self.write_execution(result.execution)
         return result
 
     def finish(self, status: Status, reason: str, *, sandbox_counts: bool = True) -> ComparisonDocument:
@@ -935,8 +945,10 @@ class ComparisonEngine:
             result.breaker = self.scheduler.breaker.trip.to_dict()
         counts = _sandbox_counts(self.backend) if sandbox_counts else {}
         result.execution = {**self.scheduler.summary(), "status": status, "reason": reason, **counts}
-        assess_mod.save_result(self.lake, result)
-        self.write_execution(result.execution)
+        with self._save_lock:
+            self._ended = True
+            assess_mod.save_result(self.lake, result)
+            self.write_execution(result.execution)
         return result
 
     def write_execution(self, execution: dict[str, Any]) -> None:
