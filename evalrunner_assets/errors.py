@@ -309,6 +309,13 @@ def explain(exc: BaseException, command: str) -> Explanation:
             text = "cancelled; every sandbox was stopped, completed windows stay landed and the same command resumes"
         else:
             text = "cancelled"
+        # What failed while the cancellation was saved (the engine's ComparisonCancelled): shown,
+        # never swallowed, on one line.
+        failed: list[str] = next((errs for errs in (getattr(e, "save_errors", None) for e in chain(exc)) if errs), [])
+        if failed:
+            return Explanation(
+                EXIT_CANCELLED, (f"{prefix}: {text}", f"{prefix}: while cancelling, {_first_line('; '.join(failed))}")
+            )
         return Explanation(EXIT_CANCELLED, (f"{prefix}: {text}",))
     errors = list(chain(exc))
     where = next((w for w in (getattr(e, "where", None) for e in errors) if w), None)

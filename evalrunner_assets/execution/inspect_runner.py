@@ -616,10 +616,17 @@ def run_window_cold(
 class WarmTaskRunner:
     """A warm sandbox for one (commit, task): lists ids once, then runs windows in-process.
 
-    Use as a context manager; the session is closed (its process group killed) on exit."""
+    Use as a context manager; the session is closed (its process group killed) on exit. A set
+    ``cancel`` stops the start too (the worker takes seconds to import Inspect)."""
 
     def __init__(
-        self, backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, *, session_timeout: float = 120.0
+        self,
+        backend: SandboxBackend,
+        export: RepoExport,
+        cfg: TaskRunConfig,
+        *,
+        session_timeout: float = 120.0,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.backend, self.export, self.cfg = backend, export, cfg
         started = time.monotonic()
@@ -628,11 +635,11 @@ class WarmTaskRunner:
         )
         self.timings: dict[str, float] = {}
         self.listing: SampleListing | None = None
-        self._ready(session_timeout)
+        self._ready(session_timeout, cancel)
         self.timings["sandbox_start_s"] = time.monotonic() - started
 
-    def _ready(self, timeout: float) -> None:
-        result = self.session.call({"op": "ping"}, timeout=timeout)
+    def _ready(self, timeout: float, cancel: threading.Event | None) -> None:
+        result = self.session.call({"op": "ping"}, timeout=timeout, cancel=cancel)
         if result.status is not SandboxStatus.OK:
             self.close()
             raise InspectRunError(

@@ -62,9 +62,12 @@ class WarmPool:
         return (backend.name, backend.runtime_digest(), export.commit, export.path, export.tree_digest, _config_id(cfg))
 
     @contextmanager
-    def session(self, backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig) -> Iterator[WarmTaskRunner]:
-        """A warm runner for this (commit, task config), started if none is live. If the block
-        raises, the session is discarded (its state is unknown) rather than reused."""
+    def session(
+        self, backend: SandboxBackend, export: RepoExport, cfg: TaskRunConfig, cancel: threading.Event | None = None
+    ) -> Iterator[WarmTaskRunner]:
+        """A warm runner for this (commit, task config), started if none is live (``cancel``
+        stops the start: until it is up, :meth:`kill_all` cannot reach it). If the block raises,
+        the session is discarded (its state is unknown) rather than reused."""
         key = self._key(backend, export, cfg)
         to_close: list[_Entry] = []
         with self._lock:
@@ -79,7 +82,7 @@ class WarmPool:
         for old in to_close:
             old.runner.close()
         if entry is None:
-            runner = WarmTaskRunner(backend, export, cfg)
+            runner = WarmTaskRunner(backend, export, cfg, cancel=cancel)
             entry = _Entry(runner, export.commit, cfg.task)
             entry.in_use = True
             with self._lock:

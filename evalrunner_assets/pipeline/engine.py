@@ -17,13 +17,14 @@ window reads only what changed (:class:`~evalrunner_assets.pipeline.assess.Asses
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import functools
 import importlib
 import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from evalrunner_assets.discovery import DiscoveryError, read_agent_model
@@ -32,6 +33,7 @@ from evalrunner_assets.gateway import GatewayError, ModelGateway, provider_of, s
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, Status
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
+from evalrunner_assets.pipeline.interrupts import SigintCount, is_interrupt, sigint_ignored, sigint_sets
 from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
 from evalrunner_assets.pipeline.lease import ComparisonLease
 from evalrunner_assets.pipeline.loop import Step, next_steps
@@ -88,6 +90,18 @@ class ComparisonStopped(ComparisonFailed):
         # model), not an outage: the command reports it as a bad input.
         self.user_error = user_error
         self.hint = hint
+
+
+class ComparisonCancelled(KeyboardInterrupt):
+    """The comparison was cancelled (Ctrl-C, another handler's interrupt, or ``stop`` set by the
+    caller) and the cancellation saved: the document says ``status: "cancelled"`` (or, when the
+    state could not be assessed, the document saved before, marked so). ``save_errors``: one line
+    for each step of stopping and saving that failed, for the command to print."""
+
+    def __init__(self, reason: str, save_errors: Sequence[str] = ()) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.save_errors = list(save_errors)
 
 
 class Recorder(Protocol):
@@ -202,6 +216,13 @@ def run_comparison(
         raise
 
 
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """``exc`` as one line of at most ``limit`` characters: its type and first line."""
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def _lake_down(resources: dict[str, Any]) -> Exception | None:
     """The lake's fault if it cannot be reached now, else None."""
     try:
@@ -216,21 +237,7 @@ def lake_stopped(request: ComparisonRequest, resources: dict[str, Any], exc: Exc
     """The stopped outcome of a comparison whose lake failed. The document is saved when the
     lake takes it (e.g. a lake write failed but the lake is up), and returned either way."""
     reason = f"lake unavailable: {exc}" if isinstance(exc, LakeUnavailable) else f"lake write failed: {exc}"
-    result = ComparisonDocument.model_validate(
-        {
-            "schema_version": assess_mod.SCHEMA_VERSION,
-            "comparison": request.key,
-            "repo": request.repo,
-            "pr": request.pr,
-            "head_sha": request.head_sha,
-            "base_sha": request.base_sha,
-            "status": "stopped",
-            "verdict": "INCONCLUSIVE",
-            "stopped_reason": reason,
-            "final_verdict": {"verdict": "INCONCLUSIVE", "reasons": [reason], "p_improvement": None},
-            "tasks": {},
-        }
-    )
+    result = bare_document(request, "stopped", reason)
     try:
         the_lake = resources["lake"].open()
         saved = assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)
@@ -242,6 +249,26 @@ def lake_stopped(request: ComparisonRequest, resources: dict[str, Any], exc: Exc
     except (LakeUnavailable, LakeWriteError):
         pass  # the lake is down: the caller prints the outcome
     return ComparisonStopped(reason, result)
+
+
+def bare_document(request: ComparisonRequest, status: Status, reason: str) -> ComparisonDocument:
+    """A document that ended (``status``, ``reason``) with nothing assessed: no tasks,
+    INCONCLUSIVE."""
+    return ComparisonDocument.model_validate(
+        {
+            "schema_version": assess_mod.SCHEMA_VERSION,
+            "comparison": request.key,
+            "repo": request.repo,
+            "pr": request.pr,
+            "head_sha": request.head_sha,
+            "base_sha": request.base_sha,
+            "status": status,
+            "verdict": "INCONCLUSIVE",
+            "stopped_reason": reason,
+            "final_verdict": {"verdict": "INCONCLUSIVE", "reasons": [reason], "p_improvement": None},
+            "tasks": {},
+        }
+    )
 
 
 def _gateway_model(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any) -> str:
@@ -307,9 +334,11 @@ class ComparisonEngine:
     Default: when the model is ``openai/…`` or ``anthropic/…``. A spent ``budget_usd`` ends the
     comparison with status ``budget_spent``. :meth:`run` raises :class:`ComparisonStopped` when
     ``breaker_threshold`` consecutive infrastructure failures trip the outage breaker, and
-    re-raises ``KeyboardInterrupt`` after every sandbox is killed and the cancellation recorded
-    in the document (``status: "cancelled"``). ``on_step(step, saved document)`` is told of
-    each learnt commit, each finished window step and each saved comparison."""
+    :class:`ComparisonCancelled` (a ``KeyboardInterrupt``) after every sandbox is killed and the
+    cancellation saved in the document (``status: "cancelled"``) — for a Ctrl-C at any moment of
+    :meth:`run` (:mod:`~evalrunner_assets.pipeline.interrupts`), an interrupt, or ``stop`` set
+    by the caller. ``on_step(step, saved document)`` is told of each learnt commit, each finished
+    window step and each saved comparison."""
 
     @classmethod
     def open(
@@ -415,6 +444,10 @@ class ComparisonEngine:
         self._assess_cache, self._assess_lock = assess_mod.AssessCache(), threading.Lock()
         self.planning = {"calls": 0, "seconds": 0.0}  # measured, for the execution summary
         self.stop = stop or threading.Event()
+        self.sigint = SigintCount()  # while run() runs on the main thread, Ctrl-C sets `stop`
+        # One document write at a time; once an end is saved (finish), a progress document still
+        # being assessed is not saved over it.
+        self._save_lock, self._ended = threading.Lock(), False
         # Worker threads live for the whole comparison: a warm sandbox dies with the thread that
         # opened it, and those opened while learning the commits serve the windows afterwards.
         n_workers = default_workers() if workers is None else workers
@@ -480,18 +513,29 @@ class ComparisonEngine:
     # --- the run --------------------------------------------------------------------------------
 
     def run(self) -> ComparisonDocument:
-        try:
-            self.recorder.start(self.request)
-            threading.Thread(target=warm_up, name="evalrunner-warm-up", daemon=True).start()
-            if self.report_at_start:
-                self.report_work_started()
-            self.learn_commits()
-            return self.run_windows()
-        finally:
-            if self.gateway is not None:
-                self.gateway.close()
-            if self.lease is not None:
-                self.lease.release()
+        """Run the comparison to its end. A Ctrl-C (on the main thread) only sets ``stop``: the
+        engine stops at its next check and saves the cancellation whole; one that arrives once
+        the end is being concluded lets the end be saved, then marks it cancelled. Only one that
+        arrives after that (while the gateway closes and the lease is released) changes nothing."""
+        with sigint_sets(self.stop) as self.sigint:
+            try:
+                self.recorder.start(self.request)
+                threading.Thread(target=warm_up, name="evalrunner-warm-up", daemon=True).start()
+                if self.report_at_start:
+                    self.report_work_started()
+                self.learn_commits()
+                result = self.run_windows()
+                if self.sigint.received:
+                    raise self.cancelled("concluding the comparison")
+                return result
+            finally:
+                self._release()
+
+    def _release(self) -> None:
+        if self.gateway is not None:
+            self.gateway.close()
+        if self.lease is not None:
+            self.lease.release()
 
     def report_work_started(self) -> None:
         """When anything is left to run, save and report the comparison at once (the check run
@@ -529,9 +573,12 @@ class ComparisonEngine:
                 for sha in needs
             ]
             try:
-                cf.wait(learning)
+                while not self.stop.is_set() and not all(f.done() for f in learning):
+                    cf.wait(learning, timeout=0.25)  # a deferred Ctrl-C is noticed between waits
             finally:
                 learners.shutdown(wait=False, cancel_futures=True)
+            if self.stop.is_set():
+                raise self.cancelled("learning the commits' evals", learning=learning)
             for sha, f in zip(needs, learning, strict=True):
                 exc = f.exception()
                 if isinstance(exc, DiscoveryError):  # the repository has no usable evals
@@ -545,16 +592,11 @@ class ComparisonEngine:
             still = self.assess().needs_facts
             if still:  # not expected once every learning succeeded, kept as a guard
                 raise ComparisonFailed(f"the evals of {', '.join(still)} are still unknown after learning them")
-        except KeyboardInterrupt:
-            self.stop.set()
-            self.kill_sandboxes()
-            cf.wait(learning, timeout=JOIN_SECONDS)
-            self.window_threads.shutdown(wait=False, cancel_futures=True)
-            self.recorder.close(wait=False)
-            self.finish("cancelled", "cancelled by the user (SIGINT) while learning the commits' evals")
-            self._close_pool()
+        except ComparisonCancelled:
             raise
-        except BaseException:
+        except BaseException as exc:
+            if (is_interrupt(exc) or self.sigint.received) and not isinstance(exc, (LakeUnavailable, LakeWriteError)):
+                raise self.cancelled("learning the commits' evals", exc, learning=learning) from exc
             self.window_threads.shutdown(wait=False, cancel_futures=True)
             self.recorder.close(wait=False)
             self._close_pool()
@@ -594,7 +636,7 @@ class ComparisonEngine:
                 env_digest=cfg.env_digest,
                 python_env=cfg.python_env,
             )
-            with self.pool.session(self.backend, export_, session_cfg) as runner:
+            with self.pool.session(self.backend, export_, session_cfg, cancel) as runner:
                 return runner.list_ids(cancel=cancel)
 
         futures = {cfg.task: self.window_threads.submit(one, cfg) for cfg in cfgs}
@@ -704,7 +746,9 @@ class ComparisonEngine:
             if step.kind == "compare":
                 self.compare(step)
 
-    def compare(self, step: Step) -> SavedComparison:
+    def compare(self, step: Step) -> SavedComparison | None:
+        """Save the comparison as assessed now and write its report; None when an end that is
+        not a verdict was saved first (this document would overwrite it)."""
         try:
             with self._assess_lock:  # the planning cache serves the detailed assessment too
                 result = assess_mod.assess(
@@ -714,9 +758,12 @@ class ComparisonEngine:
                     runtime_digest=self.runtime,
                     cache=self._assess_cache,
                 ).result
-            saved = save_comparison(self.lake, with_metered_spend(result, self.gateway))
-            self.recorder.comparison_saved(saved)
-            self.report(step)
+            with self._save_lock:
+                if self._ended:
+                    return None
+                saved = save_comparison(self.lake, with_metered_spend(result, self.gateway))
+                self.recorder.comparison_saved(saved)
+                self.report(step)
         except (LakeUnavailable, LakeWriteError, ComparisonFailed, KeyboardInterrupt):
             raise
         except Exception as exc:
@@ -742,27 +789,29 @@ class ComparisonEngine:
         try:
             try:
                 self.scheduler.run()
-                if not self.stop.is_set():
-                    self.record_progress(final=True)
-                self.progress_thread.shutdown(wait=not self.stop.is_set(), cancel_futures=self.stop.is_set())
-                for f in self._progress:
-                    if not f.cancelled():
-                        f.result()  # a failed progress report stops the comparison
+                # Cancelled: the progress reports are waited for (and their errors reported) by
+                # cancelled(), which saves the cancellation after them.
+                if not self.stop.is_set() or self.scheduler.breaker.trip is not None:
+                    if not self.stop.is_set():
+                        self.record_progress(final=True)
+                    self.progress_thread.shutdown(wait=not self.stop.is_set(), cancel_futures=self.stop.is_set())
+                    for f in self._progress:
+                        if not f.cancelled():
+                            f.result()  # a failed progress report stops the comparison
             finally:
                 self._close_pool()
             return self.conclude()
-        except KeyboardInterrupt:
-            # Ctrl-C may also arrive while the pool closes or the verdict is being concluded:
-            # the cancellation is recorded unless an end was already saved.
-            self.stop_recording()
-            saved = self.saved()
-            if saved is None or saved.status == "running":
-                self.finish(
-                    "cancelled",
-                    "cancelled by the user (SIGINT); completed windows stay landed and are reused on resume",
-                )
+        except ComparisonCancelled:
             raise
-        except BaseException:
+        except BaseException as exc:
+            # An interrupt where Ctrl-C is not deferred (another handler's, or KeyboardInterrupt
+            # off the main thread's default handler), or an error after a deferred Ctrl-C: the
+            # cancellation is saved, and the error reported with it. The lake failing, or the
+            # breaker, is the outcome to report as itself.
+            if (is_interrupt(exc) or self.sigint.received) and not isinstance(
+                exc, (LakeUnavailable, LakeWriteError, ComparisonStopped)
+            ):
+                raise self.cancelled(cause=exc) from exc
             self.stop_recording()
             raise
 
@@ -799,10 +848,8 @@ class ComparisonEngine:
                 user_error=misconfigured is not None,
                 hint=misconfigured[1] if misconfigured else None,
             )
-        if self.stop.is_set():  # stopped from outside (e.g. the Dagster run was terminated)
-            self.stop_recording()
-            self.finish("cancelled", "cancelled by the caller")
-            raise KeyboardInterrupt("comparison cancelled")
+        if self.stop.is_set():  # Ctrl-C, or stopped from outside (e.g. the Dagster run was terminated)
+            raise self.cancelled()
         budget_stops = [o for o in scheduler.outcomes() if o.status == "budget_stopped"]
         if gateway is not None and (budget_stops or (gateway.budget_spent and self.assess().next_windows)):
             result = self.finish(
@@ -845,6 +892,77 @@ class ComparisonEngine:
 
     # 3. Saving an end that is not a verdict.
 
+    def cancelled(
+        self, during: str = "", cause: BaseException | None = None, *, learning: Sequence[cf.Future] = ()
+    ) -> ComparisonCancelled:
+        """Stop whatever still runs and save the cancellation; returns the exception to raise.
+
+        Each step runs whatever the steps before it did (a recording that failed must not skip
+        the save), with Ctrl-C deferred or ignored (a second one must not cut the save short).
+        A step's error becomes one line of :class:`ComparisonCancelled` for the command to print,
+        except the lake's: saving itself is then the outage, and that error is raised. When the
+        state cannot be assessed, the document saved before is marked cancelled (or, with none,
+        an empty one saved)."""
+        self.stop.set()
+        reason = self._cancel_reason(during, cause)
+        errors = [] if cause is None or is_interrupt(cause) else [_one_line(cause)]
+
+        def step(what: str, do: Callable[[], object]) -> bool:
+            try:
+                do()
+            except (LakeUnavailable, LakeWriteError) as exc:
+                exc.__suppress_context__ = True  # the outage, not a cancellation, is the outcome
+                raise
+            except Exception as exc:
+                errors.append(f"{what} failed: {_one_line(exc)}")
+                return False
+            return True
+
+        with contextlib.nullcontext() if self.sigint.deferring else sigint_ignored():
+            step("stopping the sandboxes", self.kill_sandboxes)
+            if learning:
+                cf.wait(learning, timeout=JOIN_SECONDS)
+            self.window_threads.shutdown(wait=False, cancel_futures=True)
+            # A progress report under way is not waited for: once the cancellation is saved it
+            # saves nothing (compare), and one writing now holds the save lock finish() takes.
+            self.progress_thread.shutdown(wait=False, cancel_futures=True)
+            step("stopping the recording", functools.partial(self.recorder.close, wait=False))
+            step("closing the warm sandboxes", self._close_pool)
+            if not step("saving the cancelled comparison", lambda: self.finish("cancelled", reason)):
+                # An interrupt that landed inside an assessment leaves its cache in doubt.
+                self._assess_cache = assess_mod.AssessCache()
+                if not step("assessing it afresh", lambda: self.finish("cancelled", reason)):
+                    step("marking the saved comparison cancelled", lambda: self.mark_cancelled(reason))
+            for f in self._progress:
+                if f.done() and not f.cancelled():
+                    step("saving the comparison for progress", f.result)
+        return ComparisonCancelled(reason, errors)
+
+    def _cancel_reason(self, during: str, cause: BaseException | None) -> str:
+        if self.sigint.received or isinstance(cause, KeyboardInterrupt):
+            who = "by the user (SIGINT)"
+        elif cause is not None and is_interrupt(cause):
+            who = f"by an interrupt ({type(cause).__name__})"
+        else:
+            who = "by the caller"
+        where = f" while {during}" if during else ""
+        return f"cancelled {who}{where}; completed windows stay landed and are reused on resume"
+
+    def mark_cancelled(self, reason: str) -> ComparisonDocument:
+        """The document saved before, marked cancelled (an empty one when none was saved): for
+        when the comparison's state cannot be assessed now."""
+        result = self.saved() or bare_document(self.request, "cancelled", reason)
+        result.status, result.stopped_reason = "cancelled", reason
+        if result.verdict == "RUNNING":
+            result.verdict = "INCONCLUSIVE"
+            result.final_verdict.verdict = "INCONCLUSIVE"
+        result.execution = {**(result.execution or {}), "status": "cancelled", "reason": reason}
+        with self._save_lock:
+            self._ended = True
+            assess_mod.save_result(self.lake, result)
+            self.write_execution(result.execution)
+        return result
+
     def finish(self, status: Status, reason: str, *, sandbox_counts: bool = True) -> ComparisonDocument:
         """Save the document of a comparison that did not run to its end, saying why."""
         result = self.assess().result
@@ -865,8 +983,10 @@ class ComparisonEngine:
         result.execution = {**self.scheduler.summary(), "status": status, "reason": reason, **counts}
         if self.gateway is not None:
             result.execution["gateway"] = gateway_summary(self.gateway)
-        assess_mod.save_result(self.lake, result)
-        self.write_execution(result.execution)
+        with self._save_lock:
+            self._ended = True
+            assess_mod.save_result(self.lake, result)
+            self.write_execution(result.execution)
         return result
 
     def write_execution(self, execution: dict[str, Any]) -> None:

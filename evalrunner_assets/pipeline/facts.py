@@ -19,7 +19,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evalrunner_assets.discovery import AgentModel, DiscoveryError, discover, read_agent_model
+from evalrunner_assets.discovery import (
+    AgentModel,
+    DiscoveryError,
+    DiscoverySandboxFailure,
+    discover,
+    read_agent_model,
+)
 from evalrunner_assets.discovery._discover import LIST_PATH
 from evalrunner_assets.execution.environment import (
     BuiltEnvironment,
@@ -211,6 +217,10 @@ def learn_commit(
         listed = list_sample_ids_many(backend, export, cfgs, cancel)
     else:
         listed = lister(cfgs, cancel)
+    if cancel is not None and cancel.is_set():
+        # A listing the cancellation cut short is no failure of the task's: the facts are written
+        # once, so nothing is written and the commit is learnt again on resume.
+        raise DiscoverySandboxFailure(f"learning {export.repo}@{export.commit[:7]} was cancelled")
     tasks: dict[str, TaskFacts] = {}
     for entry in result.manifest.tasks:
         got = listed[entry.id]

@@ -33,10 +33,10 @@ past the trip, and those still running at the trip are killed, not finished. In 
 successes reset the worst case, so the hold rarely engages and a slow oldest step does not idle
 the pool (the head-of-line blocking a plain in-order window would cost).
 
-Cancellation. ``stop`` (a ``threading.Event``) reaches every sandbox call; on Ctrl-C
-(``KeyboardInterrupt`` in the driving thread) or a breaker trip the scheduler sets it, kills the
-warm pool's sessions (in use or not; whole process groups), and joins every worker within
-``JOIN_SECONDS``. Cancelled windows record nothing in the lake and run again on resume;
+Cancellation. ``stop`` (a ``threading.Event``) reaches every sandbox call; the engine sets it on
+Ctrl-C (:mod:`~evalrunner_assets.pipeline.interrupts`), the scheduler on a ``KeyboardInterrupt``
+in the driving thread or a breaker trip; then it kills the warm pool's sessions (in use or not;
+whole process groups), and joins every worker within ``JOIN_SECONDS``. Cancelled windows record nothing in the lake and run again on resume;
 completed windows stay landed.
 
 Resume. Windows land atomically (record last), so a ``kill -9`` at any point leaves either a

@@ -481,12 +481,12 @@ def run_task_windows(
             if cancelled():
                 break
             runs: list[WindowRun] = []
-            with pool.session(backend, export, cfg) as runner:
+            with pool.session(backend, export, cfg, cancel) as runner:
                 runs.append(runner.run_window(window, cancel=cancel))
             if not runs[-1].ok:
                 pool.discard(backend, export, cfg)  # its state is in doubt after a failure
                 if retry_worthy(runs[-1]):
-                    with pool.session(backend, export, cfg) as runner:  # a fresh sandbox
+                    with pool.session(backend, export, cfg, cancel) as runner:  # a fresh sandbox
                         runs.append(runner.run_window(window, cancel=cancel))
                     if not runs[-1].ok:
                         pool.discard(backend, export, cfg)
@@ -494,7 +494,7 @@ def run_task_windows(
             if done.status != "landed" and not done.duplicate:
                 break
     elif warm and len(todo) > 1:
-        with WarmTaskRunner(backend, export, cfg) as runner:
+        with WarmTaskRunner(backend, export, cfg, cancel=cancel) as runner:
             for i, window in todo:
                 if cancelled():
                     break
