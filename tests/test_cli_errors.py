@@ -64,11 +64,13 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def _repo_with_list(path: Path, list_text: str) -> Path:
-    """A repository whose base and head commits both carry ``list_text`` as `.evals/list`."""
+    """A repository whose base (``main``) and head (``pr``) commits both carry ``list_text`` as
+    `.evals/list`."""
     commit_files(path, {".evals/list": list_text, "README.md": "base\n"}, executable=(".evals/list",))
     commit_files(path, {"README.md": "head\n"})
     git(path, "branch", "pr")
     git(path, "checkout", "-q", "HEAD~1")
+    git(path, "branch", "-f", "main", "HEAD")  # main is the base: base and head are two commits
     return path
 
 
