@@ -349,7 +349,8 @@ def needs_level(level: int):
 
 def test_a_task_failing_on_both_arms_is_said_to_fail_on_both_with_each_cause(tmp_path: Path) -> None:
     # A task with a required argument cannot be loaded (evalrunner passes none) on either arm:
-    # the reasons say it failed on both, with the cause and the fix, never "base succeeded".
+    # it is broken on both (nothing this PR did), with the cause and the fix, never "base
+    # succeeded", and the check run asks for action.
     repo = tmp_path / "repo"
     kept = "\n@task\ndef kept():\n    return _task()\n"
     commit_files(repo, {"evals/graded.py": GRADED + kept, "evals/levels.py": NEEDS_ARGUMENT}, "base")
@@ -362,15 +363,21 @@ def test_a_task_failing_on_both_arms_is_said_to_fail_on_both_with_each_cause(tmp
     doc = comparison_doc(home)
     reasons = doc["final_verdict"]["reasons"]
     assert doc["verdict"] == "INCONCLUSIVE", doc["final_verdict"]
-    assert "evals/levels/needs_level: failed on both head and base" in reasons
+    assert doc["final_verdict"]["broken_on_both"] == ["evals/levels/needs_level"]
     cause = (
-        "sample ids could not be listed: loading task 'evals/levels.py@needs_level' raised TypeError: "
+        "loading task 'evals/levels.py@needs_level' raised TypeError: "
         "needs_level() missing 1 required positional argument: 'level'; evalrunner passes no task "
         "arguments: give every parameter of the @task function a default"
     )
+    assert (
+        f"evals/levels/needs_level: broken on both head and base: the task cannot be loaded on either ({cause})"
+        in reasons
+    ), reasons
     assert f"evals/levels/needs_level: head: {cause}; base: {cause}" in reasons
     assert not any("while base succeeded" in r for r in reasons), reasons
     assert f"why: evals/levels/needs_level: head: {cause}" in done.stdout
+    check = json.loads(next((lake(home) / "comparisons").rglob("*.check_run.json")).read_text())
+    assert check["conclusion"] == "action_required" and "evals/levels/needs_level" in check["title"]
 
 
 def test_with_several_epochs_the_samples_possible_count_every_epoch_as_samples_run_does(tmp_path: Path) -> None:
@@ -420,6 +427,8 @@ def test_a_pr_that_fixes_a_task_broken_on_the_base_leaves_it_out_of_the_verdict_
         in reasons
     )
     assert any(
-        r.startswith("evals/levels/needs_level: base: sample ids could not be listed: loading task") for r in reasons
+        # The repository's own code failing to load, named as such (not as a listing failure).
+        r.startswith("evals/levels/needs_level: base: loading task 'evals/levels.py@needs_level' raised TypeError")
+        for r in reasons
     ), reasons
     assert not any("while base succeeded" in r for r in reasons), reasons
