@@ -94,8 +94,7 @@ def run_verdict(
 
     compared = {t: d for t, d in decisions.items() if d.comparable and t not in failures and d.label != "broken"}
     broken_new = dict(broken_new or {})
-    broken = sorted(t for t, d in decisions.items() if d.label == "broken" and t not in failures)
-    broken = sorted(set(broken) | set(broken_new))
+    broken = sorted({t for t, d in decisions.items() if d.label == "broken" and t not in failures} | set(broken_new))
     why_broken = {**{t: decisions[t].reason for t in broken if t in decisions}, **broken_new}
     broken_on_both = sorted(t for t, d in decisions.items() if set(d.broken_arms) == {"head", "base"})
     labels = {t: d.label for t, d in sorted(decisions.items())}
