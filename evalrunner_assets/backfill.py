@@ -2,12 +2,14 @@
 
 The command registers the chosen commits as ``main_commits`` partitions of the persistent local
 instance (oldest first) and materializes ``cohort_series`` over them through the defined
-``cohort_series_job`` — the same run a backfill launched from the Dagster UI makes, so the UI
-shows it, can re-execute it, and a second backfill of the same range measures nothing.
+``cohort_series_job`` as one ranged run — the same asset body a backfill launched from the
+Dagster UI runs (there as Dagster's ``__ASSET_JOB``), so the UI shows it, can re-execute it, and
+a second backfill of the same range measures nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import dagster as dg
 
 from evalrunner_assets.partitions import add_partitions, trim_main_commits
-from evalrunner_assets.pipeline import series
+from evalrunner_assets.pipeline import series, series_progress
 from evalrunner_assets.pipeline.keys import commit_key
 
 # Dagster's run tags for a partition range (what a single-run backfill launched from the UI
@@ -97,7 +99,10 @@ def run_backfill(
     every: int | None = None,
     instance: dg.DagsterInstance | None = None,
     resources: dict[str, Any] | None = None,
+    progress: series_progress.ProgressDisplay | None = None,
 ) -> BackfillResult:
+    """Measure the chosen commits through ``cohort_series_job`` (see the module); ``progress``
+    is told the plan, then every window and point as it lands."""
     from evalrunner_assets.assets.recording import local_instance
     from evalrunner_assets.definitions import defs
     from resources import default_resources
@@ -119,17 +124,21 @@ def run_backfill(
     add_partitions(instance, PARTITIONS, keys)
     job = defs.resolve_job_def("cohort_series_job")
     runs = 0
-    for start, end in _ranges(instance.get_dynamic_partitions(PARTITIONS), keys):
-        runs += 1
-        # raise_on_error: the asset's own exception comes back (the run is still recorded as
-        # failed in the instance), so the command line can name the real cause.
-        job.execute_in_process(
-            instance=instance,
-            resources=resources,
-            raise_on_error=True,
-            tags={RANGE_START_TAG: start, RANGE_END_TAG: end, "evalrunner/backfill": repo},
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-        )
+    with contextlib.ExitStack() as stack:
+        if progress is not None:
+            progress.plan(len(chosen), len(chosen) - len(before))
+            stack.enter_context(series_progress.watching(progress))
+        for start, end in _ranges(instance.get_dynamic_partitions(PARTITIONS), keys):
+            runs += 1
+            # raise_on_error: the asset's own exception comes back (the run is still recorded
+            # as failed in the instance), so the command line can name the real cause.
+            job.execute_in_process(
+                instance=instance,
+                resources=resources,
+                raise_on_error=True,
+                tags={RANGE_START_TAG: start, RANGE_END_TAG: end, "evalrunner/backfill": repo},
+                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            )
     points = [p for c in chosen if (p := series.load_point(the_lake, repo, c.sha)) is not None]
     return BackfillResult(
         repo=repo,

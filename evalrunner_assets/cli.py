@@ -284,6 +284,7 @@ def _fail_on(text: str) -> frozenset[str]:
 def cmd_backfill(args: argparse.Namespace) -> int:
     from evalrunner_assets.backfill import run_backfill
     from evalrunner_assets.pipeline import series
+    from evalrunner_assets.pipeline.series_progress import ProgressDisplay, SeriesProgress
     from evalrunner_assets.report.series_markdown import render_point_table
     from lake import LAYOUT, open_lake
     from resources import SandboxResource
@@ -307,16 +308,25 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         f"{args.cap} inputs per eval and point)",
         flush=True,
     )
-    result = run_backfill(
-        repo_id,
-        args.repo,
-        branch=args.branch,
-        settings=settings,
-        since=args.since,
-        last=args.last,
-        every=args.every,
-        resources=resources,
-    )
+    # A duplicate of stdout: while the Dagster run executes, its compute-log capture redirects
+    # file descriptor 1, and the progress line would land in the run's log instead.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    display = ProgressDisplay(SeriesProgress(0, 0), out, tty=sys.stdout.isatty())
+    try:
+        result = run_backfill(
+            repo_id,
+            args.repo,
+            branch=args.branch,
+            settings=settings,
+            since=args.since,
+            last=args.last,
+            every=args.every,
+            resources=resources,
+            progress=display,
+        )
+    finally:
+        display.finish()
+        out.close()
     print(
         f"{len(result.commits)} commit(s), {result.measured} measured now, "
         f"{len(result.commits) - result.measured} already measured; {result.runs} Dagster run(s)"
@@ -874,6 +884,17 @@ def _error_rate(text: str) -> float:
     return value
 
 
+def _half_width(text: str) -> float:
+    """An argparse type: an interval half-width strictly between 0 and 0.5."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 0.5:
+        raise argparse.ArgumentTypeError(f"{value} is not a half-width: give a number between 0 and 0.5, e.g. 0.05")
+    return value
+
+
 def _count(minimum: int, why: str = "") -> Any:
     """An argparse type: an integer of at least ``minimum``."""
 
@@ -1025,14 +1046,14 @@ def build_parser() -> argparse.ArgumentParser:
         "simagent/support-agent)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--epochs", type=_count(1), default=1)
     p.add_argument(
         "--half-width",
-        type=float,
+        type=_half_width,
         default=0.05,
         help="stop sampling an eval once its interval is within ± this (default: %(default)s)",
     )
-    p.add_argument("--cap", type=int, default=256, help="most inputs per eval and point (default: %(default)s)")
+    p.add_argument("--cap", type=_count(1), default=256, help="most inputs per eval and point (default: %(default)s)")
     p.add_argument("--workers", type=_count(0), default=0, help="sandboxes running at once (default: cores)")
     p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
     p.set_defaults(func=cmd_backfill)

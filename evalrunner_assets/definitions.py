@@ -13,7 +13,7 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 from evalrunner_assets.assets.candidates import CANDIDATE_ASSETS
 from evalrunner_assets.assets.evals import ASSETS
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
-from evalrunner_assets.assets.series import SERIES_ASSETS
+from evalrunner_assets.assets.series import SERIES_ASSETS, SERIES_CHECKS
 from evalrunner_assets.assets.swe import SWE_ASSETS
 from evalrunner_assets.jobs import JOBS
 from resources import SandboxResource, default_resources
@@ -24,6 +24,7 @@ from sensors.swe import swe_gold_schedule, swe_run_sensor
 
 defs = dg.Definitions(
     assets=[*ASSETS, *SERIES_ASSETS, *CANDIDATE_ASSETS, *SWE_ASSETS, GITHUB_INBOX],
+    asset_checks=SERIES_CHECKS,
     jobs=JOBS,
     sensors=[pr_sensor, sampling_sensor, swe_run_sensor, run_worker_reaper],
     schedules=[swe_gold_schedule],

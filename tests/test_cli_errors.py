@@ -131,6 +131,12 @@ def _case(name: str, tmp_path: Path) -> Case:
         return Case(
             ["demo", "--fail-on", "never,broken"], ["--fail-on", "'never,broken'", "never means no verdict blocks"]
         )
+    if name == "backfill-epochs-zero":
+        return Case(["backfill", "--repo", ".", "--last", "3", "--epochs", "0"], ["--epochs", "0 is below 1"])
+    if name == "backfill-half-width-too-wide":
+        return Case(["backfill", "--repo", ".", "--last", "3", "--half-width", "0.7"], ["--half-width", "0.7"])
+    if name == "backfill-cap-not-a-number":
+        return Case(["backfill", "--repo", ".", "--last", "3", "--cap", "lots"], ["--cap", "'lots'"])
     if name == "sql-syntax-error":
         (tmp_path / "home" / "lake").mkdir(parents=True)
         return Case(["sql", "selec count(*) from samples"], ["syntax error", "selec"])
@@ -169,6 +175,9 @@ FAST = [
     "base-and-head-are-one-commit",
     "fail-on-not-a-verdict",
     "fail-on-never-with-a-verdict",
+    "backfill-epochs-zero",
+    "backfill-half-width-too-wide",
+    "backfill-cap-not-a-number",
     "sql-syntax-error",
     "sql-on-a-missing-lake",
     "view-on-a-missing-lake",

@@ -10,7 +10,9 @@ no sandbox.
 from __future__ import annotations
 
 import base64
+import io
 import re
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -20,6 +22,7 @@ from _pipeline_fixtures import evalrunner_home
 from evalrunner_assets.backfill import run_backfill
 from evalrunner_assets.example_repo import build_example_history
 from evalrunner_assets.pipeline import series
+from evalrunner_assets.pipeline.series_progress import ProgressDisplay, SeriesProgress
 from evalrunner_assets.report.panel import PANEL_WIDTH, png_size
 from lake import LAYOUT, duck
 
@@ -30,12 +33,29 @@ SETTINGS = series.SeriesSettings(cap=64)  # three windows per eval and point: fa
 pytestmark = pytest.mark.timeout(1800)
 
 
+class _Timeline(ProgressDisplay):
+    """The CLI's display (not a terminal), also noting when each window and point arrived."""
+
+    def __init__(self) -> None:
+        super().__init__(SeriesProgress(0, 0), io.StringIO(), tty=False)
+        self.events: list[tuple[str, float, str]] = []
+
+    def on_window(self, outcome) -> None:
+        self.events.append(("window", time.time(), outcome.key.commit))
+        super().on_window(outcome)
+
+    def on_point(self, point, fresh) -> None:
+        self.events.append(("point", time.time(), point["commit"]))
+        super().on_point(point, fresh)
+
+
 @pytest.fixture(scope="module")
 def backfilled(tmp_path_factory):
     root = tmp_path_factory.mktemp("series")
     history = build_example_history(root / "repo")
     with evalrunner_home(root / "home") as home:
         instance = dg.DagsterInstance.ephemeral()
+        first_progress, second_progress = _Timeline(), _Timeline()
         first = run_backfill(
             REPO,
             str(root / "repo"),
@@ -43,7 +63,9 @@ def backfilled(tmp_path_factory):
             last=len(history),
             instance=instance,
             resources=home.resources(),
+            progress=first_progress,
         )
+        first_run_ended = time.time()
         starts_after_first = len(home.starts())
         second = run_backfill(
             REPO,
@@ -52,8 +74,11 @@ def backfilled(tmp_path_factory):
             last=len(history),
             instance=instance,
             resources=home.resources(),
+            progress=second_progress,
         )
         yield {
+            "progress": (first_progress, second_progress),
+            "first_run_ended": first_run_ended,
             "history": history,
             "first": first,
             "second": second,
@@ -127,10 +152,10 @@ def test_chart_and_sql_view_exist(backfilled):
     assert png.startswith(b"\x89PNG")
     assert b"<svg" in lake.read_bytes(LAYOUT.series_chart(REPO, "main", "svg"))
     mats = backfilled["instance"].fetch_materializations(dg.AssetKey("cohort_series"), limit=1).records
-    metadata = mats[0].asset_materialization.metadata
-    (panel,) = re.findall(r"base64,([A-Za-z0-9+/=]+)\)", metadata[f"{REPO} chart"].value)
+    metadata = mats[0].asset_materialization.metadata  # the newest point's: it carries the panel
+    (panel,) = re.findall(r"base64,([A-Za-z0-9+/=]+)\)", metadata["chart"].value)
     assert png_size(base64.b64decode(panel))[0] <= PANEL_WIDTH  # fits the UI's metadata panel
-    assert metadata[f"{REPO} chart_path"].value.endswith(".svg")
+    assert metadata["chart_path"].value.endswith(".svg")
     con = duck.connect(lake)
     rows = con.sql(
         "select scope, name, flagged, annotation from cohort_series "
@@ -139,6 +164,130 @@ def test_chart_and_sql_view_exist(backfilled):
     assert sum(1 for r in rows if r[0] == "combined") == 12
     assert sum(1 for r in rows if r[0] == "cohort" and r[2]) == 1  # the one flagged cohort point
     assert any(r[1] == "hard" and r[3] and "added" in r[3] for r in rows)
+
+
+def _partition_materializations(backfilled) -> dict[str, list]:
+    records = backfilled["instance"].fetch_materializations(dg.AssetKey("cohort_series"), limit=1000).records
+    by_partition: dict[str, list] = {}
+    for record in sorted(records, key=lambda r: r.storage_id):
+        by_partition.setdefault(record.partition_key, []).append(record)
+    return by_partition
+
+
+def test_each_partition_is_materialized_once_per_run_with_its_own_point(backfilled):
+    by_partition = _partition_materializations(backfilled)
+    points = {p["commit"]: p for p in backfilled["first"].points}
+    assert set(by_partition) == {f"{REPO}@{sha}" for sha in points}
+    for key, (first, second) in by_partition.items():  # one per backfill run, no run-wide blob
+        point = points[key.split("@")[1]]
+        meta = first.asset_materialization.metadata
+        assert meta["reading"].value == "\n".join(f"- {line}" for line in series.reading(point))
+        assert f"`{point['commit'][:7]}`" in meta["point"].value
+        assert (
+            meta["measured_now"].value is True and second.asset_materialization.metadata["measured_now"].value is False
+        )
+        assert meta["flagged"].value is bool(point["flagged"])
+        assert meta["windows_run"].value == point["execution"]["windows_run"] > 0
+        assert second.asset_materialization.metadata["windows_run"].value == 0
+        assert meta["chart_path"].value.endswith(f"{Path(LAYOUT.series_chart(REPO, 'main', 'svg')).name}")
+    readings = {r[0].asset_materialization.metadata["reading"].value for r in by_partition.values()}
+    assert len(readings) > 1  # the partitions say different things: each its own point
+
+
+def test_points_are_materialized_as_they_land_not_at_the_end_of_the_run(backfilled):
+    """Each point's materialization is in the instance before the next point's first window
+    runs: that is what the UI's backfill page counts while a range is still running."""
+    by_partition = _partition_materializations(backfilled)
+    timeline, _ = backfilled["progress"]
+    history = backfilled["history"]
+    first_window = {}
+    for kind, at, commit in timeline.events:
+        if kind == "window":
+            first_window.setdefault(commit, at)
+    for earlier, later in zip(history, history[1:]):
+        landed = by_partition[f"{REPO}@{earlier.sha}"][0].timestamp
+        assert landed <= first_window[later.sha], earlier.sha
+    assert by_partition[f"{REPO}@{history[0].sha}"][0].timestamp < backfilled["first_run_ended"] - 1.0
+
+
+def test_the_flagged_commit_fails_its_partition_check_and_no_other_does(backfilled):
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    from evalrunner_assets.assets.series import NO_REGRESSION_CHECK
+
+    key = dg.AssetCheckKey(dg.AssetKey("cohort_series"), NO_REGRESSION_CHECK)
+    history = backfilled["instance"].event_log_storage.get_asset_check_execution_history(key, limit=1000)
+    regression = next(c.sha for c in backfilled["history"] if c.kind == "regression")
+    failed = {r.partition for r in history if r.status == AssetCheckExecutionRecordStatus.FAILED}
+    assert failed == {f"{REPO}@{regression}"}
+    assert {r.partition for r in history} == {f"{REPO}@{c.sha}" for c in backfilled["history"]}
+    evaluation = next(r for r in history if r.status == AssetCheckExecutionRecordStatus.FAILED).evaluation
+    assert evaluation.severity == dg.AssetCheckSeverity.ERROR
+    meta = evaluation.metadata
+    assert meta["cohort"].value == "default" and meta["eval"].value == "triage/escalation_policy"
+    assert meta["delta"].value < -0.1
+    (finding,) = meta["regressions"].value
+    lo, hi = finding["interval"]
+    assert lo <= finding["delta"] <= hi < 0
+    assert "default: triage/escalation_policy dropped -0." in (evaluation.description or "")
+
+
+def test_the_regression_check_reads_a_points_flags():
+    flag = {"cohort": "hard", "delta": -0.21, "interval": [-0.35, -0.07], "pairs": 48, "label": "regressed"}
+    point = {
+        "commit": "c" * 40,
+        "previous": "b" * 40,
+        "combined": {"not_measured": None},
+        "task_flags": {"qa/x": {**flag, "compared_with": "a" * 40}, "qa/y": {**flag, "label": "unchanged"}},
+        "flagged_tasks": ["qa/x"],
+    }
+    check = series.regression_check(point)
+    assert not check.passed and check.severity == "error"
+    assert check.findings == [
+        {
+            "cohort": "hard",
+            "eval": "qa/x",
+            "delta": -0.21,
+            "interval": [-0.35, -0.07],
+            "pairs": 48,
+            "compared_with": "a" * 40,
+        }
+    ]
+    assert (
+        check.description == "hard: qa/x dropped -0.21 (95% interval -0.35 to -0.07, 48 paired inputs) against aaaaaaa"
+    )
+    calm = series.regression_check({**point, "flagged_tasks": []})
+    assert calm.passed and calm.description.startswith("no cohort regressed (2 evals compared")
+    first = series.regression_check({**point, "flagged_tasks": [], "task_flags": {}, "previous": None})
+    assert first.passed and "first point" in first.description
+    broken = series.regression_check({**point, "flagged_tasks": [], "combined": {"not_measured": "16/16 raised"}})
+    assert not broken.passed and broken.severity == "warn" and "not measured" in broken.description
+
+
+def test_the_backfill_shows_its_progress_point_by_point(backfilled):
+    first, second = (t.out.getvalue().splitlines() for t in backfilled["progress"])
+    n = len(backfilled["history"])
+    assert len(first) == n + 1 and first[0].startswith(f"points 0/{n} (0 measured")  # the plan, then a line per point
+    windows = sum(p["execution"]["windows_run"] for p in backfilled["first"].points)
+    samples = sum(t["samples"] for p in backfilled["first"].points for t in p["tasks"].values())
+    assert first[-1].startswith(f"points {n}/{n} ({n} measured, 0 already measured) · windows {windows} run")
+    assert f"samples {samples:,}" in first[-1] and "ETA" not in first[-1]
+    assert "ETA " in first[1] and "flagged " in first[-1]
+    assert second[-1].startswith(f"points {n}/{n} (0 measured, {n} already measured) · windows 0 run")
+
+
+def test_progress_eta_follows_the_pace_of_measured_points():
+    now = [100.0]
+    progress = SeriesProgress(0, 0, clock=lambda: now[0])
+    progress.plan(10, 4)  # 6 already in the lake
+    assert progress.eta_s() is None
+    progress.on_point({"commit": "a" * 40, "execution": {"cost_usd": 0.5}}, False)
+    now[0] += 30.0
+    progress.on_point({"commit": "b" * 40, "execution": {"cost_usd": 0.25}}, True)
+    assert progress.eta_s() == pytest.approx(90.0)  # 30 s per measured point, 3 to go
+    assert "spend $0.25" in progress.line() and "ETA 1m30s" in progress.line()
+    progress.on_point({"commit": "c" * 40, "execution": {"cost_usd": None}}, True)
+    assert "spend unknown" in progress.line()  # one unknown cost makes the total unknown
 
 
 def test_the_regression_note_reaches_cohort_series_annotation(backfilled):

@@ -7,14 +7,16 @@ of ``main_commits`` needs no run config. The measuring, reuse and flagging live 
 """
 
 from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 
 from evalrunner_assets.assets.run_worker import record_run_worker
 from evalrunner_assets.execution import RepoExport
 from evalrunner_assets.partitions import main_commits_partitions
-from evalrunner_assets.pipeline import series
-from evalrunner_assets.pipeline.keys import parse_commit_key
+from evalrunner_assets.pipeline import series, series_progress
+from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
 from evalrunner_assets.report.panel import markdown_image
 from evalrunner_assets.report.series_chart import render_series_panel
 from evalrunner_assets.report.series_markdown import render_point_table, render_series_summary
@@ -22,6 +24,10 @@ from lake import LAYOUT
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
 
 GROUP = "series"
+
+
+NO_REGRESSION_CHECK = "no_cohort_regression"
+_SEVERITY = {"error": dg.AssetCheckSeverity.ERROR, "warn": dg.AssetCheckSeverity.WARN}
 
 
 @dg.asset(
@@ -35,6 +41,9 @@ GROUP = "series"
     # warm sandboxes and the Inspect start-up are paid once per run instead of once per commit,
     # and a repeated backfill costs one run that finds every point already measured.
     backfill_policy=dg.BackfillPolicy.single_run(),
+    # Each point is its partition's own materialization, yielded as it lands (the backfill page
+    # counts it, its metadata is that point's); there is no run-wide output at the end.
+    output_required=False,
 )
 def cohort_series(
     context: dg.AssetExecutionContext,
@@ -42,11 +51,12 @@ def cohort_series(
     sandbox: SandboxResource,
     repos: RepoResource,
     github: GitHubResource,
-) -> dg.MaterializeResult:
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """One partition is one commit on a repository's series branch (``owner/repo@sha``): per
     task the mean score with an anytime-valid interval, per cohort and for all tasks a pooled
     Wilson interval, and a paired comparison with the previous point that flags a cohort whose
-    task really dropped. Cohorts added at a commit are annotated, never flagged."""
+    task really dropped (its ``no_cohort_regression`` check fails). Cohorts added at a commit are
+    annotated, never flagged."""
     record_run_worker(context)
     the_lake = lake.open()
     wanted: dict[str, set[str]] = defaultdict(set)
@@ -55,10 +65,6 @@ def cohort_series(
         wanted[repo].add(sha)
     backend = sandbox.backend(context)
     backend.preflight()
-    metadata: dict[str, dg.MetadataValue] = {}
-    measured = reused = windows_run = 0
-    flagged: list[str] = []
-    not_measured: list[str] = []
     for repo, shas in sorted(wanted.items()):
         branch, settings = series.load_settings(the_lake, repo)
         source = repos.source(the_lake, repo)
@@ -72,16 +78,11 @@ def cohort_series(
                 f"{'is' if len(missing) == 1 else 'are'} not on {branch}'s first-parent history"
             )
 
-        def on_point(point: dict, fresh: bool, repo: str = repo) -> None:
-            context.log.info(
-                f"{repo}@{point['commit'][:12]} ({'measured' if fresh else 'reused'}): "
-                + "; ".join(series.reading(point))
-            )
-
         def export_for(sha: str, repo: str = repo) -> RepoExport:
             return repos.export(the_lake, repo, sha)
 
-        run = series.run_series(
+        run = series.SeriesRun(points=[])
+        points_run = series.iter_series(
             the_lake,
             backend,
             repo,
@@ -89,42 +90,109 @@ def cohort_series(
             history,
             chosen,
             settings,
+            run,
             branch=branch,
             pool=sandbox.warm_pool(),
             workers=sandbox.worker_count(),
-            on_point=on_point,
+            on_window=series_progress.notify_window,
         )
-        measured += len(run.measured)
-        reused += len(run.reused)
-        windows_run += run.windows_run
-        for point in run.points:
-            if point["combined"].get("not_measured"):
-                not_measured.append(f"{repo}@{point['commit'][:12]}")
-            if point.get("flagged"):
-                flagged.append(f"{repo}@{point['commit'][:12]}")
-                if point["commit"] in run.measured and github.is_configured():
-                    _post_flag(context, github, point)
-        points = series.load_series(the_lake, repo, branch)
-        _save_chart(the_lake, repo, branch, points)
+        newest = max(c.position for c in chosen)
+        for point, fresh in points_run:
+            context.log.info(
+                f"{repo}@{point['commit'][:12]} ({'measured' if fresh else 'reused'}): "
+                + "; ".join(series.reading(point))
+            )
+            if point.get("flagged") and fresh and github.is_configured():
+                _post_flag(context, github, point)
+            points = None
+            if point["position"] == newest:
+                points = series.load_series(the_lake, repo, branch)
+                _save_chart(the_lake, repo, branch, points)
+            partition = commit_key(repo, point["commit"])
+            yield dg.AssetMaterialization(
+                asset_key=context.asset_key,
+                partition=partition,
+                metadata=point_metadata(the_lake, point, fresh, points),
+            )
+            verdict = series.regression_check(point)
+            yield dg.AssetCheckEvaluation(
+                asset_key=context.asset_key,
+                check_name=NO_REGRESSION_CHECK,
+                partition=partition,
+                passed=verdict.passed,
+                severity=_SEVERITY[verdict.severity],
+                description=verdict.description,
+                metadata=_check_metadata(verdict),
+            )
+            series_progress.notify_point(point, fresh)
+        context.log.info(
+            f"{repo}: {len(run.measured)} point(s) measured, {len(run.reused)} reused, {run.windows_run} window(s) run"
+        )
+
+
+def point_metadata(
+    the_lake: Any, point: dict, fresh: bool, points: list[dict] | None = None
+) -> dict[str, dg.MetadataValue]:
+    """A partition's materialization: its own point's reading, flags and execution, and a link
+    to the branch's series chart; with ``points`` (the newest point of a run) also the chart's
+    panel image — one per run, so a backfill of hundreds of commits stores one image."""
+    repo, branch = point["repo"], point.get("branch") or "main"
+    execution = point.get("execution") or {}
+    metadata: dict[str, dg.MetadataValue] = {
+        "reading": dg.MetadataValue.md("\n".join(f"- {line}" for line in series.reading(point))),
+        "point": dg.MetadataValue.md(render_point_table([point])),
+        "measured_now": dg.MetadataValue.bool(fresh),
+        "flagged": dg.MetadataValue.bool(bool(point.get("flagged"))),
+        "flagged_tasks": dg.MetadataValue.json(list(point.get("flagged_tasks") or [])),
+        "cohort_status": dg.MetadataValue.json(dict(point.get("cohort_status") or {})),
+        "previous": dg.MetadataValue.text(str(point.get("previous") or "")),
+        "windows_run": dg.MetadataValue.int(int(execution.get("windows_run") or 0) if fresh else 0),
+        "windows_reused": dg.MetadataValue.int(int(execution.get("windows_reused") or 0)),
+        "chart_path": dg.MetadataValue.path(the_lake.url(LAYOUT.series_chart(repo, branch, "svg"))),
+    }
+    if point["combined"].get("not_measured"):
+        # more than half of its inputs raised: no score, no regression test
+        metadata["not_measured"] = dg.MetadataValue.text(str(point["combined"]["not_measured"]))
+    if points is not None:
         # sized for the metadata panel; the full chart is in the lake
-        metadata[f"{repo} chart"] = dg.MetadataValue.md(
+        metadata["chart"] = dg.MetadataValue.md(
             markdown_image(f"{repo} cohort series", render_series_panel(points, repo, branch))
         )
-        metadata[f"{repo} chart_path"] = dg.MetadataValue.path(the_lake.url(LAYOUT.series_chart(repo, branch, "svg")))
-        metadata[f"{repo} points"] = dg.MetadataValue.md(render_point_table(points))
-        if run.points:
-            metadata[f"{repo} latest"] = dg.MetadataValue.text(" | ".join(series.reading(run.points[-1])))
-    metadata.update(
-        {
-            "points_measured": dg.MetadataValue.int(measured),
-            "points_reused": dg.MetadataValue.int(reused),
-            "windows_run": dg.MetadataValue.int(windows_run),
-            "flagged": dg.MetadataValue.json(flagged),
-            # more than half of their inputs raised: no score, no regression test
-            "not_measured": dg.MetadataValue.json(not_measured),
-        }
+    return metadata
+
+
+def _check_metadata(verdict: series.RegressionCheck) -> dict[str, dg.MetadataValue]:
+    metadata: dict[str, dg.MetadataValue] = {"regressed_evals": dg.MetadataValue.int(len(verdict.findings))}
+    if verdict.findings:
+        metadata["regressions"] = dg.MetadataValue.json(verdict.findings)
+        first = verdict.findings[0]
+        metadata["cohort"] = dg.MetadataValue.text(str(first["cohort"]))
+        metadata["eval"] = dg.MetadataValue.text(str(first["eval"]))
+        if first["delta"] is not None:
+            metadata["delta"] = dg.MetadataValue.float(float(first["delta"]))
+    return metadata
+
+
+@dg.asset_check(
+    asset=cohort_series,
+    name=NO_REGRESSION_CHECK,
+    partitions_def=main_commits_partitions,
+    description="Fails (red) on a main commit where a cohort's eval really dropped against the previous point: "
+    "the cohort, the eval and Δ with its anytime-valid interval. A backfill evaluates it as each point lands; "
+    "run on its own, it reads the partition's saved point.",
+)
+def no_cohort_regression(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
+    repo, sha = parse_commit_key(context.partition_key)
+    point = series.load_point(lake.open(), repo, sha)
+    if point is None:
+        raise dg.Failure(f"{context.partition_key}: no point in the lake; materialize cohort_series for it first")
+    verdict = series.regression_check(point)
+    return dg.AssetCheckResult(
+        passed=verdict.passed,
+        severity=_SEVERITY[verdict.severity],
+        description=verdict.description,
+        metadata=_check_metadata(verdict),
     )
-    return dg.MaterializeResult(metadata=metadata)
 
 
 def _save_chart(the_lake, repo: str, branch: str, points: list[dict]) -> dict[str, bytes]:
@@ -151,3 +219,4 @@ def _post_flag(context: dg.AssetExecutionContext, github: GitHubResource, point:
 
 
 SERIES_ASSETS = [cohort_series]
+SERIES_CHECKS = [no_cohort_regression]

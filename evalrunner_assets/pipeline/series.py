@@ -40,6 +40,7 @@ from evalrunner_assets.execution.inspect_runner import sample_order
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.pipeline.assess import _load_rows, window_plan
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, learn_commit
+from evalrunner_assets.pipeline.pricing import PriceTable
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
 from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, run_task_windows, task_session_config
 from lake import LAYOUT, Lake, Window
@@ -213,6 +214,7 @@ def _measure_task(
         "windows_reused": 0,
         "stop": None,
         "failure": None,
+        "cost_usd": 0.0,
     }
     if facts.failure or not facts.sample_ids:
         out["failure"] = facts.failure or "the task has no samples"
@@ -278,12 +280,33 @@ def _measure_task(
     out["errored"] = errored
     out["error_cause"] = cause
     out["inputs"] = len(values)
+    # a window that failed may have spent money its log does not tell: unknown, not $0
+    out["cost_usd"] = _rows_cost(rows) if out["failure"] is None else None
     if _over_error_cap(ran, errored):
         out["not_measured"] = cause
     elif values:
         out["mean"] = sum(values) / len(values)
         out["interval"] = list(stats.mean_sequence_interval(values, settings.alpha, looks=_looks(done, ids, order)))
     return out
+
+
+def _sum_known(values: Iterable[float | None]) -> float | None:
+    total = 0.0
+    for v in values:
+        if v is None:
+            return None
+        total += v
+    return round(total, 6)
+
+
+def _rows_cost(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """What a task's samples cost (logged cost, else tokens × the default price table); None
+    when any sample's cost is unknown, never a partial sum."""
+    prices = PriceTable.default()
+    costs = [prices.cost(r) for r in rows]
+    if any(c is None for c in costs):
+        return None
+    return round(sum(c for c in costs if c is not None), 6)
 
 
 def _looks(done: Sequence[Window], ids: Sequence[str], order: Sequence[str]) -> list[int]:
@@ -404,6 +427,9 @@ def measure_point(
         "execution": {
             "windows_run": sum(t["windows_run"] for t in tasks.values()),
             "windows_reused": sum(t["windows_reused"] for t in tasks.values()),
+            "samples": sum(t["samples"] for t in tasks.values()),
+            # None when any task's cost is unknown
+            "cost_usd": _sum_known(t.get("cost_usd") for t in tasks.values()),
         },
     }
 
@@ -821,13 +847,52 @@ def run_series(
     workers: int = 1,
     cancel: threading.Event | None = None,
     on_point: Callable[[dict[str, Any], bool], None] | None = None,
+    on_window: Callable[[Any], None] | None = None,
 ) -> SeriesRun:
-    """Measure ``commits`` (a selection of ``history``, the branch's first-parent line) oldest
-    first, each flagged against the nearest measured point before it. A saved point measured
-    the same way is reused as it is (no sandbox starts); its flags are computed again only when
-    a newer point now sits between it and the one it was compared with."""
-    runtime = backend.runtime_digest()
+    """:func:`iter_series` to the end: every point, with what the run did."""
     run = SeriesRun(points=[])
+    for point, fresh in iter_series(
+        lake,
+        backend,
+        repo,
+        export_for,
+        history,
+        commits,
+        settings,
+        run,
+        branch=branch,
+        pool=pool,
+        workers=workers,
+        cancel=cancel,
+        on_window=on_window,
+    ):
+        if on_point is not None:
+            on_point(point, fresh)
+    return run
+
+
+def iter_series(
+    lake: Lake,
+    backend: SandboxBackend,
+    repo: str,
+    export_for: Callable[[str], RepoExport],
+    history: Sequence[MainCommit],
+    commits: Sequence[MainCommit],
+    settings: SeriesSettings,
+    run: SeriesRun,
+    *,
+    branch: str,
+    pool: Any = None,
+    workers: int = 1,
+    cancel: threading.Event | None = None,
+    on_window: Callable[[Any], None] | None = None,
+) -> Iterator[tuple[dict[str, Any], bool]]:
+    """Measure ``commits`` (a selection of ``history``, the branch's first-parent line) oldest
+    first, each flagged against the nearest measured point before it, yielding each point
+    (saved, and added to ``run``) as it lands with whether it was measured now. A saved point
+    measured the same way is reused as it is (no sandbox starts); its flags are computed again
+    only when a newer point now sits between it and the one it was compared with."""
+    runtime = backend.runtime_digest()
     for commit in sorted(commits, key=lambda c: c.position):
         if cancel is not None and cancel.is_set():
             break
@@ -851,7 +916,16 @@ def run_series(
         else:
             export = export_for(commit.sha)
             point = measure_point(
-                lake, backend, export, settings, commit, branch=branch, pool=pool, workers=workers, cancel=cancel
+                lake,
+                backend,
+                export,
+                settings,
+                commit,
+                branch=branch,
+                pool=pool,
+                workers=workers,
+                cancel=cancel,
+                on_window=on_window,
             )
             if cancel is not None and cancel.is_set():
                 break  # a cancelled point is not saved: the next run measures it again
@@ -864,9 +938,57 @@ def run_series(
             run.windows_reused += point["execution"]["windows_reused"]
             fresh = True
         run.points.append(point)
-        if on_point is not None:
-            on_point(point, fresh)
-    return run
+        yield point, fresh
+
+
+@dataclass(frozen=True)
+class RegressionCheck:
+    """A point's ``no_cohort_regression`` check: failed (error) where a cohort was flagged,
+    failed as a warning where the point could not be measured, passed otherwise."""
+
+    passed: bool
+    severity: str  # "error" | "warn"
+    description: str
+    findings: list[dict[str, Any]]  # one per regressed eval: cohort, eval, delta, interval, versus
+
+
+def regression_check(point: Mapping[str, Any]) -> RegressionCheck:
+    """The check a point's partition carries, in the words of its flags."""
+    flags = point.get("task_flags") or {}
+    findings = []
+    for task in point.get("flagged_tasks") or []:
+        flag = flags[task]
+        lo, hi = flag.get("interval") or (None, None)
+        findings.append(
+            {
+                "cohort": flag["cohort"],
+                "eval": task,
+                "delta": flag.get("delta"),
+                "interval": [lo, hi],
+                "pairs": flag.get("pairs"),
+                "compared_with": flag.get("compared_with") or point.get("previous"),
+            }
+        )
+    if findings:
+        text = "; ".join(
+            f"{f['cohort']}: {f['eval']} dropped {_signed(f['delta'])} "
+            f"(95% interval {_signed(f['interval'][0])} to {_signed(f['interval'][1])}, {f['pairs']} paired inputs) "
+            f"against {str(f['compared_with'] or '')[:7]}"
+            for f in findings
+        )
+        return RegressionCheck(False, "error", text, findings)
+    cause = _not_measured(point["combined"])
+    if cause:
+        return RegressionCheck(False, "warn", f"combined {cause}", [])
+    if point.get("previous") is None:
+        return RegressionCheck(True, "error", "first point of the series: nothing to compare with", [])
+    compared = len(flags)
+    return RegressionCheck(
+        True,
+        "error",
+        f"no cohort regressed ({compared} eval{'s' if compared != 1 else ''} compared with the previous point)",
+        [],
+    )
 
 
 def history_of(rows: Sequence[tuple[str, str, str]]) -> list[MainCommit]:
