@@ -495,6 +495,37 @@ def test_comparison_and_report_are_materialized_per_pr_head(
     assert any(example.sha("improve-runbook") in str(p) for p in partitions)
 
 
+def test_a_comparison_is_recorded_once_per_asset_and_partition(improved: Run, instance: dg.DagsterInstance) -> None:
+    """`improved` saved its document after every window step (progress on every recorded task):
+    the CLI records the PR head's baselines, comparison and pr_report once, in the state the
+    comparison ended in, and each (commit, task) once, with every window it landed."""
+    r = improved.result
+    assert len(improved.check_runs) > 2  # the document was saved again and again for progress
+
+    def runless(asset: str, partitions: list[str] | None = None) -> list[Any]:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=partitions), limit=1000
+        ).records
+        return [rec for rec in records if rec.run_id == ""]  # other tests here materialize in runs
+
+    ended = {asset: runless(asset, [r.comparison]) for asset in ("baselines", "comparison", "pr_report")}
+    assert {asset: len(records) for asset, records in ended.items()} == {
+        "baselines": 1,
+        "comparison": 1,
+        "pr_report": 1,
+    }
+    assert ended["comparison"][0].asset_materialization.metadata["verdict"].value == "IMPROVED"  # type: ignore[union-attr]
+    assert ended["pr_report"][0].asset_materialization.metadata["check_run_conclusion"].value == "success"  # type: ignore[union-attr]
+    head = f"{REPO_ID}@{r.head_sha}"
+    for asset in ("task_samples", "sample_scores", "trajectories"):
+        partitions = Counter(str(rec.partition_key) for rec in runless(asset) if head in str(rec.partition_key))
+        assert partitions == Counter({f"{head}|{task}": 1 for task in r.tasks}), asset
+    for rec in runless("task_samples"):
+        commit, task = str(rec.partition_key).split("|")
+        if commit == head:
+            assert rec.asset_materialization.metadata["samples"].value == r.tasks[task].head.samples  # type: ignore[union-attr]
+
+
 def test_sql_and_view_work_on_what_a_comparison_produced(improved: Run, home: PipelineHome, capsys) -> None:
     from evalrunner_assets import cli
     from lake import open_lake

@@ -7,6 +7,13 @@ reported with ``instance.report_runless_asset_event``: no run to re-execute, tag
 comes from the same functions the asset bodies use. The daemon path materializes the same
 assets through the defined jobs (re-executable from the UI).
 
+One event per asset and partition per comparison: a commit's ``eval_manifest`` when it is
+learnt, a (commit, task)'s ``task_samples`` (with ``sample_scores`` and ``trajectories``) once
+the comparison needs nothing more of it, holding every window it landed. The PR head's
+``baselines``, ``comparison`` and ``pr_report`` are saved again for progress while windows run;
+only the state the comparison ended in is recorded (progress shows in the lake, the check run
+and the comment), as the daemon's run records its last saved comparison.
+
 Opening the instance (~1–2.5 s) and every event happen on one recorder thread, off the
 engine's path: the instance opens while the commits are learnt.
 """
@@ -96,6 +103,9 @@ class DagsterRecorder:
         self._comparison = ""
         self._request: ComparisonRequest | None = None
         self._closed = threading.Event()
+        # The PR head's latest comparison and report, recorded when the comparison ends:
+        # (what, where, record) by asset.
+        self._latest: dict[str, tuple[str, str, Callable[[dg.DagsterInstance], None]]] = {}
 
     # --- the Recorder protocol ------------------------------------------------------------------
 
@@ -167,11 +177,11 @@ class DagsterRecorder:
             self._materialization(instance, "baselines", self._comparison, base)
             self._materialization(instance, "comparison", self._comparison, metadata)
 
-        self._submit(f"compare:{self._comparison}", "recording the comparison", record)
+        self._latest["comparison"] = (f"compare:{self._comparison}", "recording the comparison", record)
 
     def report_written(self, report: WrittenReport) -> None:
         metadata = report_metadata(report)
-        self._submit(
+        self._latest["pr_report"] = (
             f"report:{self._comparison}",
             "writing the report",
             lambda instance: self._materialization(instance, "pr_report", self._comparison, metadata),
@@ -180,16 +190,25 @@ class DagsterRecorder:
     def close(self, *, wait: bool) -> None:
         if self._closed.is_set():
             return
-        self._closed.set()
-        if wait:
-            self._thread.shutdown(wait=True)
-            for f in self._pending:
-                f.result()
-        else:
-            # Stopping: queued recordings are dropped (what they record stays in the lake);
-            # one already under way gets a bounded wait.
+        latest, self._latest = self._latest, {}
+        if not wait:
+            # Stopping: queued recordings and the latest comparison are dropped (what they
+            # record stays in the lake); one already under way gets a bounded wait.
+            self._closed.set()
             self._thread.shutdown(wait=False, cancel_futures=True)
             cf.wait(self._pending, timeout=STOP_WAIT_S)
+            return
+        try:
+            # The report after the document it shows: the sampling sensor takes a report older
+            # than the last comparison for one still to come.
+            for asset in ("comparison", "pr_report"):
+                if asset in latest:
+                    self._submit(*latest[asset])
+        finally:
+            self._closed.set()
+            self._thread.shutdown(wait=True)
+        for f in self._pending:
+            f.result()
 
     # --- helpers --------------------------------------------------------------------------------
 
