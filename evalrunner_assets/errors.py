@@ -277,7 +277,7 @@ def _last_line(text: str) -> str:
 def describe(e: BaseException) -> tuple[str, str | None]:
     """One line saying what is wrong (and with which input), and a hint how to fix it."""
     from evalrunner_assets import discovery as d
-    from evalrunner_assets.discovery._discover import LIST_PATH
+    from evalrunner_assets.discovery import LIST_PATH
 
     if isinstance(e, d.ListFailed):
         cause = _last_line(e.stderr_tail) or "(nothing on stderr)"

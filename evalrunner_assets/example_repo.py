@@ -106,7 +106,7 @@ def build_example_repo(dest: Path, variants: Sequence[str] = VARIANTS) -> Exampl
 
     shutil.copytree(EXAMPLE_REPO_SOURCE, dest, ignore=_IGNORED, dirs_exist_ok=True)
     _normalise_modes(dest)
-    git = _Git(dest)
+    git = Git(dest)
     git("-c", f"init.defaultBranch={BASE_BRANCH}", "init", "-q")
     git("add", "-A")
     base_sha = git.commit(BASE_MESSAGE, BASE_COMMIT_DATE)
@@ -210,7 +210,7 @@ def _add_hard_cohort(root: Path) -> None:
 
 def _patch(name: str) -> Callable[[Path], None]:
     def apply(root: Path) -> None:
-        _Git(root)("apply", "--whitespace=nowarn", str(variant_patch(name).resolve()))
+        Git(root)("apply", "--whitespace=nowarn", str(variant_patch(name).resolve()))
 
     return apply
 
@@ -280,7 +280,7 @@ def build_example_history(
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise ExampleRepoError(f"{dest} exists and is not an empty directory")
     repo = build_example_repo(dest, variants=())
-    git = _Git(dest)
+    git = Git(dest)
     commits = [HistoryCommit(repo.base_sha, BASE_MESSAGE, "base")]
     steps = list(steps) + [(f"README: note {i}", "neutral", _note(f"Note {i}.")) for i in range(1, extra_neutral + 1)]
     for day, (message, kind, edit) in enumerate(steps, start=1):
@@ -304,7 +304,7 @@ def build_example_candidates(dest: Path) -> ExampleRepo:
     main, the runbook skill, the runbook skill on the bigger model, a fine-tune). The returned
     repo's ``base_sha`` is that last commit."""
     repo = build_example_repo(dest, variants=("improve-runbook",))
-    git = _Git(Path(dest))
+    git = Git(Path(dest))
     target = Path(dest) / ".evals" / "candidates.yaml"
     shutil.copyfile(CANDIDATES_SOURCE, target)
     _normalise_modes(Path(dest))
@@ -322,7 +322,7 @@ def _normalise_modes(root: Path) -> None:
             path.chmod(0o755 if relative in EXECUTABLE_FILES else 0o644)
 
 
-class _Git:
+class Git:
     """git in one repository, isolated from every user/system config on this machine."""
 
     def __init__(self, repo: Path) -> None:

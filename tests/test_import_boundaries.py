@@ -107,7 +107,7 @@ NEVER: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
 
 # Standard-library leaves that several layers share and none owns; any file may import them,
 # and they import nothing of the project (checked below).
-NEUTRAL = ("evalrunner_assets.sample_digest", "evalrunner_assets.sample_order")
+NEUTRAL = ("evalrunner_assets.sample_digest", "evalrunner_assets.sample_order", "evalrunner_assets.discovery_error")
 PROJECT = ("evalrunner_assets", "lake", "resources", "sensors", "sql")
 
 # --- lake paths ----------------------------------------------------------------------------
@@ -242,6 +242,153 @@ def lake_path_literals(files: dict[str, str]) -> list[str]:
     return out
 
 
+# --- no import cycles, no other package's private modules or names -------------------------
+
+
+def package_of(rel: str) -> str:
+    """The package a file belongs to (a package's ``__init__`` belongs to the package itself)."""
+    name = module_name(rel)
+    return name if rel.endswith("__init__.py") else name.rpartition(".")[0]
+
+
+def import_targets(source: str, rel: str, modules: set[str]) -> list[tuple[int, str]]:
+    """(line, module) for every import in ``source``, at any depth, resolved to the module of
+    ``modules`` that holds what it names: ``import a.b.c`` is ``a.b.c``; ``from a.b import c`` is
+    ``a.b.c`` when that is a module, else ``a.b`` (a package's ``__init__`` when ``a.b`` is a
+    package). Imports of nothing in ``modules`` are left out."""
+
+    def holder(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    package = package_of(rel).split(".")
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, filename=rel)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, holder(alias.name)) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[: len(package) - (node.level - 1)] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.append((node.lineno, sub if sub in modules else holder(base)))
+    return [(line, target) for line, target in found if target]
+
+
+def module_graph(files: dict[str, str]) -> dict[str, dict[str, str]]:
+    """module -> {module it imports: where (``file:line``, the first such import)}."""
+    names = {module_name(rel): rel for rel in files}
+    graph: dict[str, dict[str, str]] = {m: {} for m in names}
+    for rel, source in files.items():
+        me = module_name(rel)
+        for line, target in import_targets(source, rel, set(names)):
+            if target != me:
+                graph[me].setdefault(target, f"{rel}:{line}")
+    return graph
+
+
+def strongly_connected(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """The sets of modules that reach each other (Tarjan), those of more than one module, each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def shortest_path(graph: dict[str, dict[str, str]], start: str, goal: str, within: set[str]) -> list[str]:
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v]):
+                if w in within and w not in paths:
+                    paths[w] = [*paths[v], w]
+                    if w == goal:
+                        return paths[w]
+                    nxt.append(w)
+        frontier = nxt
+    return []
+
+
+def import_cycles(files: dict[str, str]) -> list[str]:
+    """Every import cycle, named module by module in import order with the line of each arrow:
+    for each arrow inside a set of modules that reach each other, the shortest cycle through it
+    (so every arrow that takes part in a cycle is on one reported)."""
+    graph = module_graph(files)
+    out: dict[tuple[str, ...], str] = {}
+    for members in strongly_connected(graph):
+        within = set(members)
+        for u in members:
+            for v in sorted(graph[u]):
+                if v not in within:
+                    continue
+                cycle = [u, *shortest_path(graph, v, u, within)] if v != u else [u]
+                # One name per cycle, whichever arrow found it: start at its smallest module.
+                first = cycle[:-1].index(min(cycle[:-1]))
+                ring = tuple(cycle[first:-1] + cycle[:first])
+                arrows = [f"{a} ({graph[a][b]})" for a, b in zip(ring, ring[1:] + ring[:1])]
+                out.setdefault(ring, "import cycle: " + " -> ".join([*arrows, ring[0]]))
+    return [out[ring] for ring in sorted(out)]
+
+
+def private_imports(files: dict[str, str]) -> list[str]:
+    """Imports of a private module (``_name.py``) or a private name (``_name``) that lives in
+    another package. Within one package, siblings' private names are free to use."""
+    found: dict[tuple[str, int, str], str] = {}
+    for rel, source in files.items():
+        mine = package_of(rel)
+        for line, module in imports_of(source, rel):
+            if not under(module, PROJECT):
+                continue
+            parts = module.split(".")
+            for i, part in enumerate(parts[1:], start=1):
+                if not part.startswith("_") or (part.startswith("__") and part.endswith("__")):
+                    continue
+                # A private module, or a private name in a package's __init__, is its package's;
+                # a private name in a module is the package that module is in.
+                owner = parts[:i] if (ROOT / "/".join(parts[:i])).is_dir() else parts[: i - 1]
+                if ".".join(owner) != mine:
+                    private = ".".join(parts[: i + 1])
+                    found.setdefault(
+                        (rel, line, private),
+                        f"{rel}:{line} imports {private}, private to {'.'.join(owner)}: "
+                        "use (or add) that package's public name",
+                    )
+                break
+    return list(found.values())
+
+
 def read(roots: tuple[str, ...]) -> dict[str, str]:
     return {rel: (ROOT / rel).read_text(encoding="utf-8") for rel in python_files(roots)}
 
@@ -253,6 +400,18 @@ def test_every_import_keeps_the_layering():
 
 def test_lake_paths_are_built_only_in_the_layout_module():
     found = lake_path_literals(read(LAKE_PATH_SCANNED))
+    assert not found, "\n".join(found)
+
+
+def test_no_module_imports_itself_round_a_cycle():
+    # Function-level imports count: a cycle deferred into a function is still a cycle.
+    found = import_cycles(read(PROJECT))
+    assert not found, "\n".join(found)
+
+
+def test_no_package_imports_another_packages_private_modules_or_names():
+    # What ships; the benchmarks, like the tests, time internals and may reach them.
+    found = private_imports(read(PROJECT))
     assert not found, "\n".join(found)
 
 
@@ -308,3 +467,59 @@ def test_the_lake_path_check_sees_literals_and_f_strings_but_not_docstrings():
     found = lake_path_literals({"evalrunner_assets/pipeline/x.py": source})
     assert [f.split(" builds")[0] for f in found] == ["evalrunner_assets/pipeline/x.py:4"] * 2
     assert lake_path_literals({LAYOUT_FILE: source}) == []
+
+
+def test_the_cycle_check_names_each_cycle_in_order_hidden_ones_included():
+    files = {
+        "evalrunner_assets/stats/__init__.py": "from ._decide import decide\n",
+        "evalrunner_assets/stats/_decide.py": "def decide():\n    from evalrunner_assets.stats import helper\n",
+        "evalrunner_assets/report/a.py": "from . import b\n",
+        "evalrunner_assets/report/b.py": "import evalrunner_assets.report.c\n",
+        "evalrunner_assets/report/c.py": "def f():\n    from .a import x\n",
+        "evalrunner_assets/report/d.py": "from .a import x\nfrom evalrunner_assets.stats import decide\n",
+    }
+    assert [c.split(": ", 1)[1] for c in import_cycles(files)] == [
+        "evalrunner_assets.report.a (evalrunner_assets/report/a.py:1)"
+        " -> evalrunner_assets.report.b (evalrunner_assets/report/b.py:1)"
+        " -> evalrunner_assets.report.c (evalrunner_assets/report/c.py:2)"
+        " -> evalrunner_assets.report.a",
+        "evalrunner_assets.stats (evalrunner_assets/stats/__init__.py:1)"
+        " -> evalrunner_assets.stats._decide (evalrunner_assets/stats/_decide.py:2)"
+        " -> evalrunner_assets.stats",
+    ]
+
+
+def test_the_cycle_check_accepts_a_package_that_re_exports_its_submodules():
+    files = {
+        "evalrunner_assets/stats/__init__.py": "from ._decide import decide\nfrom . import _params\n",
+        "evalrunner_assets/stats/_decide.py": "from evalrunner_assets.stats._params import P\nfrom ._params import Q\n",
+        "evalrunner_assets/stats/_params.py": "P = Q = 1\n",
+        "evalrunner_assets/report/a.py": "from evalrunner_assets.stats import decide\n",
+    }
+    assert import_cycles(files) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from evalrunner_assets.stats._decide import decide\n",
+        "def f():\n    from evalrunner_assets.stats import _decide\n",
+        "import evalrunner_assets.discovery._discover\n",
+        "from evalrunner_assets.execution.kubernetes import _PodRun\n",
+        "from evalrunner_assets.stats import _private_helper\n",
+        "from ..swe.runner import _run_one\n",
+    ],
+)
+def test_the_private_check_reports_another_packages_private_modules_and_names(source):
+    found = private_imports({"evalrunner_assets/pipeline/x.py": source})
+    assert len(found) == 1 and "private to evalrunner_assets." in found[0], found
+
+
+def test_the_private_check_accepts_siblings_and_public_names():
+    allowed = {
+        "evalrunner_assets/stats/__init__.py": "from ._decide import decide\nfrom . import _params\n",
+        "evalrunner_assets/stats/_decide.py": "from evalrunner_assets.stats._params import _P\n",
+        "evalrunner_assets/execution/x.py": "from .kubernetes import _PodRun\nfrom ._local import run\n",
+        "evalrunner_assets/pipeline/x.py": "from evalrunner_assets.stats import decide\nfrom __future__ import annotations\n",
+    }
+    assert private_imports(allowed) == []

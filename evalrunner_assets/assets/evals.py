@@ -4,82 +4,41 @@ Each asset body is a short narrative; the steps live in ``evalrunner_assets.pipe
 ``lake`` and ``report`` (plain Python).
 """
 
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
 
+from evalrunner_assets.assets.manifest import GROUP, NOUN_TAG, OWNERS, eval_manifest
+from evalrunner_assets.assets.metadata import (
+    ERROR_LOG_CHECK,
+    INTEGRITY_CHECK,
+    REPRODUCIBILITY_CHECK,
+    baselines_metadata,
+    comparison_metadata,
+    report_metadata,
+    sample_scores_metadata,
+    samples_metadata,
+    trajectories_metadata,
+)
+from evalrunner_assets.assets.recording import RunRecorder
 from evalrunner_assets.assets.run_worker import record_run_worker
 from evalrunner_assets.gateway import start_gateway, with_gateway
 from evalrunner_assets.partitions import (
-    add_partitions,
     commit_task_partitions,
-    commits_partitions,
     comparisons_partitions,
 )
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline import engine, nouns
 from evalrunner_assets.pipeline.defaults import samples_defaults
-from evalrunner_assets.pipeline.facts import facts_summary, learn_commit, load_facts
+from evalrunner_assets.pipeline.facts import load_facts
 from evalrunner_assets.pipeline.keys import parse_commit_key, parse_comparison_key
 from evalrunner_assets.pipeline.lease import ComparisonBusy
-from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport, save_comparison, write_report
-from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, load_request
-from evalrunner_assets.pipeline.windows import batch_state, run_task_windows
-from evalrunner_assets.report import render_comment
-from evalrunner_assets.report.chart import render_panel_chart
-from evalrunner_assets.report.panel import markdown_image
-from lake import LAYOUT, Window
-from lake.integrity import LakeIntegrityError, load_record, quarantine, verify_record
-from lake.schema import BatchRecord
+from evalrunner_assets.pipeline.publish import SavedComparison, save_comparison, write_report
+from evalrunner_assets.pipeline.spec import load_request
+from evalrunner_assets.pipeline.windows import run_task_windows
+from lake import Window
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
-from resources.sandbox import configured_backend_name
-
-GROUP = "evals"
-OWNERS = ["team:evals"]
-NOUN_TAG = "evalrunner/noun"  # which of the design card's nouns an asset is
-
-REPRODUCIBILITY_CHECK = "reproducibility_fields_present"
-ERROR_LOG_CHECK = "no_error_logs"
-INTEGRITY_CHECK = "lake_files_match_records"
-
-
-@dg.asset(
-    partitions_def=commits_partitions,
-    group_name=GROUP,
-    kinds={"inspect", configured_backend_name()},
-    owners=OWNERS,
-    tags={NOUN_TAG: "eval-manifest"},
-    backfill_policy=dg.BackfillPolicy.multi_run(1),
-)
-def eval_manifest(
-    context: dg.AssetExecutionContext, lake: LakeResource, sandbox: SandboxResource, repos: RepoResource
-) -> dg.MaterializeResult:
-    """One partition is one commit (``owner/repo@sha``): its `.evals/list` manifest (or Inspect's
-    own task listing) and each task's sample ids, learnt in the sandbox from a read-only export."""
-    record_run_worker(context)
-    repo, sha = parse_commit_key(context.partition_key)
-    the_lake = lake.open()
-    export = repos.export(the_lake, repo, sha)
-    facts = learn_commit(the_lake, sandbox.backend(context), export, model=DEFAULT_MODEL)
-    add_partitions(context.instance, "tasks", sorted(facts.tasks))
-    return dg.MaterializeResult(metadata=manifest_metadata(the_lake, repo, sha, facts))
-
-
-def manifest_metadata(the_lake, repo: str, sha: str, facts) -> dict[str, Any]:
-    """What an ``eval_manifest`` materialization shows of one learnt commit."""
-    summary = facts_summary(facts)
-    return {
-        "tasks": dg.MetadataValue.int(summary["tasks"]),
-        "samples": dg.MetadataValue.int(summary["samples"]),
-        "discovery": dg.MetadataValue.text(summary["discovery_source"]),
-        "listing_failures": dg.MetadataValue.int(summary["listing_failures"]),
-        # The repository environment its sandboxes mount (digest), or none.
-        "environment": dg.MetadataValue.text(summary["environment"] or "none"),
-        "manifest": dg.MetadataValue.path(the_lake.url(LAYOUT.manifest(repo, sha))),
-        "task_ids": dg.MetadataValue.md("\n".join(f"- `{t}`" for t in sorted(facts.tasks))),
-    }
 
 
 class TaskSamplesConfig(dg.Config):
@@ -254,152 +213,6 @@ def land_task_windows(
     return samples_metadata(the_lake, outcomes)
 
 
-def samples_metadata(the_lake, outcomes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """What a ``task_samples`` materialization shows of its windows' ``outcomes``, and its asset
-    checks' evaluations (keyword arguments of ``AssetCheckResult`` / ``AssetCheckEvaluation``).
-    Verifies every file the windows' batch records vouch for (a batch that fails is quarantined)."""
-    status = Counter(o.status for o in outcomes)
-    failed = [o for o in outcomes if o.status == "failed"]
-    missing = sorted({f for o in outcomes for f in o.key.missing_fields})
-    records = _records(the_lake, outcomes)
-    mismatches = _verify(the_lake, records)
-    metadata = {
-        "windows": dg.MetadataValue.int(len(outcomes)),
-        "windows_run": dg.MetadataValue.int(status["landed"]),
-        "windows_reused": dg.MetadataValue.int(status["reused"]),
-        "windows_failed": dg.MetadataValue.int(len(failed)),
-        "samples": dg.MetadataValue.int(sum(r.sample_rows for r in records)),
-        "errors": dg.MetadataValue.int(sum(r.errored_samples for r in records)),
-        "batches": dg.MetadataValue.json([o.key.digest for o in outcomes]),
-    }
-    checks = [
-        {
-            "check_name": REPRODUCIBILITY_CHECK,
-            "passed": not missing,
-            "metadata": {"missing_fields": dg.MetadataValue.json(missing)},
-            "description": "unpublishable: missing " + ", ".join(missing) if missing else None,
-        },
-        {
-            "check_name": ERROR_LOG_CHECK,
-            "passed": not failed,
-            "severity": dg.AssetCheckSeverity.ERROR,
-            "metadata": {"failures": dg.MetadataValue.json({o.key.window.name: o.failure for o in failed})},
-        },
-        {
-            "check_name": INTEGRITY_CHECK,
-            "passed": not mismatches,
-            "severity": dg.AssetCheckSeverity.ERROR,
-            "metadata": {
-                "files_checked": dg.MetadataValue.int(sum(len(r.files()) for r in records)),
-                "quarantined": dg.MetadataValue.json(mismatches),
-            },
-            "description": "; ".join(mismatches)[:1000] if mismatches else None,
-        },
-    ]
-    return metadata, checks
-
-
-def _verify(the_lake, records: list[BatchRecord]) -> list[str]:
-    """Full sha256 check of every file of ``records``; a batch that fails is quarantined."""
-    problems = []
-    for record in records:
-        try:
-            verify_record(the_lake, record, always=True)
-        except LakeIntegrityError as exc:
-            problems.append(str(exc))
-            if exc.record is not None:
-                quarantine(the_lake, exc.record, str(exc))
-    return problems
-
-
-def _records(the_lake, outcomes) -> list[BatchRecord]:
-    out = []
-    for o in outcomes:
-        k = o.key
-        rel = LAYOUT.batch_record(k.repo, k.commit, k.task, k.window, k.digest)
-        if batch_state(the_lake, k) == "committed":
-            out.append(load_record(the_lake, rel))
-    return out
-
-
-def sample_scores_metadata(scores: nouns.SampleScores) -> dict[str, Any]:
-    """What a ``sample_scores`` materialization shows of one (commit, task)."""
-    metadata: dict[str, Any] = {
-        "rows": dg.MetadataValue.int(scores.rows),
-        "inputs": dg.MetadataValue.int(scores.inputs),
-        "errored_rows": dg.MetadataValue.int(scores.errored_rows),
-        "windows": dg.MetadataValue.int(len(scores.windows)),
-        "mean_score": dg.MetadataValue.float(scores.mean_score) if scores.mean_score is not None else None,
-        "by_scorer": dg.MetadataValue.md(
-            _table(
-                scores.by_scorer,
-                ["scorer", "rows", "inputs", "epochs", "mean_score", "errored_rows", "total_tokens", "cost_usd"],
-            )
-        ),
-        "preview": dg.MetadataValue.md(
-            _table(
-                scores.preview,
-                ["window", "sample_id", "epoch", "score", "scorer", "error", "total_tokens", "total_time_s"],
-            )
-        ),
-        "samples_files": dg.MetadataValue.path(scores.tables_url),
-        "sql": dg.MetadataValue.md(
-            '```\nevalrunner sql "select sample_id, epoch, score, error from samples '
-            f"where \\\"commit\\\" = '{scores.commit}' and task = '{scores.task}'\"\n```"
-        ),
-    }
-    return {k: v for k, v in metadata.items() if v is not None}
-
-
-def trajectories_metadata(found: nouns.Trajectories) -> dict[str, Any]:
-    """What a ``trajectories`` materialization shows of one (commit, task)."""
-    return {
-        "trajectories": dg.MetadataValue.int(found.trajectories),
-        "events": dg.MetadataValue.int(found.events),
-        "tool_calls": dg.MetadataValue.int(found.tool_calls),
-        "by_event": dg.MetadataValue.md(
-            _table(found.by_event, ["event", "events", "trajectories", "tool_calls_requested", "errored"])
-        ),
-        "tools": dg.MetadataValue.md(_table(found.tools, ["tool_function", "calls", "failed_calls"])),
-        "inspect_logs": dg.MetadataValue.path(found.logs_url),
-        "open_with": dg.MetadataValue.md(
-            f"```\nevalrunner view\n```\n{len(found.logs)} log(s) under `{found.logs_url}`"
-        ),
-    }
-
-
-def baselines_metadata(found: nouns.Baselines) -> dict[str, Any]:
-    """What a ``baselines`` materialization shows of one comparison's base side."""
-    rows = [
-        {"task": t.task, "batches": t.batches, "samples": t.samples, "reused": t.reused, "landed for this PR": t.landed}
-        for t in found.tasks
-    ]
-    return {
-        "base_commit": dg.MetadataValue.text(f"{found.repo}@{found.base_sha}"),
-        "base_ref": dg.MetadataValue.text(found.base_ref or "-"),
-        "batches": dg.MetadataValue.int(found.batches),
-        "batches_reused": dg.MetadataValue.int(found.reused),
-        "samples": dg.MetadataValue.int(found.samples),
-        "tasks": dg.MetadataValue.md(_table(rows, ["task", "batches", "samples", "reused", "landed for this PR"])),
-    }
-
-
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """A small Markdown table of ``rows`` (floats to 4 places, long text cut)."""
-    if not rows:
-        return "_none yet_"
-
-    def cell(v: Any) -> str:
-        if v is None:
-            return ""
-        text = f"{v:.4g}" if isinstance(v, float) else str(v)
-        text = " ".join(text.split()).replace("|", "\\|")
-        return text if len(text) <= 60 else text[:59] + "…"
-
-    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns)
-    return head + "".join("\n| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows)
-
-
 BASELINES = dg.AssetKey("baselines")
 COMPARISON = dg.AssetKey("comparison")
 
@@ -453,8 +266,6 @@ def comparison(
     materializations of this run. A decided comparison runs nothing: its document is computed
     again from the lake. ``baselines`` alone reads the saved document."""
     record_run_worker(context)
-    from evalrunner_assets.assets.recording import RunRecorder
-
     repo, pr, head = parse_comparison_key(context.partition_key)
     the_lake = lake.open()
     request = load_request(the_lake, repo, pr, head)
@@ -504,29 +315,6 @@ def comparison(
         yield dg.MaterializeResult(asset_key=COMPARISON, metadata=comparison_metadata(saved))
 
 
-def comparison_metadata(saved: SavedComparison) -> dict[str, Any]:
-    """What a ``comparison`` materialization shows of one saved comparison document."""
-    result = saved.result
-    metadata: dict[str, Any] = {
-        "verdict": dg.MetadataValue.text(result.verdict),
-        "p_improvement": result.final_verdict.p_improvement,
-        "pairs": dg.MetadataValue.int(sum(t.decision.pairs for t in result.tasks.values())),
-        "labels": dg.MetadataValue.json({t: d.decision.label for t, d in result.tasks.items()}),
-        "samples_run": dg.MetadataValue.int(result.samples_run),
-        "spend_usd": result.spend_usd,
-        "comparison_json": dg.MetadataValue.path(saved.url),
-        "summary": dg.MetadataValue.md(render_comment(result)),
-    }
-    if result.tasks:
-        # sized for the metadata panel; the full chart is in the lake once the comparison ended
-        metadata["chart"] = dg.MetadataValue.md(
-            markdown_image("how many samples until we know", render_panel_chart(result))
-        )
-    if saved.chart_url is not None:
-        metadata["chart_path"] = dg.MetadataValue.path(saved.chart_url)
-    return metadata
-
-
 @dg.asset(
     partitions_def=comparisons_partitions,
     group_name=GROUP,
@@ -550,30 +338,6 @@ def pr_report(context: dg.AssetExecutionContext, lake: LakeResource, github: Git
     elif not report.posted:
         context.log.info(f"GitHub not configured: comment written to {report.comment_url}\n{report.body}")
     return dg.MaterializeResult(metadata=report_metadata(report))
-
-
-def report_metadata(report: WrittenReport) -> dict[str, Any]:
-    """What a ``pr_report`` materialization shows of one written report."""
-    check = report.check
-    conclusion = check.get("conclusion") or check.get("status")
-    metadata: dict[str, Any] = {
-        # Shown inline in the UI (a JSON blob showed the summary as one line of "\n" escapes).
-        "check_run_conclusion": dg.MetadataValue.text(str(conclusion)),
-        "check_run_title": dg.MetadataValue.text(str(check.get("title", ""))),
-        "check_run": dg.MetadataValue.md(
-            f"**{check.get('name', '')}** · `{conclusion}` · {check.get('title', '')}\n\n"
-            f"```\n{check.get('summary', '')}\n```"
-        ),
-        "comment_file": dg.MetadataValue.path(report.comment_url),
-        "comment": dg.MetadataValue.md(report.body),
-    }
-    for name in ("github_comment_id", "github_check_run_id"):
-        if name in report.posted:
-            metadata[name] = dg.MetadataValue.int(report.posted[name])
-    if report.github_error is not None:
-        # A permanent GitHub error is reported on the materialization, never hidden.
-        metadata["github_error"] = dg.MetadataValue.text(report.github_error)
-    return metadata
 
 
 ASSETS = [eval_manifest, task_samples, comparison, pr_report]

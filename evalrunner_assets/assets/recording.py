@@ -29,10 +29,10 @@ from typing import Any
 import dagster as dg
 
 from evalrunner_assets import home
-from evalrunner_assets.assets.evals import (
+from evalrunner_assets.assets.manifest import eval_manifest
+from evalrunner_assets.assets.metadata import (
     baselines_metadata,
     comparison_metadata,
-    eval_manifest,
     manifest_metadata,
     report_metadata,
     sample_scores_metadata,

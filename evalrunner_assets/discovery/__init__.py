@@ -1,7 +1,15 @@
 """Discovery: what evals a repository declares at one commit (``.evals/list`` or Inspect)."""
 
-from evalrunner_assets.discovery._agent_config import AgentConfigError, AgentModel, read_agent_model, yaml_problem
-from evalrunner_assets.discovery._discover import DiscoveryResult, discover, task_id_for
+from evalrunner_assets.discovery._agent_config import (
+    MODEL_PATTERN,
+    AgentConfigError,
+    AgentModel,
+    check_overrides,
+    read_agent_model,
+    rewrite_agent_config,
+    yaml_problem,
+)
+from evalrunner_assets.discovery._discover import LIST_PATH, DiscoveryResult, discover, task_id_for
 from evalrunner_assets.discovery._errors import (
     DiscoveryError,
     DiscoverySandboxFailure,
@@ -26,6 +34,8 @@ from evalrunner_assets.discovery._manifest import (
 )
 
 __all__ = [
+    "LIST_PATH",
+    "MODEL_PATTERN",
     "AgentConfigError",
     "AgentModel",
     "DiscoveryError",
@@ -44,10 +54,12 @@ __all__ = [
     "ManifestTask",
     "NoEvalsFound",
     "SchemaViolation",
+    "check_overrides",
     "discover",
     "manifest_schema",
     "parse_manifest_bytes",
     "read_agent_model",
+    "rewrite_agent_config",
     "task_id_for",
     "validate_manifest",
     "yaml_problem",

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-class DiscoveryError(Exception):
-    """Discovery of a repository's evals failed; the message says what and how to fix it."""
-
-    infrastructure = False  # True when the sandbox, not the repository, is at fault
+from evalrunner_assets.discovery_error import DiscoveryError
 
 
 class NoEvalsFound(DiscoveryError):

@@ -1,5 +1,7 @@
 """Sandboxed execution: repositories at exact commits, sandbox backends, Inspect runs."""
 
+from evalrunner_assets.execution._local import digest_of
+from evalrunner_assets.execution._process import pid_alive
 from evalrunner_assets.execution.backends import BACKENDS, DEFAULT_BACKEND, UnknownBackend, make_backend
 from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
 from evalrunner_assets.execution.repo import (
@@ -51,6 +53,8 @@ __all__ = [
     "UnknownBackend",
     "UnsafeLocalBackend",
     "WarmSession",
+    "digest_of",
     "make_backend",
+    "pid_alive",
     "tree_digest",
 ]

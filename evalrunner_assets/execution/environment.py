@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from evalrunner_assets.discovery._errors import DiscoveryError
+from evalrunner_assets.discovery_error import DiscoveryError
 from evalrunner_assets.execution.channel import UnixForwarder, UnixService, _splice
 from evalrunner_assets.execution.sandbox import (
     Channel,

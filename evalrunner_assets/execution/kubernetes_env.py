@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from evalrunner_assets.execution.environment import BUILD_LIMITS, EnvSpec
-from evalrunner_assets.execution.kubernetes import (
+from evalrunner_assets.execution.kubernetes_pod import (
     ENV_APP_LABEL,
     ENV_DIGEST_LABEL,
     ENV_MOUNT_ROOT,

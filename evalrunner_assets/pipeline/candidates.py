@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from evalrunner_assets import stats
-from evalrunner_assets.discovery._agent_config import (
+from evalrunner_assets.discovery import (
     AgentConfigError,
     check_overrides,
     rewrite_agent_config,

@@ -20,13 +20,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalrunner_assets.discovery import (
+    LIST_PATH,
     AgentModel,
     DiscoveryError,
     DiscoverySandboxFailure,
     discover,
     read_agent_model,
 )
-from evalrunner_assets.discovery._discover import LIST_PATH
 from evalrunner_assets.execution.environment import (
     BuiltEnvironment,
     EnvironmentBuildError,

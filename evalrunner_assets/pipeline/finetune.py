@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from evalrunner_assets.discovery._agent_config import MODEL_PATTERN, yaml_problem
+from evalrunner_assets.discovery import MODEL_PATTERN, yaml_problem
 from lake import LAYOUT, Lake
 
 DEFAULT_SELECTION = "finetune_training_samples"

@@ -55,7 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalrunner_assets.execution._process import pid_alive
+from evalrunner_assets.execution import pid_alive
 from evalrunner_assets.execution.backends import default_workers
 from evalrunner_assets.pipeline.loop import Step
 from evalrunner_assets.pipeline.windows import WindowOutcome

@@ -7,7 +7,7 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-from evalrunner_assets.example_repo import _Git
+from evalrunner_assets.example_repo import Git
 from evalrunner_assets.swe.agent import EXAMPLE_DIR
 
 EXAMPLE_TASK_SET = EXAMPLE_DIR / "taskset.json"
@@ -23,7 +23,7 @@ def build_tinystats_repo(dest: Path) -> str:
     for p in dest.rglob("*"):
         if p.is_file():
             p.chmod(0o644)
-    git = _Git(dest)
+    git = Git(dest)
     git("init", "-q", "-b", "main")
     git("add", "-A")
     return git.commit("tinystats: numeric and text helpers", COMMIT_DATE)

@@ -16,7 +16,6 @@ a failure.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import xml.etree.ElementTree as ET
@@ -34,6 +33,7 @@ from evalrunner_assets.execution.sandbox import (
     SandboxStatus,
 )
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
+from evalrunner_assets.swe.diff import unified_chunk
 from evalrunner_assets.swe.model import SweTask
 from evalrunner_assets.swe.sandboxes import provider_for
 
@@ -84,25 +84,6 @@ def _text(path: Path | None) -> list[str] | None:
         return path.read_text(encoding="utf-8").splitlines(keepends=True)
     except UnicodeDecodeError:
         return None
-
-
-def unified_chunk(rel: str, old: list[str] | None, new: list[str] | None, added: bool, removed: bool) -> str:
-    """One file's part of the patch: its unified diff, or a note when either side is not text
-    (binary, oversized, a link or special file). ``added``/``removed``: the file is new/gone."""
-    if old is None or new is None:
-        return f"Binary or non-text file {rel} differs\n"
-    if old and not old[-1].endswith("\n"):
-        old[-1] += "\n\\ No newline at end of file\n"
-    if new and not new[-1].endswith("\n"):
-        new[-1] += "\n\\ No newline at end of file\n"
-    return "".join(
-        difflib.unified_diff(
-            old,
-            new,
-            fromfile="/dev/null" if added else f"a/{rel}",
-            tofile="/dev/null" if removed else f"b/{rel}",
-        )
-    )
 
 
 def workspace_patch(clean: str, workspace: str) -> tuple[str, list[str]]:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from inspect_ai.util import SandboxEnvironment
 
-from evalrunner_assets.execution._local import digest_of
+from evalrunner_assets.execution import digest_of
 from evalrunner_assets.execution.environment import (
     ENVS_DIR_ENV,
     EnvironmentBuildError,

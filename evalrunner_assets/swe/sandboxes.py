@@ -28,6 +28,7 @@ from inspect_ai.util import SandboxEnvironment
 
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
+from evalrunner_assets.swe.diff import unified_chunk
 
 if TYPE_CHECKING:
     from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
@@ -201,8 +202,6 @@ def _lines(data: bytes) -> list[str] | None:
 async def sandbox_patch(env: SandboxEnvironment, clean: str) -> tuple[str, list[str]]:
     """The unified diff (-p1) from the clean export at ``clean`` (on this machine) to the
     sandbox's workspace, and every path it touches (see the module docstring)."""
-    from evalrunner_assets.swe.grading import unified_chunk
-
     before, after = _listing(clean), await workspace_listing(env)
     chunks: list[str] = []
     touched: list[str] = []
