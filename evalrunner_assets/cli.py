@@ -911,6 +911,7 @@ def _count(minimum: int, why: str = "") -> Any:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
+    from evalrunner_assets.execution import sandbox_settings
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
 
     min_pairs = ComparisonRequest.model_fields["min_pairs"].default
@@ -959,13 +960,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=_count(0),
         default=0,
-        help="sandboxes running at once (default: cores locally, the pod cap on Kubernetes)",
+        help="sandboxes running at once (default: cores locally, the pod cap on Kubernetes: "
+        f"{sandbox_settings.MAX_CONCURRENT_PODS.default})",
     )
     p.add_argument(
         "--backend",
-        choices=("bubblewrap", "unsafe-local", "kubernetes"),
-        default="bubblewrap",
-        help="sandbox backend (unsafe-local has no isolation and is refused under CI)",
+        choices=sandbox_settings.BACKEND.choices,
+        default=sandbox_settings.BACKEND.default,
+        help=sandbox_settings.BACKEND.help,
     )
 
 
@@ -994,6 +996,8 @@ DEBUG_HELP = f"print tracebacks and Dagster's own log lines (also {DEBUG_ENV}=1)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from evalrunner_assets.execution import sandbox_settings
+
     parser = _Parser(
         prog="evalrunner",
         description=__doc__,
@@ -1055,7 +1059,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cap", type=_count(1), default=256, help="most inputs per eval and point (default: %(default)s)")
     p.add_argument("--workers", type=_count(0), default=0, help="sandboxes running at once (default: cores)")
-    p.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
+    p.add_argument("--backend", choices=sandbox_settings.BACKEND.choices, default=sandbox_settings.BACKEND.default)
     p.set_defaults(func=cmd_backfill)
 
     p = add("series", help="the cohort series' commits: register a branch's history without measuring it")
@@ -1101,7 +1105,9 @@ def build_parser() -> argparse.ArgumentParser:
         if action == "measure":
             q.add_argument("--name", action="append", default=[], help="measure only this candidate (repeatable)")
             q.add_argument("--workers", type=_count(0), default=0, help="sandboxes running at once (default: cores)")
-            q.add_argument("--backend", choices=("bubblewrap", "unsafe-local", "kubernetes"), default="bubblewrap")
+            q.add_argument(
+                "--backend", choices=sandbox_settings.BACKEND.choices, default=sandbox_settings.BACKEND.default
+            )
         q.set_defaults(func=cmd_candidates)
 
     p = add("finetune", help="fine-tunes: export a training set, register (train, measure, notify), list")
@@ -1239,7 +1245,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Delete the environment claims (evalrunner-env-<digest>) of the sandbox namespace whose last "
         "use is older than the retention, that no pod mounts and whose build Job does not exist; print each "
         "claim with what was done and why. Settings come from the evalrunner-env ConfigMap's variables "
-        "(EVALRUNNER_SANDBOX_NAMESPACE, EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS); the sampling sensor runs the same "
+        f"({sandbox_settings.NAMESPACE.env}, {sandbox_settings.ENV_RETAIN_DAYS.env}); the sampling sensor runs the same "
         "sweep every 10 minutes.",
     )
     q.add_argument("--dry-run", action="store_true", help="print what would be deleted; delete nothing")
@@ -1247,9 +1253,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--retain-days",
         type=float,
         default=None,
-        help="keep claims used within this many days (default: $EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS, else 14)",
+        help=f"keep claims used within this many days (default: ${sandbox_settings.ENV_RETAIN_DAYS.env}, "
+        f"else {sandbox_settings.ENV_RETAIN_DAYS.default:g})",
     )
-    q.add_argument("--namespace", default=None, help="sandbox namespace (default: $EVALRUNNER_SANDBOX_NAMESPACE)")
+    q.add_argument(
+        "--namespace",
+        default=None,
+        help=f"sandbox namespace (default: ${sandbox_settings.NAMESPACE.env}, else {sandbox_settings.NAMESPACE.default})",
+    )
     q.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
     q.add_argument("--context", default=None, help="kubeconfig context")
     q.set_defaults(func=cmd_envs)

@@ -11,54 +11,44 @@ from typing import Any
 
 import dagster as dg
 
+from evalrunner_assets.execution import sandbox_settings as settings
 from evalrunner_assets.execution.backends import default_workers, make_backend
 from evalrunner_assets.execution.sandbox import SandboxBackend
 
-# The environment variables :meth:`SandboxResource.from_env` reads, and the field each sets.
-ENV_FIELDS = {
-    "EVALRUNNER_SANDBOX_BACKEND": "backend_name",
-    "EVALRUNNER_SANDBOX_NAMESPACE": "k8s_namespace",
-    "EVALRUNNER_SANDBOX_IMAGE": "k8s_image",
-    "EVALRUNNER_SANDBOX_MAX_CONCURRENT_PODS": "k8s_max_concurrent_pods",
-    "EVALRUNNER_MODEL_EGRESS_CIDR": "k8s_model_egress_cidr",
-    "EVALRUNNER_MODEL_EGRESS_PORT": "k8s_model_egress_port",
-    "EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS": "k8s_env_storage_class",
-    "EVALRUNNER_PACKAGE_INDEX_PROXY": "k8s_package_index_proxy",
-    "EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS": "k8s_env_retain_days",
-}
-_INT_FIELDS = ("k8s_max_concurrent_pods", "k8s_model_egress_port")
+# The environment variables :meth:`SandboxResource.from_env` reads, and the field each sets
+# (defined once, with types and defaults, in evalrunner_assets/execution/sandbox_settings.py).
+ENV_FIELDS = {s.env: s.resource_field for s in settings.SETTINGS}
 
 
 def configured_backend_name(env: Mapping[str, str] | None = None) -> str:
     """The sandbox backend this deployment runs (``EVALRUNNER_SANDBOX_BACKEND``, default
     bubblewrap): the kind the UI shows on the assets that run sandboxes."""
     env = os.environ if env is None else env
-    return env.get("EVALRUNNER_SANDBOX_BACKEND") or "bubblewrap"
-
-
-_FLOAT_FIELDS = ("k8s_env_retain_days",)
+    return env.get(settings.BACKEND.env) or settings.BACKEND.default
 
 
 class SandboxResource(dg.ConfigurableResource):
     """``backend``: ``bubblewrap`` (default), ``kubernetes``, or ``unsafe-local`` (no isolation;
     explicit only, refused under CI). The ``k8s_*`` fields configure the Kubernetes backend."""
 
-    backend_name: str = "bubblewrap"
-    k8s_namespace: str = "evalrunner-sandbox"
-    k8s_image: str = ""
+    # The settings a deployment's environment sets (from_env): defaults from sandbox_settings.py,
+    # checked field by field by tests/test_sandbox_settings.py.
+    backend_name: str = settings.BACKEND.resource_default
+    k8s_namespace: str = settings.NAMESPACE.resource_default
+    k8s_image: str = settings.IMAGE.resource_default
     k8s_service_account: str = ""
-    k8s_max_concurrent_pods: int = 16
+    k8s_max_concurrent_pods: int = settings.MAX_CONCURRENT_PODS.resource_default
     k8s_in_cluster: bool | None = None
     k8s_kubeconfig: str = ""
-    k8s_model_egress_cidr: str = ""
-    k8s_model_egress_port: int = 443
+    k8s_model_egress_cidr: str = settings.MODEL_EGRESS_CIDR.resource_default
+    k8s_model_egress_port: int = settings.MODEL_EGRESS_PORT.resource_default
     # Repository environments on Kubernetes: the StorageClass of their volume claims (it must
     # offer ReadOnlyMany) and the package-index proxy their build pods go through.
-    k8s_env_storage_class: str = ""
-    k8s_package_index_proxy: str = ""
+    k8s_env_storage_class: str = settings.ENV_STORAGE_CLASS.resource_default
+    k8s_package_index_proxy: str = settings.PACKAGE_INDEX_PROXY.resource_default
     # Days an environment claim no pod has mounted is kept (0: never deleted); the sampling
     # sensor's sweep and `evalrunner envs prune` delete older ones.
-    k8s_env_retain_days: float = 14.0
+    k8s_env_retain_days: float = settings.ENV_RETAIN_DAYS.resource_default
     warm_sessions: bool = True
     # Sandboxes running at once for one comparison; 0 means the backend's default: this
     # machine's cores locally, ``k8s_max_concurrent_pods`` (a cluster-wide cap) on Kubernetes.
@@ -73,25 +63,7 @@ class SandboxResource(dg.ConfigurableResource):
         ``EVALRUNNER_MODEL_EGRESS_PORT``, ``EVALRUNNER_SANDBOX_ENV_STORAGE_CLASS``,
         ``EVALRUNNER_PACKAGE_INDEX_PROXY`` and ``EVALRUNNER_SANDBOX_ENV_RETAIN_DAYS``. Unset
         variables keep the defaults."""
-        env = os.environ if env is None else env
-        fields: dict[str, Any] = {}
-        for name, field in ENV_FIELDS.items():
-            value = env.get(name)
-            if value is None or value == "":
-                continue
-            if field in _INT_FIELDS:
-                try:
-                    fields[field] = int(value)
-                except ValueError:
-                    raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-            elif field in _FLOAT_FIELDS:
-                try:
-                    fields[field] = float(value)
-                except ValueError:
-                    raise ValueError(f"environment variable {name}={value!r} is not a number") from None
-            else:
-                fields[field] = value
-        return cls(**fields)
+        return cls(**settings.settings_from_env(env))
 
     def worker_count(self) -> int:
         """How many sample windows one comparison runs at once on this backend."""

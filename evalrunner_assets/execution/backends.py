@@ -7,10 +7,10 @@ from typing import Any
 
 from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
 from evalrunner_assets.execution.sandbox import SandboxBackend
+from evalrunner_assets.execution.sandbox_settings import BACKENDS, DEFAULT_BACKEND
 from evalrunner_assets.execution.unsafe_local import UnsafeLocalBackend
 
-DEFAULT_BACKEND = "bubblewrap"
-BACKENDS = ("bubblewrap", "unsafe-local", "kubernetes")
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "UnknownBackend", "default_workers", "make_backend"]
 
 
 def default_workers() -> int:

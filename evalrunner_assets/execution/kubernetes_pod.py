@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalrunner_assets.execution import pod_wrapper
+from evalrunner_assets.execution import sandbox_settings as settings
 from evalrunner_assets.execution._local import SandboxRequestError, sandbox_env
 from evalrunner_assets.execution.sandbox import (
     SANDBOX_HOME_DIR,
@@ -99,12 +100,10 @@ class KubernetesSandboxConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    namespace: str = Field(
-        "evalrunner-sandbox", description="Dedicated namespace for sandbox pods (PSA restricted, deny-all network)."
-    )
-    image: str = Field(
-        description="Sandbox image; pin it by digest (repo@sha256:...) so the runtime digest means something."
-    )
+    # The fields a deployment sets through its environment take their defaults and
+    # descriptions from sandbox_settings.py, where each is defined once.
+    namespace: str = Field(settings.NAMESPACE.default, description=settings.NAMESPACE.help)
+    image: str = Field(description=settings.IMAGE.help)
     image_pull_policy: str = Field("IfNotPresent", description="Container imagePullPolicy.")
     service_account: str = Field(
         "evalrunner-sandbox", description="Service account of sandbox pods: no RBAC, token not mounted."
@@ -143,7 +142,7 @@ class KubernetesSandboxConfig(BaseModel):
         description="How long to retry pod creation while the namespace ResourceQuota (the cluster-wide cap) is full.",
     )
     max_concurrent_pods: int = Field(
-        8, gt=0, description="Pods this controller process runs at once; the namespace ResourceQuota caps the cluster."
+        settings.MAX_CONCURRENT_PODS.default, gt=0, description=settings.MAX_CONCURRENT_PODS.help
     )
     poll_interval_seconds: float = Field(2.0, gt=0, description="Seconds between pod status reads.")
     in_cluster: bool | None = Field(
@@ -153,9 +152,10 @@ class KubernetesSandboxConfig(BaseModel):
     kubeconfig: str | None = Field(None, description="Kubeconfig file for out-of-cluster use (the CLI).")
     kube_context: str | None = Field(None, description="Kubeconfig context.")
     model_egress_cidr: str | None = Field(
-        None, description="CIDR of the model endpoint the model-egress NetworkPolicy allows (must match deploy/k8s)."
+        settings.MODEL_EGRESS_CIDR.default, description=settings.MODEL_EGRESS_CIDR.help
     )
-    model_egress_port: int | None = Field(None, description="TCP port of the model endpoint.")
+    # No default here: the resource gives settings.MODEL_EGRESS_PORT's default with a CIDR only.
+    model_egress_port: int | None = Field(None, description=settings.MODEL_EGRESS_PORT.help)
     runtime_class_name: str | None = Field(
         None, description="Optional RuntimeClass (e.g. gVisor 'gvisor') for a second isolation layer."
     )
@@ -174,21 +174,15 @@ class KubernetesSandboxConfig(BaseModel):
     )
     env_claim_size: str = Field("2Gi", description="Size of each repository environment's volume claim.")
     env_storage_class: str | None = Field(
-        None,
-        description="StorageClass of environment claims; it must offer ReadWriteOnce and ReadOnlyMany (e.g. a Filestore/NFS class). None: the cluster default.",
+        settings.ENV_STORAGE_CLASS.default, description=settings.ENV_STORAGE_CLASS.help
     )
     package_index_proxy: str | None = Field(
-        None,
-        description="http://host:port of the allow-listing proxy in front of the package index that environment build pods use (the package-index NetworkPolicy admits only it).",
+        settings.PACKAGE_INDEX_PROXY.default, description=settings.PACKAGE_INDEX_PROXY.help
     )
     env_build_wait_seconds: float = Field(
         3600.0, gt=0, description="How long to wait for another controller's build of the same environment."
     )
-    env_retain_days: float = Field(
-        14.0,
-        ge=0,
-        description="Days an environment claim no pod has mounted is kept; the retention sweep then deletes it (it is rebuilt on its next use). 0: never deleted.",
-    )
+    env_retain_days: float = Field(settings.ENV_RETAIN_DAYS.default, ge=0, description=settings.ENV_RETAIN_DAYS.help)
     env_last_used_interval_seconds: float = Field(
         3600.0,
         gt=0,
