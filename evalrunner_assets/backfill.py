@@ -16,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from evalrunner_assets.partitions import add_partitions, trim_main_commits
+from evalrunner_assets.partitions import MAIN_COMMITS, add_partitions, trim_main_commits
 from evalrunner_assets.pipeline import series, series_progress
 from evalrunner_assets.pipeline.keys import commit_key
 
@@ -24,7 +24,7 @@ from evalrunner_assets.pipeline.keys import commit_key
 # sets); spelled out because the constants live in a private module.
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
-PARTITIONS = "main_commits"
+PARTITIONS = MAIN_COMMITS
 
 
 class BackfillError(ValueError):

@@ -16,13 +16,11 @@ from typing import Any
 
 import dagster as dg
 
-from evalrunner_assets.partitions import add_partitions
+from evalrunner_assets.partitions import CANDIDATE_REPOS, CANDIDATES, add_partitions
 from evalrunner_assets.pipeline import candidates as cands
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
-CANDIDATES = "candidates"
-CANDIDATE_REPOS = "candidate_repos"
 
 
 @dataclass

@@ -30,17 +30,27 @@ MAIN_COMMITS_KEPT = 20_000
 # One key per submitted SWE run: the oldest go too (long finished; their attempts are in the lake).
 SWE_RUNS_KEPT = 20_000
 
-commits_partitions = dg.DynamicPartitionsDefinition(name="commits")
-tasks_partitions = dg.DynamicPartitionsDefinition(name="tasks")
-comparisons_partitions = dg.DynamicPartitionsDefinition(name="comparisons")
-main_commits_partitions = dg.DynamicPartitionsDefinition(name="main_commits")
+# The partition sets' names: everything that adds, reads or deletes keys spells them with these.
+COMMITS = "commits"
+TASKS = "tasks"
+COMPARISONS = "comparisons"
+MAIN_COMMITS = "main_commits"
+CANDIDATES = "candidates"
+CANDIDATE_REPOS = "candidate_repos"
+SWE_RUNS = "swe_runs"
+SWE_TASK_SETS = "swe_task_sets"
+
+commits_partitions = dg.DynamicPartitionsDefinition(name=COMMITS)
+tasks_partitions = dg.DynamicPartitionsDefinition(name=TASKS)
+comparisons_partitions = dg.DynamicPartitionsDefinition(name=COMPARISONS)
+main_commits_partitions = dg.DynamicPartitionsDefinition(name=MAIN_COMMITS)
 # ``owner/repo:name``: one candidate configuration; ``owner/repo``: a repository's frontier.
-candidates_partitions = dg.DynamicPartitionsDefinition(name="candidates")
-candidate_repos_partitions = dg.DynamicPartitionsDefinition(name="candidate_repos")
+candidates_partitions = dg.DynamicPartitionsDefinition(name=CANDIDATES)
+candidate_repos_partitions = dg.DynamicPartitionsDefinition(name=CANDIDATE_REPOS)
 # SWE-style task sets: one partition per submitted run (``r-<hex>``, from POST /v1/runs) and one
 # per registered task set (its gold-patch check).
-swe_runs_partitions = dg.DynamicPartitionsDefinition(name="swe_runs")
-swe_task_sets_partitions = dg.DynamicPartitionsDefinition(name="swe_task_sets")
+swe_runs_partitions = dg.DynamicPartitionsDefinition(name=SWE_RUNS)
+swe_task_sets_partitions = dg.DynamicPartitionsDefinition(name=SWE_TASK_SETS)
 commit_task_partitions = dg.MultiPartitionsDefinition({"commit": commits_partitions, "task": tasks_partitions})
 
 
@@ -87,9 +97,9 @@ def retire_comparison(
     deleted = []
     for key in comparison_commit_keys(request):
         if key not in keep_commits:
-            instance.delete_dynamic_partition("commits", key)
+            instance.delete_dynamic_partition(COMMITS, key)
             deleted.append(key)
-    instance.delete_dynamic_partition("comparisons", request.key)
+    instance.delete_dynamic_partition(COMPARISONS, request.key)
     deleted.append(request.key)
     mark_closed(lake, request.repo, request.pr, request.head_sha)
     return deleted
@@ -117,7 +127,7 @@ def trim_main_commits(instance: dg.DagsterInstance, incoming: list[str], keep: i
     """Make room for ``incoming`` in ``main_commits`` (first-parent order for pushes and
     backfills, so the oldest points go first); their series points, charts and materializations
     stay, and ``evalrunner backfill`` over them adds the keys again."""
-    return _trim_oldest(instance, "main_commits", incoming, keep)
+    return _trim_oldest(instance, MAIN_COMMITS, incoming, keep)
 
 
 def trim_swe_runs(
@@ -126,4 +136,4 @@ def trim_swe_runs(
     """Make room for ``incoming`` in ``swe_runs`` (submission order: the oldest runs go first;
     their attempts and records stay in the lake, their materializations in the event log).
     ``active``: runs queued or executing, whose keys their Dagster run still needs."""
-    return _trim_oldest(instance, swe_runs_partitions.name or "swe_runs", incoming, keep, active)
+    return _trim_oldest(instance, SWE_RUNS, incoming, keep, active)

@@ -32,10 +32,10 @@ import dagster as dg
 
 from evalrunner_assets.jobs import SWE_GOLD_TAG, SWE_QUIET_CONFIG, SWE_RUN_TAG
 from evalrunner_assets.partitions import (
+    SWE_RUNS,
     SWE_RUNS_KEPT,
+    SWE_TASK_SETS,
     add_partitions,
-    swe_runs_partitions,
-    swe_task_sets_partitions,
     trim_swe_runs,
 )
 from evalrunner_assets.swe import RunSpec, SweStore
@@ -126,7 +126,7 @@ class SweLauncher:
         run_id = record["id"]
         active = frozenset(swe_runs_in_flight(self.instance) | {r["id"] for r in self.store.queued_runs()})
         trim_swe_runs(self.instance, [run_id], self.keep_runs, active)
-        add_partitions(self.instance, swe_runs_partitions.name or "swe_runs", [run_id])
+        add_partitions(self.instance, SWE_RUNS, [run_id])
         with _IN_PROCESS_RUN:
             self._job("swe_run_job").execute_in_process(
                 instance=self.instance,
@@ -169,7 +169,7 @@ class SweLauncher:
         """Register a task set and run its gold check at once, in this process (a
         ``swe_gold_job`` run); the daily check is the schedule's, through the daemon."""
         ts, created = register_task_set(ctx, spec_file, repo_source)
-        add_partitions(self.instance, swe_task_sets_partitions.name or "swe_task_sets", [ts.name])
+        add_partitions(self.instance, SWE_TASK_SETS, [ts.name])
         with _IN_PROCESS_RUN:
             result = self._job("swe_gold_job").execute_in_process(
                 instance=self.instance,

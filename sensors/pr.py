@@ -22,7 +22,7 @@ import dagster as dg
 
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
 from evalrunner_assets.jobs import cohort_series_job, comparison_job, comparison_run_request, eval_manifest_job
-from evalrunner_assets.partitions import comparison_commit_keys, trim_main_commits
+from evalrunner_assets.partitions import COMMITS, COMPARISONS, MAIN_COMMITS, comparison_commit_keys, trim_main_commits
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.keys import commit_key
 from evalrunner_assets.pipeline.open_index import mark_open
@@ -51,7 +51,15 @@ from sensors.inbox import (
 )
 
 GIT_BASE_URL_ENV = "EVALRUNNER_GIT_BASE_URL"
-GIT_BASE_URL = os.environ.get(GIT_BASE_URL_ENV, "https://github.com")
+DEFAULT_GIT_BASE_URL = "https://github.com"
+
+
+def git_base_url() -> str:
+    """The Git host a repository the sensor first hears about is cloned from
+    (``$EVALRUNNER_GIT_BASE_URL``, default https://github.com), read when the sensor evaluates."""
+    return os.environ.get(GIT_BASE_URL_ENV, DEFAULT_GIT_BASE_URL)
+
+
 # The inbox keeps one claim per delivery for good, so walking it is not free: sweep it for dead
 # writers' temp files on the first tick and then at most this often (the receiver sweeps on start).
 SWEEP_INTERVAL_S = 600.0
@@ -83,7 +91,7 @@ def _ensure_source(the_lake, repos: RepoResource, repo: str) -> None:
     # A repository registered before (`evalrunner repos add`, a local mirror in tests or
     # air-gapped setups) keeps its source; otherwise it is cloned from the Git host.
     if not the_lake.exists(LAYOUT.repo_source(repo)):
-        repos.register(the_lake, repo, f"{GIT_BASE_URL.rstrip('/')}/{repo}.git")
+        repos.register(the_lake, repo, f"{git_base_url().rstrip('/')}/{repo}.git")
 
 
 @dataclass
@@ -211,15 +219,13 @@ def pr_sensor(
             )
     partition_requests = []
     if work.commits:
-        partition_requests.append(dg.AddDynamicPartitionsRequest("commits", sorted(work.commits)))
+        partition_requests.append(dg.AddDynamicPartitionsRequest(COMMITS, sorted(work.commits)))
     if work.main_commits:
         for key in trim_main_commits(context.instance, work.main_commits):
             context.log.info(f"main_commits: retired {key}, the oldest point (its series point stays in the lake)")
-        partition_requests.append(
-            dg.AddDynamicPartitionsRequest("main_commits", list(dict.fromkeys(work.main_commits)))
-        )
+        partition_requests.append(dg.AddDynamicPartitionsRequest(MAIN_COMMITS, list(dict.fromkeys(work.main_commits))))
     if work.comparisons:
-        partition_requests.append(dg.AddDynamicPartitionsRequest("comparisons", sorted(work.comparisons)))
+        partition_requests.append(dg.AddDynamicPartitionsRequest(COMPARISONS, sorted(work.comparisons)))
     return dg.SensorResult(
         run_requests=work.runs,
         dynamic_partitions_requests=partition_requests,

@@ -32,7 +32,7 @@ import dagster as dg
 
 from evalrunner_assets.assets import evals as eval_assets
 from evalrunner_assets.jobs import REPORT_LOCK_TAG, comparison_job, comparison_run_request
-from evalrunner_assets.partitions import add_partitions, comparison_commit_keys, retire_comparison
+from evalrunner_assets.partitions import COMMITS, COMPARISONS, add_partitions, comparison_commit_keys, retire_comparison
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline import open_index
 from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
@@ -148,7 +148,7 @@ def index_partitioned_comparisons(instance: dg.DagsterInstance, the_lake: Lake) 
     """List every ``comparisons`` partition in the lake's open index (those made before the
     index existed); decided ones are then retired like any other. Returns how many were added."""
     added = 0
-    for key in instance.get_dynamic_partitions("comparisons"):
+    for key in instance.get_dynamic_partitions(COMPARISONS):
         if not open_index.is_open(the_lake, key):
             open_index.mark_open_key(the_lake, key)
             added += 1
@@ -180,8 +180,8 @@ def retire_reported(
         again = load_request(the_lake, request.repo, request.pr, request.head_sha)
         if not is_decided(again, assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)):
             open_index.mark_open(the_lake, again.repo, again.pr, again.head_sha)
-            add_partitions(instance, "commits", comparison_commit_keys(again))
-            add_partitions(instance, "comparisons", [again.key])
+            add_partitions(instance, COMMITS, comparison_commit_keys(again))
+            add_partitions(instance, COMPARISONS, [again.key])
             keys.discard(request.key)
     if keys:
         context.log.info(f"retired {len(keys)} decided comparison(s): {', '.join(sorted(keys)[:20])}")
@@ -194,8 +194,8 @@ def missing_partitions(
     """Partitions an open comparison needs but the instance lacks (a commit retired by another
     comparison while this one was being opened): added before this tick's runs are launched."""
     wanted = {
-        "commits": {ck for r in open_requests for ck in comparison_commit_keys(r)},
-        "comparisons": {r.key for r in open_requests},
+        COMMITS: {ck for r in open_requests for ck in comparison_commit_keys(r)},
+        COMPARISONS: {r.key for r in open_requests},
     }
     out = []
     for name, keys in wanted.items():

@@ -24,10 +24,10 @@ import dagster as dg
 
 from evalrunner_assets.jobs import SWE_RUN_TAG, swe_gold_job, swe_run_job, swe_run_key, swe_run_request
 from evalrunner_assets.partitions import (
+    SWE_RUNS,
     SWE_RUNS_KEPT,
+    SWE_TASK_SETS,
     add_partitions,
-    swe_runs_partitions,
-    swe_task_sets_partitions,
     trim_swe_runs,
 )
 from evalrunner_assets.pipeline.run_workers import WORKER_LOST_TAG
@@ -79,7 +79,7 @@ def queued_run_requests(
         return []
     ids = [r["id"] for r in waiting]
     trim_swe_runs(instance, ids, keep, frozenset(swe_runs_in_flight(instance)) | frozenset(ids))
-    add_partitions(instance, swe_runs_partitions.name or "swe_runs", ids)
+    add_partitions(instance, SWE_RUNS, ids)
     return [swe_run_request(r["id"], r["launch"]) for r in waiting]
 
 
@@ -159,6 +159,6 @@ def swe_run_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> d
 def swe_gold_schedule(context: dg.ScheduleEvaluationContext):
     """One gold-check run per registered task set, keyed by task set and day."""
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    names = context.instance.get_dynamic_partitions(swe_task_sets_partitions.name or "swe_task_sets")
+    names = context.instance.get_dynamic_partitions(SWE_TASK_SETS)
     for name in names:
         yield dg.RunRequest(run_key=f"swe-gold:{name}:{day}", partition_key=name)

@@ -5,7 +5,7 @@ import dagster as dg
 
 from evalrunner_assets.assets.metadata import manifest_metadata
 from evalrunner_assets.assets.run_worker import record_run_worker
-from evalrunner_assets.partitions import add_partitions, commits_partitions
+from evalrunner_assets.partitions import TASKS, add_partitions, commits_partitions
 from evalrunner_assets.pipeline.facts import learn_commit
 from evalrunner_assets.pipeline.keys import parse_commit_key
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
@@ -37,5 +37,5 @@ def eval_manifest(
     the_lake = lake.open()
     export = repos.export(the_lake, repo, sha)
     facts = learn_commit(the_lake, sandbox.backend(context), export, model=DEFAULT_MODEL)
-    add_partitions(context.instance, "tasks", sorted(facts.tasks))
+    add_partitions(context.instance, TASKS, sorted(facts.tasks))
     return dg.MaterializeResult(metadata=manifest_metadata(the_lake, repo, sha, facts))

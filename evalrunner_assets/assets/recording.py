@@ -39,7 +39,7 @@ from evalrunner_assets.assets.metadata import (
     samples_metadata,
     trajectories_metadata,
 )
-from evalrunner_assets.partitions import add_partitions
+from evalrunner_assets.partitions import COMMITS, COMPARISONS, TASKS, add_partitions
 from evalrunner_assets.pipeline import nouns
 from evalrunner_assets.pipeline.engine import ComparisonFailed
 from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
@@ -64,7 +64,7 @@ def local_instance() -> dg.DagsterInstance:
     with _InstanceLock(path):
         instance = dg.DagsterInstance.get()
         instance.get_runs(limit=1)  # every storage opened (and created) under the lock
-        instance.get_dynamic_partitions("commits")
+        instance.get_dynamic_partitions(COMMITS)
     return instance
 
 
@@ -116,15 +116,15 @@ class DagsterRecorder:
         def open_instance() -> dg.DagsterInstance:
             instance = self._given or local_instance()
             # Another process may add the same keys at the same moment (two PRs on one base).
-            add_partitions(instance, "commits", commits)
-            add_partitions(instance, "comparisons", [request.key])
+            add_partitions(instance, COMMITS, commits)
+            add_partitions(instance, COMPARISONS, [request.key])
             return instance
 
         self._instance = self._thread.submit(open_instance)
 
     def commit_learnt(self, commit: str, facts: Any, *, learnt_now: bool) -> None:
         def record(instance: dg.DagsterInstance) -> None:
-            add_partitions(instance, "tasks", sorted(facts.tasks))
+            add_partitions(instance, TASKS, sorted(facts.tasks))
             # Learnt by an earlier run that never recorded it: recorded now.
             if learnt_now or commit not in instance.get_materialized_partitions(eval_manifest.key):
                 repo, sha = parse_commit_key(commit)
@@ -274,7 +274,7 @@ class RunRecorder:
         pass
 
     def commit_learnt(self, commit: str, facts: Any, *, learnt_now: bool) -> None:
-        add_partitions(self.instance, "tasks", sorted(facts.tasks))
+        add_partitions(self.instance, TASKS, sorted(facts.tasks))
         if learnt_now or commit not in self.instance.get_materialized_partitions(eval_manifest.key):
             repo, sha = parse_commit_key(commit)
             metadata = manifest_metadata(self.lake, repo, sha, facts)
