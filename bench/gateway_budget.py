@@ -89,7 +89,7 @@ def _run(workers: int, callers: int, delay_s: float, baseline: bool) -> tuple[in
     from openai_standin import OpenAIStandIn
 
     from evalrunner_assets.gateway import GatewaySettings, ModelGateway
-    from evalrunner_assets.pipeline.pricing import PriceTable
+    from evalrunner_assets.pricing import PriceTable
 
     budget = CALL_USD * BUDGET_CALLS + CALL_USD / 2
     with OpenAIStandIn() as up:

@@ -19,8 +19,8 @@ from typing import Any
 import dagster as dg
 
 from evalrunner_assets.assets.recording import DagsterRecorder, local_instance
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline import engine
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.engine import (
     PROGRESS_EVERY_S,
     ComparisonFailed,

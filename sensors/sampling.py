@@ -31,11 +31,11 @@ import time
 import dagster as dg
 
 from evalrunner_assets.assets import evals as eval_assets
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.jobs import REPORT_LOCK_TAG, comparison_job, comparison_run_request
 from evalrunner_assets.partitions import COMMITS, COMPARISONS, add_partitions, comparison_commit_keys, retire_comparison
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline import open_index
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import parse_comparison_key
 from evalrunner_assets.pipeline.lease import live_holder
 from evalrunner_assets.pipeline.loop import next_steps

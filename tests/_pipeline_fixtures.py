@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.example_repo import ExampleRepo
 from evalrunner_assets.execution.sandbox import SandboxBackend
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from lake import LAYOUT, Lake
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline.publish import SavedComparison
 from evalrunner_assets.report.chart import PANEL_TASKS, comparison_chart, render_chart, render_panel_chart
 from evalrunner_assets.report.frontier_chart import render_frontier_panel

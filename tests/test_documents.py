@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from evalrunner_assets.documents.codec import DocumentError
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline import schemas
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
-from evalrunner_assets.pipeline.documents import DocumentError
 from evalrunner_assets.pipeline.facts import FACTS_SCHEMA_VERSION, CommitFacts
 from evalrunner_assets.pipeline.spec import REQUEST_SCHEMA_VERSION, ComparisonRequest, ComparisonRequestError
 from lake.batch import BatchKey, RunSettings

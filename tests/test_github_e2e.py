@@ -31,9 +31,9 @@ from _github_harness import pull_request_delivery as harness_pull_request_delive
 from github_standin import GitHubStandin, LoopbackServer
 from served_evalrunner import changed_files
 
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
 from evalrunner_assets.pipeline.assess import load_result
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.pipeline.spec import load_request
 from evalrunner_assets.report.markdown import MARKER

@@ -13,8 +13,9 @@ import time
 import pytest
 from openai_standin import OpenAIStandIn
 
-from evalrunner_assets.gateway import GatewaySettings, GatewayUsage, ModelGateway
-from evalrunner_assets.pipeline.pricing import PriceTable
+from evalrunner_assets.execution.sandbox import GATEWAY_ENV_NAMES
+from evalrunner_assets.gateway import PROVIDERS, GatewaySettings, GatewayUsage, ModelGateway
+from evalrunner_assets.pricing import PriceTable
 
 KEY = "sk-standin-REAL-KEY-0123456789"
 ANT_KEY = "sk-ant-standin-REAL-KEY-9876543210"
@@ -404,3 +405,8 @@ def test_a_gateway_model_without_its_key_on_the_host_is_refused_with_the_fix(mon
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(GatewayError, match="needs ANTHROPIC_API_KEY set where evalrunner runs"):
         start_gateway("anthropic/claude-sonnet-4-0", None)
+
+
+def test_the_sandbox_allows_exactly_the_variables_the_gateway_providers_set():
+    # The names live with the sandbox (which checks them) and the providers live with the gateway.
+    assert {n for p in PROVIDERS.values() for n in (p.sandbox_base_env, p.sandbox_key_env)} == GATEWAY_ENV_NAMES

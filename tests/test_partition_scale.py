@@ -18,10 +18,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.partitions import comparison_commit_keys, retire_comparison, trim_main_commits, trim_swe_runs
 from evalrunner_assets.pipeline import open_index
 from evalrunner_assets.pipeline.assess import save_result, stats_params
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import commit_key, parse_comparison_key
 from evalrunner_assets.pipeline.spec import ComparisonRequest, load_request, open_comparison
 from lake import LAYOUT

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, FailedWindows
+from evalrunner_assets.documents.comparison import ComparisonDocument, FailedWindows
 from evalrunner_assets.report.markdown import not_landed_note
 
 # A real comparison document (the demo's, written by evalrunner before its documents were models).

@@ -175,7 +175,7 @@ def test_the_price_table_knows_the_simagent_price_wherever_the_code_location_loa
 
     code = (
         "import evalrunner_assets.assets\n"
-        "from evalrunner_assets.pipeline.pricing import PriceTable\n"
+        "from evalrunner_assets.pricing import PriceTable\n"
         "print(PriceTable.default().price('simagent/support-agent'))\n"
     )
     root = Path(__file__).resolve().parent.parent
@@ -184,7 +184,7 @@ def test_the_price_table_knows_the_simagent_price_wherever_the_code_location_loa
 
 
 def test_a_registered_price_is_overridden_by_the_configured_price_table(tmp_path, monkeypatch):
-    from evalrunner_assets.pipeline.pricing import PriceTable
+    from evalrunner_assets.pricing import PriceTable
 
     table = tmp_path / "prices.json"
     table.write_text('{"simagent/*": {"input": 2, "output": 3}}')

@@ -27,6 +27,7 @@ from evalrunner_assets.execution._process import (
     pid_alive,
 )
 from evalrunner_assets.execution.sandbox import (
+    GATEWAY_ENV_NAMES,
     Limits,
     SandboxBackend,
     SandboxRequest,
@@ -103,8 +104,6 @@ def sandbox_env(request: SandboxRequest, *, home: str, tmp: str, repo: str, out:
             raise SandboxRequestError(f"environment variable {k!r} is set by the sandbox itself")
         env[k] = str(val)
     if request.gateway_env:
-        from evalrunner_assets.gateway import GATEWAY_ENV_NAMES
-
         for k, val in request.gateway_env.items():
             if k not in GATEWAY_ENV_NAMES:
                 raise SandboxRequestError(

@@ -20,6 +20,11 @@ SANDBOX_REPO_DIR = "/work/repo"  # the read-only export of the commit
 SANDBOX_OUT_DIR = "/work/out"  # the writable output directory the controller collects
 SANDBOX_HOME_DIR = "/work/home"  # writable scratch, HOME
 
+# Every variable the model gateway may set in a sandbox: its providers' base-URL and key
+# variables (the gateway's PROVIDERS name the same ones). The sandbox backends allow exactly these
+# in ``SandboxRequest.gateway_env``.
+GATEWAY_ENV_NAMES = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"})
+
 
 class SandboxUnavailable(RuntimeError):
     """The backend cannot run sandboxes here (preflight failed); the message says how to fix it."""
@@ -131,7 +136,7 @@ class SandboxRequest:
     # it in the next). Only a throwaway per-sample directory.
     tmp_dir: str | None = None
     # Set only by the model gateway's backend wrapper, never from user input: base URLs and a
-    # scoped, revocable token for Inspect's providers (names in gateway.GATEWAY_ENV_NAMES). The
+    # scoped, revocable token for Inspect's providers (names in GATEWAY_ENV_NAMES). The
     # token is not a credential — the real keys stay with the gateway — so these names bypass
     # the credential-name refusal that applies to ``env``.
     gateway_env: dict[str, str] = field(default_factory=dict)

@@ -4,11 +4,11 @@ See :mod:`evalrunner_assets.gateway._gateway` for what it does and
 :mod:`evalrunner_assets.gateway._backend` for how sandboxes reach it.
 """
 
+from evalrunner_assets.execution.sandbox import GATEWAY_ENV_NAMES
 from evalrunner_assets.gateway._backend import GatewayBackend, with_gateway
 from evalrunner_assets.gateway._circuit import CircuitTrip, ProviderCircuit
 from evalrunner_assets.gateway._gateway import (
     BUDGET_STATUS,
-    GATEWAY_ENV_NAMES,
     PROVIDER_DOWN_STATUS,
     PROVIDERS,
     SANDBOX_GATEWAY_PORT,

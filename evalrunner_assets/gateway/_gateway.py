@@ -63,7 +63,7 @@ from evalrunner_assets.gateway._circuit import (
     CircuitTrip,
     ProviderCircuit,
 )
-from evalrunner_assets.pipeline.pricing import PriceTable
+from evalrunner_assets.pricing import PriceTable
 
 # The loopback port the gateway has inside every sandbox (each sandbox has its own loopback).
 SANDBOX_GATEWAY_PORT = 18400
@@ -120,8 +120,8 @@ PROVIDERS: dict[str, Provider] = {
         sandbox_key_env="ANTHROPIC_API_KEY",
     ),
 }
-# Every variable the gateway may set in a sandbox (the sandbox backends allow exactly these).
-GATEWAY_ENV_NAMES = frozenset(n for p in PROVIDERS.values() for n in (p.sandbox_base_env, p.sandbox_key_env))
+# The variables the gateway sets in a sandbox are exactly those the sandbox backends allow,
+# execution.sandbox.GATEWAY_ENV_NAMES (re-exported by this package; a test checks they agree).
 # Request headers passed upstream (everything else, credentials included, is dropped).
 _FORWARD_HEADERS = (
     "content-type",

@@ -24,12 +24,12 @@ import pyarrow as pa
 
 from evalrunner_assets import stats
 from evalrunner_assets.discovery import AgentModel
+from evalrunner_assets.documents.comparison import COMPARISON_SCHEMA_VERSION, ComparisonDocument
 from evalrunner_assets.execution.inspect_runner import sample_order
-from evalrunner_assets.pipeline.comparison_document import COMPARISON_SCHEMA_VERSION, ComparisonDocument
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, load_facts
-from evalrunner_assets.pipeline.pricing import PriceTable, usage_accounting
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, batch_state, read_failure
+from evalrunner_assets.pricing import PriceTable, usage_accounting
 from evalrunner_assets.stats import ARMS
 from lake import LAYOUT, Lake, Window
 from lake.batch import BatchKey

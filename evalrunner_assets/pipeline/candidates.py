@@ -59,8 +59,8 @@ from evalrunner_assets.execution.inspect_runner import CONFIG_FILES, sample_orde
 from evalrunner_assets.execution.repo import RepoError, RepoSource
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.pipeline import series
-from evalrunner_assets.pipeline.pricing import PriceTable
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
+from evalrunner_assets.pricing import PriceTable
 from lake import LAYOUT, Lake
 from lake.schema import CANDIDATE_PAIRS_SCHEMA, CANDIDATE_ROWS_SCHEMA
 

@@ -28,10 +28,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from evalrunner_assets.discovery import DiscoveryError, read_agent_model
+from evalrunner_assets.documents.comparison import ComparisonDocument, Status
 from evalrunner_assets.execution.inspect_runner import InspectRunError
 from evalrunner_assets.gateway import GatewayError, ModelGateway, provider_of, start_gateway, with_gateway
 from evalrunner_assets.pipeline import assess as assess_mod
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, Status
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
 from evalrunner_assets.pipeline.interrupts import SigintCount, is_interrupt, sigint_ignored, sigint_sets
 from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key

@@ -27,6 +27,7 @@ from evalrunner_assets.discovery import (
     discover,
     read_agent_model,
 )
+from evalrunner_assets.documents.codec import dump_document, parse_document
 from evalrunner_assets.execution.environment import (
     BuiltEnvironment,
     EnvironmentBuildError,
@@ -44,7 +45,6 @@ from evalrunner_assets.execution.inspect_runner import (
     list_sample_ids_many,
 )
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
-from evalrunner_assets.pipeline.documents import dump_document, parse_document
 from lake import LAYOUT, Lake
 from lake.batch import RunSettings
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline.assess import Assessment
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.pipeline.keys import commit_key
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from lake import LAYOUT, Lake, Window, duck
 from lake.integrity import LakeIntegrityError, load_record

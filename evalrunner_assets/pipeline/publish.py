@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline import assess as assess_mod
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
 from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
 from evalrunner_assets.report.checks import broken_detail, broken_on_both_detail, stopped_title
 from lake import LAYOUT

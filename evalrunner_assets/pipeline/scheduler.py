@@ -220,8 +220,8 @@ def failure_kind(exc: BaseException) -> str:
 
 def window_accounting(outcomes: Sequence[WindowOutcome]) -> dict[str, Any]:
     """Samples, tokens and cost of windows that ran but did not land (failed or cancelled),
-    where their logs say (:func:`~evalrunner_assets.pipeline.pricing.usage_accounting`)."""
-    from evalrunner_assets.pipeline.pricing import PriceTable, usage_accounting
+    where their logs say (:func:`~evalrunner_assets.pricing.usage_accounting`)."""
+    from evalrunner_assets.pricing import PriceTable, usage_accounting
 
     ran = [o for o in outcomes if o.status in ("failed", "cancelled", "budget_stopped") and o.attempts > 0]
     return usage_accounting((o.usage for o in ran), PriceTable.default())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline.facts import CommitFacts
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from lake.batch import RunSettings

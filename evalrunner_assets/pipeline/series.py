@@ -40,9 +40,13 @@ from evalrunner_assets.execution.inspect_runner import sample_order
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.pipeline.assess import _load_rows, window_plan
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, learn_commit
-from evalrunner_assets.pipeline.pricing import PriceTable
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
 from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, run_task_windows, task_session_config
+from evalrunner_assets.pricing import PriceTable
+from evalrunner_assets.report.series_markdown import not_measured_note, task_cause
+from evalrunner_assets.report.series_markdown import (
+    reading as reading,  # the point in words, the report's; kept as series.reading
+)
 from lake import LAYOUT, Lake, Window
 from lake.schema import SERIES_ROWS_SCHEMA
 
@@ -318,13 +322,6 @@ def _looks(done: Sequence[Window], ids: Sequence[str], order: Sequence[str]) -> 
     return [n for n in looks if n > 0]
 
 
-def task_cause(task: Mapping[str, Any]) -> str | None:
-    """Why a task has no mean: what its samples raised, or why it did not run."""
-    if task["mean"] is not None:
-        return None
-    return task.get("not_measured") or task.get("failure") or "no input was scored"
-
-
 def _pool(tasks: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
     measured = [tasks[t] for t in names if tasks[t]["mean"] is not None]
     unmeasured = sorted(t for t in names if tasks[t]["mean"] is None)
@@ -492,7 +489,7 @@ def compare_points(
                     "text": f"{n} eval{'s' if n != 1 else ''} added (new cohort {cohort})",
                 }
             )
-            status[cohort] = _not_measured(pool) or f"{n} eval{'s' if n != 1 else ''} added"
+            status[cohort] = not_measured_note(pool) or f"{n} eval{'s' if n != 1 else ''} added"
             continue
         added = sorted(set(pool["tasks"]) - set(earlier["cohorts"][cohort]["tasks"]))
         if added:
@@ -509,7 +506,7 @@ def compare_points(
         if "regressed" in labels:
             status[cohort] = "regression flagged"
         elif pool.get("not_measured"):
-            status[cohort] = _not_measured(pool) or ""
+            status[cohort] = not_measured_note(pool) or ""
         elif not labels:
             status[cohort] = "not compared (no eval measured at both points)"
         elif "improved" in labels:
@@ -552,13 +549,6 @@ def _signed(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2f}"
 
 
-def _not_measured(pool: Mapping[str, Any]) -> str | None:
-    """``not measured: <cause>`` for a task, cohort or combined pool over the error cap (or
-    with nothing measured); None for one that was measured."""
-    cause = pool.get("not_measured")
-    return f"not measured: {cause}" if cause else None
-
-
 def point_run_settings(point: Mapping[str, Any]) -> SeriesSettings:
     """The settings a saved point's windows ran with (its series settings with its model)."""
     settings = SeriesSettings(**point["settings"])
@@ -596,7 +586,7 @@ def flag_point(
                 "task_flags": {},
                 "flagged": False,
                 "flagged_tasks": [],
-                "cohort_status": {c: _not_measured(pool) or "first point" for c, pool in point["cohorts"].items()},
+                "cohort_status": {c: not_measured_note(pool) or "first point" for c, pool in point["cohorts"].items()},
                 "annotations": [],
             }
         )
@@ -604,32 +594,6 @@ def flag_point(
     settings = SeriesSettings(**point["settings"])
     point.update(compare_points(lake, previous, point, settings, baselines))
     return point
-
-
-def _errored_note(pool: Mapping[str, Any]) -> str:
-    errored = pool.get("errored") or 0
-    return f" · {errored}/{pool.get('ran', 0)} inputs raised" if errored else ""
-
-
-def reading(point: Mapping[str, Any]) -> list[str]:
-    """The point in words, one line per cohort and one for all tasks, e.g.
-    ``default 0.86 · no regression`` … ``combined 0.81``; a pool whose samples mostly raised
-    reads ``default not measured: <cause>``."""
-    lines = []
-    for cohort, pool in point["cohorts"].items():
-        status = point.get("cohort_status", {}).get(cohort, "measured")
-        if pool.get("not_measured"):
-            lines.append(f"{cohort} {_not_measured(pool)}")
-            continue
-        mean = "n/a" if pool["mean"] is None else f"{pool['mean']:.2f}"
-        lines.append(f"{cohort} {mean} · {status}{_errored_note(pool)}")
-    pool = point["combined"]
-    if pool.get("not_measured"):
-        lines.append(f"combined {_not_measured(pool)}")
-    else:
-        mean = "n/a" if pool["mean"] is None else f"{pool['mean']:.2f}"
-        lines.append(f"combined {mean}{_errored_note(pool)}")
-    return lines
 
 
 # --- the lake ---------------------------------------------------------------------------------
@@ -668,7 +632,7 @@ def point_rows(point: Mapping[str, Any]) -> pa.Table:
                 "label": flag.get("label"),
                 "status": "not measured" if t.get("not_measured") else t["stop"],
                 "flagged": flag.get("label") == "regressed",
-                "annotation": _notes(*notes, _not_measured(t), t["failure"]),
+                "annotation": _notes(*notes, not_measured_note(t), t["failure"]),
             }
         )
     for cohort, pool in point["cohorts"].items():
@@ -689,7 +653,7 @@ def point_rows(point: Mapping[str, Any]) -> pa.Table:
                 "label": None,
                 "status": "not measured" if pool.get("not_measured") else status,
                 "flagged": bool(status and status.startswith("regression flagged")),
-                "annotation": _notes(*notes, _not_measured(pool)),
+                "annotation": _notes(*notes, not_measured_note(pool)),
             }
         )
     pool = point["combined"]
@@ -710,7 +674,7 @@ def point_rows(point: Mapping[str, Any]) -> pa.Table:
                 "regression flagged" if point.get("flagged") else ("not measured" if pool.get("not_measured") else None)
             ),
             "flagged": bool(point.get("flagged")),
-            "annotation": _notes(*(a["text"] for a in annotations), _not_measured(pool)),
+            "annotation": _notes(*(a["text"] for a in annotations), not_measured_note(pool)),
         }
     )
     return pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
@@ -977,7 +941,7 @@ def regression_check(point: Mapping[str, Any]) -> RegressionCheck:
             for f in findings
         )
         return RegressionCheck(False, "error", text, findings)
-    cause = _not_measured(point["combined"])
+    cause = not_measured_note(point["combined"])
     if cause:
         return RegressionCheck(False, "warn", f"combined {cause}", [])
     if point.get("previous") is None:

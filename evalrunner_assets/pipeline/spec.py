@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evalrunner_assets.pipeline.documents import DocumentError, describe_validation, dump_document, parse_document
+from evalrunner_assets.documents.codec import DocumentError, describe_validation, dump_document, parse_document
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.pipeline.open_index import mark_open
 from lake import LAYOUT, Lake

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 
 if TYPE_CHECKING:
-    from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
+    from evalrunner_assets.documents.comparison import ComparisonDocument
 
 
 def _path_rows(result: ComparisonDocument) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
+    from evalrunner_assets.documents.comparison import ComparisonDocument
 
 _VERDICTS = {
     "IMPROVED": ("success", "improved"),

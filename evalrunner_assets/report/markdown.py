@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from evalrunner_assets.pipeline.comparison_document import ComparisonDocument, NewTaskResult
+    from evalrunner_assets.documents.comparison import ComparisonDocument, NewTaskResult
 
 MARKER = "<!-- evalrunner:pr-report -->"
 

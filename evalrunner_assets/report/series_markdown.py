@@ -27,6 +27,49 @@ def _errored(pool: Mapping[str, Any]) -> str:
     return f"{errored}/{pool.get('ran', 0)}" if errored else "0"
 
 
+# --- a point in words (the engine's series reads these too) ---------------------------------
+
+
+def task_cause(task: Mapping[str, Any]) -> str | None:
+    """Why a task has no mean: what its samples raised, or why it did not run."""
+    if task["mean"] is not None:
+        return None
+    return task.get("not_measured") or task.get("failure") or "no input was scored"
+
+
+def not_measured_note(pool: Mapping[str, Any]) -> str | None:
+    """``not measured: <cause>`` for a task, cohort or combined pool over the error cap (or
+    with nothing measured); None for one that was measured."""
+    cause = pool.get("not_measured")
+    return f"not measured: {cause}" if cause else None
+
+
+def _errored_note(pool: Mapping[str, Any]) -> str:
+    errored = pool.get("errored") or 0
+    return f" · {errored}/{pool.get('ran', 0)} inputs raised" if errored else ""
+
+
+def reading(point: Mapping[str, Any]) -> list[str]:
+    """The point in words, one line per cohort and one for all tasks, e.g.
+    ``default 0.86 · no regression`` … ``combined 0.81``; a pool whose samples mostly raised
+    reads ``default not measured: <cause>``."""
+    lines = []
+    for cohort, pool in point["cohorts"].items():
+        status = point.get("cohort_status", {}).get(cohort, "measured")
+        if pool.get("not_measured"):
+            lines.append(f"{cohort} {not_measured_note(pool)}")
+            continue
+        mean = "n/a" if pool["mean"] is None else f"{pool['mean']:.2f}"
+        lines.append(f"{cohort} {mean} · {status}{_errored_note(pool)}")
+    pool = point["combined"]
+    if pool.get("not_measured"):
+        lines.append(f"combined {not_measured_note(pool)}")
+    else:
+        mean = "n/a" if pool["mean"] is None else f"{pool['mean']:.2f}"
+        lines.append(f"combined {mean}{_errored_note(pool)}")
+    return lines
+
+
 def render_point_table(points: Sequence[Mapping[str, Any]]) -> str:
     """One row per point (oldest first): commit, date, each cohort, all tasks, the inputs that
     raised, and notes. A pool whose samples mostly raised reads "not measured: <cause>"."""
@@ -45,7 +88,7 @@ def render_point_table(points: Sequence[Mapping[str, Any]]) -> str:
             unmeasured = [] if pool.get("not_measured") else pool.get("unmeasured_tasks") or []
             part = f" · {len(unmeasured)} of {len(pool['tasks'])} evals not measured" if unmeasured else ""
             cells.append(_interval(pool) + part + (" ⚠" if status.startswith("regression flagged") else ""))
-            notes += [f"{t} not measured: {_task_cause(p['tasks'][t])}" for t in unmeasured]
+            notes += [f"{t} not measured: {task_cause(p['tasks'][t]) or ''}" for t in unmeasured]
         cells.append(_interval(p["combined"]))
         cells.append(_errored(p["combined"]))
         cells.append("; ".join(notes))
@@ -60,7 +103,7 @@ def render_series_summary(point: Mapping[str, Any]) -> str:
         "on the inputs both measured (anytime-valid, α split over the shared evals).",
         "",
     ]
-    lines += [f"- {line}" for line in _reading(point)]
+    lines += [f"- {line}" for line in reading(point)]
     lines += ["", "| eval | cohort | label | Δ (interval) | pairs | vs |", "|---|---|---|---|---|---|"]
     for task, flag in sorted((point.get("task_flags") or {}).items()):
         iv = flag.get("interval") or (None, None)
@@ -70,15 +113,3 @@ def render_series_summary(point: Mapping[str, Any]) -> str:
         cells = (task, flag["cohort"], flag["label"], delta, flag["pairs"], versus)
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _reading(point: Mapping[str, Any]) -> list[str]:
-    from evalrunner_assets.pipeline.series import reading
-
-    return reading(point)
-
-
-def _task_cause(task: Mapping[str, Any]) -> str:
-    from evalrunner_assets.pipeline.series import task_cause
-
-    return task_cause(task) or ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evalrunner_assets.pipeline.pricing import register_price
+from evalrunner_assets.pricing import register_price
 
 
 @dataclass(frozen=True)

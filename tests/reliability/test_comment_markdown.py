@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
+from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.report.markdown import render_comment
 from evalrunner_assets.stats import StatsParams
 
