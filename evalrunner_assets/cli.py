@@ -20,7 +20,7 @@ from evalrunner_assets import home
 from evalrunner_assets.errors import DEBUG_ENV, EXIT_BLOCKED, LakeNotFound, UserError, debug_enabled, explain
 
 if TYPE_CHECKING:
-    from evalrunner_assets.pipeline.comparison_document import ComparisonDocument
+    from evalrunner_assets.documents.comparison import ComparisonDocument
 
 
 def _repo_id(source: str, explicit: str | None) -> str:
