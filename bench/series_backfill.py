@@ -57,7 +57,8 @@ def main(flags: list[str]) -> None:
 
     def backfill() -> tuple[float, series.SeriesRun]:
         started = time.monotonic()
-        run = series.run_series(
+        run = series.SeriesRun(points=[])
+        for _ in series.iter_series(
             lake,
             backend,
             "example/support-agent",
@@ -65,10 +66,12 @@ def main(flags: list[str]) -> None:
             history,
             history,
             settings,
+            run,
             branch="main",
             pool=pool,
             workers=workers,
-        )
+        ):
+            pass
         return time.monotonic() - started, run
 
     wall, run = backfill()

@@ -873,26 +873,23 @@ def cmd_example_repo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _error_rate(text: str) -> float:
-    """An argparse type: an error rate strictly between 0 and 0.5."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value < 0.5:
-        raise argparse.ArgumentTypeError(f"{value} is not an error rate: give a number between 0 and 0.5, e.g. 0.05")
-    return value
+def _between_0_and_half(what: str) -> Any:
+    """An argparse type: a number strictly between 0 and 0.5 (an error rate, a half-width)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0.0 < value < 0.5:
+            raise argparse.ArgumentTypeError(f"{value} is not {what}: give a number between 0 and 0.5, e.g. 0.05")
+        return value
+
+    return parse
 
 
-def _half_width(text: str) -> float:
-    """An argparse type: an interval half-width strictly between 0 and 0.5."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value < 0.5:
-        raise argparse.ArgumentTypeError(f"{value} is not a half-width: give a number between 0 and 0.5, e.g. 0.05")
-    return value
+_error_rate = _between_0_and_half("an error rate")
+_half_width = _between_0_and_half("a half-width")
 
 
 def _count(minimum: int, why: str = "") -> Any:

@@ -797,44 +797,6 @@ class SeriesRun:
     windows_reused: int = 0
 
 
-def run_series(
-    lake: Lake,
-    backend: SandboxBackend,
-    repo: str,
-    export_for: Callable[[str], RepoExport],
-    history: Sequence[MainCommit],
-    commits: Sequence[MainCommit],
-    settings: SeriesSettings,
-    *,
-    branch: str,
-    pool: Any = None,
-    workers: int = 1,
-    cancel: threading.Event | None = None,
-    on_point: Callable[[dict[str, Any], bool], None] | None = None,
-    on_window: Callable[[Any], None] | None = None,
-) -> SeriesRun:
-    """:func:`iter_series` to the end: every point, with what the run did."""
-    run = SeriesRun(points=[])
-    for point, fresh in iter_series(
-        lake,
-        backend,
-        repo,
-        export_for,
-        history,
-        commits,
-        settings,
-        run,
-        branch=branch,
-        pool=pool,
-        workers=workers,
-        cancel=cancel,
-        on_window=on_window,
-    ):
-        if on_point is not None:
-            on_point(point, fresh)
-    return run
-
-
 def iter_series(
     lake: Lake,
     backend: SandboxBackend,
