@@ -146,8 +146,11 @@ def interrupter() -> Iterator[Interrupter]:
         patch.setattr(owner, attr, counted(attr, getattr(owner, attr)))
     for name, (owner, attr) in PHASES.items():
         patch.setattr(owner, attr, phase(name, getattr(owner, attr)))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own handler, as a terminal gives it; a shell that starts the suite in the
+    # background leaves SIGINT ignored, and the product must restore whichever was there.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield hooks
+    signal.signal(signal.SIGINT, before)
     patch.undo()
 
 
