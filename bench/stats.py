@@ -1,4 +1,4 @@
-"""Simulation evidence for the paired sequential statistics (DESIGN §6, issues 4 and 16).
+"""Simulation evidence for the paired sequential statistics (the Statistics page, evalrunner_assets/stats/README.md).
 
 Ground truth: simulated inputs with a known mean paired difference delta, consumed in the
 pipeline's own window schedule (``stats.window_schedule``) up to the cap of 256 pairs.
@@ -21,7 +21,7 @@ Methods, run on the same simulated pairs:
   fixed-n 200  paired t interval once at 200 pairs (Bonferroni alpha/T)
   fixed-n 256  the same at the cap: about the most power any test using at most 256 pairs has
   peeking      paired t 95% interval after every window, stop when it excludes 0 or lies in
-               +-margin -- the rule DESIGN §6 warns against
+               +-margin -- the rule the Statistics page warns against
 
 `python -m bench stats` runs the full evidence (2,000 repetitions per row, 40,000 null tasks
 per generator); `--quick` 200; `--reps=N` any other count; `--priors` compares bet priors;

@@ -1,4 +1,4 @@
-"""The named dynamic partition sets, at the grain we schedule and backfill (DESIGN §4).
+"""The named dynamic partition sets, at the grain we schedule and backfill (docs/partitions.md).
 
 - ``commits``: ``owner/repo@<40-hex sha>``
 - ``tasks``: task ids from manifests, e.g. ``triage/runbook_lookup``

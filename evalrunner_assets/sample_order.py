@@ -1,4 +1,4 @@
-"""The seeded, pre-committed order of a task's sample ids (DESIGN §6).
+"""The seeded, pre-committed order of a task's sample ids (the Statistics page, evalrunner_assets/stats/README.md).
 
 Shared by execution (which window of ids a sandbox runs) and statistics (the order pairs are
 read in); neither owns it, so both import it from here. Pure standard library.

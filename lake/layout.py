@@ -103,7 +103,7 @@ class Window:
 
 @dataclass(frozen=True)
 class LakeLayout:
-    """Relative paths of every lake object (DESIGN §3)."""
+    """Relative paths of every lake object (docs/architecture.md, "The lake")."""
 
     def manifest(self, repo: str, commit: str) -> str:
         return f"raw/{check_repo(repo)}/{check_commit(commit)}/manifest.json"

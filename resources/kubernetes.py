@@ -4,7 +4,7 @@ Inside a Dagster step the sandbox resource binds a :class:`PipesPodLauncher` to 
 backend, so each pod is created by ``dagster_k8s.PipesK8sClient`` and the run's event log shows
 the pod and the pod wrapper's summary. Messages are never read from the pod log (untrusted code
 writes there): :class:`CollectedMessageReader` takes them from the wrapper's signed file, which
-the backend collects and verifies after the sandbox container exited (DESIGN §5).
+the backend collects and verifies after the sandbox container exited (docs/architecture.md, "Sandboxes and the trust boundary").
 """
 
 from __future__ import annotations

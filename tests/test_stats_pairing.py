@@ -1,4 +1,4 @@
-"""Pairing of head and base rows (DESIGN §6): epochs averaged, errors scored 0, changed inputs and
+"""Pairing of head and base rows (the Statistics page, evalrunner_assets/stats/README.md): epochs averaged, errors scored 0, changed inputs and
 unpaired ids counted, never paired."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ not be reproducible. The CLI turns a user's ref into a SHA with :meth:`RepoSourc
 *before* anything reaches the sandbox layer.
 
 An export is ``git archive`` output unpacked into a directory: no ``.git``, no other refs, no
-history, so nothing of another branch or run can leak into a sandbox (DESIGN §9).
+history, so nothing of another branch or run can leak into a sandbox (docs/architecture.md, "Commit isolation").
 
 A candidate's agent-config overrides become a real commit here (:meth:`RepoSource.commit_root_file`):
 the ref's tree with one root file replaced, committed deterministically on a private ref of the

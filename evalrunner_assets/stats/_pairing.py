@@ -1,4 +1,4 @@
-"""Pair head and base sample rows of one task by sample id and input digest (DESIGN §6).
+"""Pair head and base sample rows of one task by sample id and input digest (the Statistics page, evalrunner_assets/stats/README.md).
 
 The pairing rule lives in SQL, once: ``sql/input_scores_of.sql`` (each arm's epochs reduced per
 input) and ``sql/paired_inputs_of.sql`` (head vs base per input). The lake's ``paired_inputs``
