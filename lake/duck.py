@@ -37,6 +37,7 @@ import pyarrow as pa
 import sql
 from lake.integrity import LakeIntegrityError, check_sizes, load_record
 from lake.schema import (
+    ANNOTATIONS_SCHEMA,
     CANDIDATE_PAIRS_SCHEMA,
     CANDIDATE_ROWS_SCHEMA,
     EVENTS_SCHEMA,
@@ -165,14 +166,15 @@ def connect(
     database: str = ":memory:",
     records: list[BatchRecord] | None = None,
     on_problem: OnProblem = warn_problem,
-    views: Sequence[str] = (*VIEWS, "cohort_series", "candidates"),
+    views: Sequence[str] = (*VIEWS, "cohort_series", "candidates", "annotations", "trajectory_features"),
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the lake's views (``batches``, ``samples``, ``events``, …);
     with ``records``, the views cover only those batches (reading a few batches of a large lake
     without listing every record). ``views``: the ``sql/`` definitions to create, in order (a
     caller that runs one query names just what it reads; creating each costs milliseconds).
     ``candidates`` stands for ``candidate_rows`` and ``candidate_pairs`` of every repository
-    (``register_candidates``)."""
+    (``register_candidates``), ``annotations`` for the notes on trajectories
+    (``register_annotations``)."""
     con = duckdb.connect(database)
     if not lake.is_local:
         con.register_filesystem(lake.fs)
@@ -187,6 +189,8 @@ def connect(
                 register_series(con, lake)
             elif name == "candidates":
                 register_candidates(con, lake)
+            elif name == "annotations":
+                register_annotations(con, lake)
             else:
                 con.execute(sql.load(name))
     return con
@@ -232,6 +236,12 @@ def register_candidates(con: duckdb.DuckDBPyConnection, lake: Lake, repo: str | 
     else:
         pairs = [layout.candidate_pairs(repo)] if lake.exists(layout.candidate_pairs(repo)) else []
     con.register("candidate_pairs", _small_table(lake, pairs, CANDIDATE_PAIRS_SCHEMA))
+
+
+def register_annotations(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
+    """``annotations``: every note a source (the trajectory miner, ...) attached to a
+    trajectory; join it to ``events`` on (repo, commit, task, batch, sample_id, epoch, seq)."""
+    _point(con, "annotations", [lake.url(rel) for rel in lake.glob(lake.layout.annotations_glob())], ANNOTATIONS_SCHEMA)
 
 
 def connect_candidates(lake: Lake, repo: str) -> duckdb.DuckDBPyConnection:

@@ -296,6 +296,26 @@ class LakeLayout:
         """Every recorded repository source (ids are ``owner/name``)."""
         return "repos/*/*.json"
 
+    def miner_findings(self, repo: str, commit: str, task: str, base: str | None = None) -> str:
+        """What the trajectory miner found for one task at a commit (failing against passing
+        trajectories), or, with ``base``, on the inputs the commit fails and ``base`` passes."""
+        against = f".vs.{check_commit(base)}" if base is not None else ""
+        return f"miner/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}{against}.json"
+
+    def miner_findings_glob(self, repo: str | None = None) -> str:
+        return f"miner/{check_repo(repo)}/**/*.json" if repo is not None else "miner/**/*.json"
+
+    def annotations(self, repo: str, commit: str, task: str, source: str) -> str:
+        """Notes one source (``trajectory-miner``, ...) attached to a task's trajectories at a
+        commit: one row per note, on a sample or on one of its events."""
+        return (
+            f"annotations/repo={partition_value(check_repo(repo))}/commit={check_commit(commit)}/"
+            f"task={partition_value(check_task(task))}/{_check_name('annotation source', source)}.parquet"
+        )
+
+    def annotations_glob(self) -> str:
+        return "annotations/*/*/*/*.parquet"
+
     def series_point(self, repo: str, commit: str) -> str:
         """One main-branch point of the cohort series (per-task means with intervals, cohort
         and combined pools, flags against the previous point)."""

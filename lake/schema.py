@@ -382,6 +382,24 @@ SERIES_ROWS_SCHEMA = pa.schema(
     ]
 )
 
+# One row per note a source attached to a trajectory (evalrunner_assets.mining.annotations):
+# on a sample's epoch in one batch, and on one of its events when ``seq`` is set.
+ANNOTATIONS_SCHEMA = pa.schema(
+    [
+        _f("repo", pa.string(), "Repository id, 'owner/name'.", False),
+        _f("commit", pa.string(), "Full 40-hex commit SHA of the trajectory.", False),
+        _f("task", pa.string(), "Task id of the trajectory.", False),
+        _f("batch", pa.string(), "Batch-key digest of the trajectory's batch.", False),
+        _f("sample_id", pa.string(), "Inspect sample id.", False),
+        _f("epoch", pa.int64(), "Epoch of the sample (1-based).", False),
+        _f("seq", pa.int64(), "The event the note is on (events.seq); null for a note on the whole trajectory."),
+        _f("source", pa.string(), "Who wrote the note (e.g. 'trajectory-miner').", False),
+        _f("finding", pa.string(), "The finding the note reports (the feature's name).", False),
+        _f("note", pa.string(), "The note as a person reads it, with its evidence count.", False),
+        _f("created_at", pa.string(), "When the note was written (UTC, ISO 8601).", False),
+    ]
+)
+
 # One row per (candidate measurement, scope) — scope 'task' or 'suite' (evalrunner_assets.pipeline.candidates).
 CANDIDATE_ROWS_SCHEMA = pa.schema(
     [

@@ -633,3 +633,32 @@ def test_baselines_show_the_base_batches_and_their_reuse(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey("baselines"), asset_partitions=[r.comparison]), limit=50
         ).records
         assert any(rec.run_id == "" for rec in records)
+
+
+# --- the trajectory miner on what a comparison landed ------------------------------------------
+
+
+def test_mining_the_bases_runbook_failures_finds_the_agents_known_pattern(improved: Run, home: PipelineHome) -> None:
+    """The simulated agent fails runbook_lookup partly by answering from memory (no search);
+    the miner finds that among the base's failures, never among its passes, and notes it on
+    each of those trajectories — writing nothing outside miner/ and annotations/."""
+    from evalrunner_assets.mining import mine_task
+    from lake import duck, open_lake
+
+    lake = open_lake(str(home.lake_root))
+    before = {p for p in home.lake_root.rglob("*") if p.is_file()}
+    mined = mine_task(lake, REPO_ID, improved.result.base_sha, RUNBOOK)
+    after = {p for p in home.lake_root.rglob("*") if p.is_file()}
+    assert {p.relative_to(home.lake_root).parts[0] for p in after - before} <= {"miner", "annotations"}
+    top = mined.contrast.findings[0]
+    assert "never calls runbook_search" in (top.feature.name, *top.aliases)
+    assert top.passing_with == 0 and top.failing_with >= 3
+    doc = json.loads(Path(mined.findings_path).read_text())
+    assert doc["findings"][0]["headline"] == top.headline and doc["mode"] == "task"
+    con = duck.connect(lake, views=("samples_view", "annotations"))
+    notes = con.sql(
+        'select a.sample_id, a.note, s.score from annotations a join samples s using (repo, "commit", task, batch, sample_id, epoch)'
+    ).fetchall()
+    assert len(notes) >= top.failing_with
+    assert {row[0] for row in notes if row[1] == top.headline} == set(top.samples)
+    assert all(row[2] < 1 for row in notes)  # notes are on failing trajectories only
