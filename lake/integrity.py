@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lake.layout import LAYOUT, Window
 from lake.schema import BatchRecord
 from lake.storage import Lake
 
@@ -210,3 +211,16 @@ def verify_lake(lake: Lake, *, repair: bool = False) -> VerifyReport:
         if record.status == "ok" and record.samples_path and record.samples_sha256 is None:
             report.unverifiable.append(lake.url(rel))
     return report
+
+
+def task_records(lake: Lake, repo: str, commit: str, task: str) -> list[BatchRecord]:
+    """The committed batch records of one (commit, task) that landed rows, in window order."""
+    records = []
+    for rel in lake.glob(LAYOUT.task_batch_records_glob(repo, commit, task)):
+        try:
+            record = load_record(lake, rel)
+        except LakeIntegrityError:
+            continue  # an unreadable record vouches for nothing (lake verify names it)
+        if record.status == "ok":
+            records.append(record)
+    return sorted(records, key=lambda r: (Window.parse(r.window).start, r.batch))

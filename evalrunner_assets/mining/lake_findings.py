@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 
 from evalrunner_assets.mining.features import Trajectory
 from evalrunner_assets.mining.miner import DEFAULT_FDR, Contrast, contrast
-from evalrunner_assets.pipeline.nouns import task_records
 from lake import duck
+from lake.integrity import task_records
 from lake.layout import LAYOUT
 from lake.schema import ANNOTATIONS_SCHEMA
 from lake.storage import Lake

@@ -14,24 +14,10 @@ from typing import Any
 
 from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline.spec import ComparisonRequest
-from lake import LAYOUT, Lake, Window, duck
-from lake.integrity import LakeIntegrityError, load_record
-from lake.schema import BatchRecord
+from lake import LAYOUT, Lake, duck
+from lake.integrity import task_records
 
 PREVIEW_ROWS = 8
-
-
-def task_records(lake: Lake, repo: str, commit: str, task: str) -> list[BatchRecord]:
-    """The committed batch records of one (commit, task) that landed rows, in window order."""
-    records = []
-    for rel in lake.glob(LAYOUT.task_batch_records_glob(repo, commit, task)):
-        try:
-            record = load_record(lake, rel)
-        except LakeIntegrityError:
-            continue  # an unreadable record vouches for nothing (lake verify names it)
-        if record.status == "ok":
-            records.append(record)
-    return sorted(records, key=lambda r: (Window.parse(r.window).start, r.batch))
 
 
 def _rows(table: Any) -> list[dict[str, Any]]:
