@@ -85,6 +85,11 @@ def comparison_run_request(comparison_key: str, run_key: str, tags: dict[str, st
     )
 
 
+# After a REGRESSED comparison (miner_sensor) or on demand: one step, in the run worker's process.
+miner_findings_job = dg.define_asset_job(
+    "miner_findings_job", selection=["miner_findings"], executor_def=dg.in_process_executor
+)
+
 JOBS = [
     eval_manifest_job,
     task_samples_job,
@@ -94,4 +99,5 @@ JOBS = [
     continuum_frontier_job,
     swe_run_job,
     swe_gold_job,
+    miner_findings_job,
 ]

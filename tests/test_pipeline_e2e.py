@@ -662,3 +662,35 @@ def test_mining_the_bases_runbook_failures_finds_the_agents_known_pattern(improv
     assert len(notes) >= top.failing_with
     assert {row[0] for row in notes if row[1] == top.headline} == set(top.samples)
     assert all(row[2] < 1 for row in notes)  # notes are on failing trajectories only
+
+
+def test_miner_findings_of_a_regressed_pr_say_why_in_its_comment(
+    regressed: Run, home: PipelineHome, instance: dg.DagsterInstance
+) -> None:
+    """Materializing ``miner_findings`` for the regressed PR head (no run config) mines its
+    regressed eval on the inputs the head fails and the base passes and writes the comment again
+    with a "Why it regressed" line for it."""
+    from evalrunner_assets.assets.mining import MINING_ASSETS
+    from evalrunner_assets.pipeline.keys import comparison_key
+
+    r = regressed.result
+    assert r.verdict == "REGRESSED" and r.tasks[ESCALATION].decision.label == "regressed"
+    key = comparison_key(REPO_ID, r.pr, r.head_sha)
+    result = dg.materialize(MINING_ASSETS, partition_key=key, instance=instance, resources=home.resources())
+    assert result.success
+    got = _materialized(result)["miner_findings"]
+    assert got["tasks_mined"].value == 1
+    mined = json.loads(
+        (home.lake_root / LAYOUT.miner_findings(REPO_ID, r.head_sha, ESCALATION, r.base_sha)).read_text()
+    )
+    assert mined["mode"] == "comparison" and mined["failing"] >= 5 and mined["passing"] == mined["failing"]
+    assert got["findings"].value == len(mined["findings"])
+    comment = (home.lake_root / LAYOUT.comparison_artifact(REPO_ID, r.pr, r.head_sha, "comment.md")).read_text()
+    assert "**Why it regressed**" in comment
+    (line,) = [ln for ln in comment.splitlines() if ln.startswith(f"- `{ESCALATION}`: ") and "fail" in ln]
+    # The variant dropped the skill's `service_owner` guidance: the head stops looking owners up.
+    top = mined["findings"][0]
+    assert "never calls service_owner" in (top["feature"], *top["aliases"])
+    assert top["passing_with"] == 0
+    assert f"seen in {top['failing_with']} / {top['failing']} failing samples" in line
+    assert f"`{top['feature']}`" in line

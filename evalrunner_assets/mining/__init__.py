@@ -6,7 +6,14 @@ Plain Python over the lake (no Dagster): ``features`` turns trajectories into bo
 """
 
 from evalrunner_assets.mining.features import Feature, Trajectory, feature_matrix
-from evalrunner_assets.mining.lake_findings import Mined, mine_comparison, mine_task, trajectories
+from evalrunner_assets.mining.lake_findings import (
+    Mined,
+    TaskMining,
+    mine_comparison,
+    mine_document,
+    mine_task,
+    trajectories,
+)
 from evalrunner_assets.mining.miner import Contrast, Finding, NothingToContrast, contrast
 
 __all__ = [
@@ -15,10 +22,12 @@ __all__ = [
     "Finding",
     "Mined",
     "NothingToContrast",
+    "TaskMining",
     "Trajectory",
     "contrast",
     "feature_matrix",
     "mine_comparison",
+    "mine_document",
     "mine_task",
     "trajectories",
 ]

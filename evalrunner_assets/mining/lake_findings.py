@@ -18,8 +18,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from evalrunner_assets.documents.comparison import ComparisonDocument
+from evalrunner_assets.errors import UserError
 from evalrunner_assets.mining.features import Trajectory
-from evalrunner_assets.mining.miner import DEFAULT_FDR, Contrast, contrast
+from evalrunner_assets.mining.miner import DEFAULT_FDR, Contrast, NothingToContrast, contrast
 from lake import duck
 from lake.integrity import task_records
 from lake.layout import LAYOUT
@@ -183,3 +185,34 @@ def annotation_rows(mined: Mined, *, created_at: str) -> pa.Table:
             ):
                 cols[name].append(value)
     return pa.Table.from_pydict(cols, schema=ANNOTATIONS_SCHEMA)
+
+
+@dataclass
+class TaskMining:
+    """One task of a comparison, mined or not (``skipped`` says why not)."""
+
+    task: str
+    mined: Mined | None = None
+    skipped: str = ""
+
+
+def mine_document(
+    lake: Lake, result: ComparisonDocument, *, fdr: float = DEFAULT_FDR, tasks: Sequence[str] | None = None
+) -> list[TaskMining]:
+    """Mine a comparison: each regressed task on the inputs the head fails and the base passes
+    (or the ``tasks`` named, whatever their label). A task with too little to contrast is
+    skipped with the counts, never an error: the other tasks are still mined."""
+    chosen = (
+        list(tasks) if tasks is not None else [t for t, d in result.ordered_tasks() if d.decision.label == "regressed"]
+    )
+    out = []
+    for task in chosen:
+        if task not in result.tasks:
+            raise UserError(f"task {task!r} is not in the comparison {result.repo}#{result.pr}@{result.head_sha[:12]}")
+        try:
+            out.append(
+                TaskMining(task, mine_comparison(lake, result.repo, result.head_sha, result.base_sha, task, fdr=fdr))
+            )
+        except NothingToContrast as exc:
+            out.append(TaskMining(task, skipped=str(exc)))
+    return out

@@ -67,12 +67,39 @@ class WrittenReport:
         return self.posted.get("github_error")
 
 
+def why_regressed(the_lake: Any, result: ComparisonDocument) -> list[tuple[str, str, str]]:
+    """(task, evidence, pattern) of the top finding the trajectory miner wrote for each regressed
+    task of ``result`` (``miner/…`` in the lake; none until it has run)."""
+    found = []
+    for task, doc in result.ordered_tasks():
+        if doc.decision.label != "regressed":
+            continue
+        rel = LAYOUT.miner_findings(result.repo, result.head_sha, task, result.base_sha)
+        if not the_lake.exists(rel):
+            continue  # not mined (yet)
+        try:
+            mined = json.loads(the_lake.read_bytes(rel))
+        except ValueError:
+            continue  # a document this version cannot read: no line rather than a failed report
+        findings = mined.get("findings") or []
+        if findings:
+            top = findings[0]
+            evidence = (
+                f"seen in {top['failing_with']} / {top['failing']} failing samples "
+                f"({top['passing_with']} / {top['passing']} of the base's passing ones)"
+            )
+            found.append((task, evidence, str(top["feature"])))
+        else:
+            found.append((task, f"no pattern stood out ({mined.get('features_tested', 0)} features tested)", ""))
+    return found
+
+
 def write_report(the_lake: Any, result: ComparisonDocument, poster: ReportPoster | None = None) -> WrittenReport:
     """Render the PR comment and the check run of ``result``, write both to the lake, and post
     them when ``poster`` is given (a permanent GitHub error is returned, never raised: the
     report files in the lake are complete either way)."""
     repo, pr, head = result.repo, result.pr, result.head_sha
-    body = render_comment(result)
+    body = render_comment(result, why_regressed=why_regressed(the_lake, result))
     status, conclusion, title = check_run_state(
         result.verdict,
         result.samples_run,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -98,8 +99,12 @@ def headline(result: ComparisonDocument) -> str:
     return f"{head} vs {_code(base)} · {prob}"
 
 
-def render_comment(result: ComparisonDocument, *, marker: str = MARKER) -> str:
-    """The whole comment body (Markdown), with the hidden marker that makes it updatable."""
+def render_comment(
+    result: ComparisonDocument, *, marker: str = MARKER, why_regressed: Sequence[tuple[str, str, str]] = ()
+) -> str:
+    """The whole comment body (Markdown), with the hidden marker that makes it updatable.
+    ``why_regressed``: (task, evidence, pattern) the trajectory miner found for regressed tasks;
+    the pattern names the repository's tools, so it is shown as code, never as Markdown."""
     verdict = result.verdict
     tasks = result.tasks
     lines = [marker, f"## {_ICON.get(verdict, '')} evalrunner: {verdict}", "", headline(result), ""]
@@ -176,6 +181,16 @@ def render_comment(result: ComparisonDocument, *, marker: str = MARKER) -> str:
         lines.append("")
         lines.append("**Errors raised by this repository's code** (scored as failures of that arm):")
         lines += [f"- {_code(t)} {arm}: {cause}" for t, arm, cause in raised]
+    if why_regressed:
+        lines.append("")
+        lines.append(
+            "**Why it regressed** (the trajectory miner, on the inputs this PR fails and the base passes; "
+            "patterns significant at a 5% false discovery rate):"
+        )
+        lines += [
+            f"- {_code(t)}: {_cell(evidence)}" + (f": {_code(pattern)}" if pattern else "")
+            for t, evidence, pattern in why_regressed
+        ]
     changed = {t: doc.decision.pairing.changed_inputs for t, doc in tasks.items() if doc.decision.pairing}
     changed = {t: n for t, n in changed.items() if n}
     if changed:
