@@ -16,6 +16,7 @@ from typing import Any
 
 import dagster as dg
 
+from evalrunner_assets.errors import InputError
 from evalrunner_assets.partitions import MAIN_COMMITS, add_partitions, trim_main_commits
 from evalrunner_assets.pipeline import series, series_progress
 from evalrunner_assets.pipeline.keys import commit_key
@@ -27,7 +28,7 @@ RANGE_END_TAG = "dagster/asset_partition_range_end"
 PARTITIONS = MAIN_COMMITS
 
 
-class BackfillError(ValueError):
+class BackfillError(InputError, ValueError):
     """The backfill was asked for something it cannot do; the message names the input."""
 
 

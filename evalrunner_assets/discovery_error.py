@@ -7,8 +7,10 @@ environments; neither owns this base, so both import it from here. Pure standard
 
 from __future__ import annotations
 
+from evalrunner_assets.errors import InputError
 
-class DiscoveryError(Exception):
+
+class DiscoveryError(InputError):
     """Discovery of a repository's evals failed; the message says what and how to fix it."""
 
     infrastructure = False  # True when the sandbox, not the repository, is at fault

@@ -18,11 +18,15 @@ One mapping for every command (:func:`explain`), applied by the one handler in `
 
 A traceback is printed only with ``--debug`` (or ``EVALRUNNER_DEBUG=1``).
 
-User errors are the typed errors the domain packages already raise (discovery's, ``RepoError``,
-``SandboxUnavailable``, ``LakePathError``, ``QueryError`` …, listed in :func:`_user_error_types`)
-plus :class:`UserError` for what only the command line can check. Work the CLI runs through
-Dagster fails with Dagster's wrappers around the original exception; the chain is searched
-through ``__cause__``/``__context__`` and Dagster's ``user_exception``.
+Every exception class the product defines subclasses :class:`EvalrunnerError`, through one of
+its families when the exit code is not 1: :class:`InputError` (2), :class:`Outage` (3) or
+:class:`Cancelled` (130); a class that subclasses a built-in today keeps it as a second base (so
+``except ValueError`` still catches a ``RepoError``). :func:`explain` classifies by family, so
+this module imports nothing of the other packages (it is a leaf every package may import; only
+:mod:`evalrunner_assets.home`, another leaf, to name storage paths). :class:`UserError` is the
+input error for what only the command line can check. Work the CLI runs through Dagster fails
+with Dagster's wrappers around the original exception; the chain is searched through
+``__cause__``/``__context__`` and Dagster's ``user_exception``.
 """
 
 from __future__ import annotations
@@ -47,12 +51,37 @@ DEBUG_ENV = "EVALRUNNER_DEBUG"
 DUCKDB_INTERRUPTED = "Query interrupted"
 
 
-class UserError(Exception):
-    """An input the person can fix; ``hint`` says how (printed as the second line)."""
+class EvalrunnerError(BaseException):
+    """The root of every exception the product defines. Subclass a family (or, for a failure
+    that is a bug when it reaches the command line, this root together with ``Exception`` or the
+    built-in the class subclasses): it derives from ``BaseException`` only so that
+    :class:`Cancelled` can sit under it without ``except Exception`` catching a cancellation."""
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+
+class InputError(EvalrunnerError, Exception):
+    """The family of bad inputs the person can fix (exit 2): a ref, a path, an option, a
+    repository's ``.evals/list``, a query. An optional ``hint`` attribute says how (printed as
+    the second line)."""
+
+
+class Outage(EvalrunnerError, Exception):
+    """The family of outages (exit 3): a provider, the gateway, the sandbox or the lake storage
+    is down, and the same command succeeds once it is back."""
+
+
+class Cancelled(EvalrunnerError):
+    """The family of cancellations (exit 130). Not an ``Exception``: like ``KeyboardInterrupt``
+    it passes through ``except Exception``."""
+
+
+class UserError(InputError):
+    """An input the person can fix; ``hint`` says how (printed as the second line). ``command``
+    names the command in the message when it is not the one that ran (e.g. ``candidates add``)."""
+
+    def __init__(self, message: str, hint: str | None = None, *, command: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+        self.command = command
 
 
 class LakeNotFound(UserError):
@@ -95,7 +124,7 @@ def is_cancellation(exc: BaseException) -> bool:
     """Ctrl-C, however it surfaced: ``KeyboardInterrupt``, Dagster's interrupted-execution error,
     or DuckDB's "Query interrupted"."""
     for e in chain(exc):
-        if isinstance(e, KeyboardInterrupt) or type(e).__name__ == "DagsterExecutionInterruptedError":
+        if isinstance(e, (KeyboardInterrupt, Cancelled)) or type(e).__name__ == "DagsterExecutionInterruptedError":
             return True
         if isinstance(e, RuntimeError) and str(e).strip() == DUCKDB_INTERRUPTED:
             return True
@@ -104,49 +133,10 @@ def is_cancellation(exc: BaseException) -> bool:
     return False
 
 
-def _user_error_types() -> tuple[type[BaseException], ...]:
-    """The domain packages' typed errors that name a bad input (imported only when needed)."""
-    from evalrunner_assets.backfill import BackfillError
-    from evalrunner_assets.discovery import DiscoveryError
-    from evalrunner_assets.documents.codec import DocumentError
-    from evalrunner_assets.execution.backends import UnknownBackend
-    from evalrunner_assets.execution.repo import RepoError
-    from evalrunner_assets.execution.sandbox import SandboxUnavailable
-    from evalrunner_assets.gateway import GatewayError
-    from evalrunner_assets.pipeline.lease import ComparisonBusy
-    from evalrunner_assets.pipeline.series import SeriesError
-    from evalrunner_assets.pipeline.spec import ComparisonRequestError
-    from evalrunner_assets.pricing import PriceTableError
-    from lake.layout import LakePathError
-    from lake.query import QueryError
-    from sensors.webhook import WebhookConfigError
-
-    return (
-        UserError,
-        DiscoveryError,
-        RepoError,
-        SandboxUnavailable,
-        UnknownBackend,
-        PriceTableError,
-        ComparisonRequestError,
-        DocumentError,
-        LakePathError,
-        QueryError,
-        WebhookConfigError,
-        BackfillError,
-        SeriesError,
-        GatewayError,
-        ComparisonBusy,
-    )
-
-
 def _outage(e: BaseException) -> bool:
-    from evalrunner_assets.discovery import DiscoveryError
-    from lake.storage import LakeUnavailable, LakeWriteError
-
-    if isinstance(e, DiscoveryError):
-        return e.infrastructure  # the sandbox failed, not the repository's .evals/list
-    return isinstance(e, (LakeWriteError, LakeUnavailable)) or type(e).__name__ == "ComparisonStopped"
+    # A discovery error is the repository's (exit 2) unless the sandbox failed: that class is
+    # an Outage as well.
+    return isinstance(e, Outage)
 
 
 # Storage errors by errno: the person must fix the path (exit 2), or space must come back (exit 3).
@@ -172,7 +162,7 @@ def _within(path: str, root: str) -> bool:
 def _storage_owner(path: str) -> tuple[str, str] | None:
     """What ``path`` belongs to (the lake, the Dagster instance, evalrunner's home) and the
     setting that moves it; None for any other path."""
-    from evalrunner_assets import home
+    import evalrunner_assets.home as home
 
     evalrunner_home = str(home.home())
     lake = home.lake_root()
@@ -215,10 +205,10 @@ def storage_error(errors: list[BaseException]) -> StorageError | None:
     """The first permission, read-only or full-disk error in ``errors`` (an exception's chain),
     naming its path: an ``OSError`` (its file name, else the path of the lake write it failed)
     or the SQLite error of the Dagster instance's storage (which names no file)."""
-    from evalrunner_assets import home
-    from lake.storage import LakeWriteError
+    import evalrunner_assets.home as home
 
-    written = next((e.path for e in errors if isinstance(e, LakeWriteError) and e.path), None)
+    # The path of the lake write that failed (the lake's write error is an Outage with ``path``).
+    written = next((p for p in (getattr(e, "path", None) for e in errors if isinstance(e, Outage)) if p), None)
     for e in errors:
         if isinstance(e, OSError) and e.errno is not None and (e.errno in _NOT_WRITABLE or e.errno in _NO_SPACE):
             path = e.filename if isinstance(e.filename, str) else written
@@ -230,7 +220,7 @@ def storage_error(errors: list[BaseException]) -> StorageError | None:
             return _storage_line(target, reason, e.errno, owner[1] if owner else None)
     for e in errors:
         if isinstance(e, sqlite3.OperationalError):
-            message = _first_line(e)
+            message = first_line(e)
             if "readonly database" in message or "unable to open database file" in message:
                 code = errno.EROFS
             elif "database or disk is full" in message:
@@ -264,46 +254,34 @@ def _storage_line(target: str, reason: str, code: int, setting: str | None) -> S
     return StorageError(EXIT_USER, f"cannot {verb} {target}: {reason}", hint, setting is not None)
 
 
-def _first_line(text: object, limit: int = 400) -> str:
+def first_line(text: object, limit: int = 400) -> str:
     line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     return lines[-1] if lines else ""
 
 
 def describe(e: BaseException) -> tuple[str, str | None]:
-    """One line saying what is wrong (and with which input), and a hint how to fix it."""
-    from evalrunner_assets import discovery as d
-    from evalrunner_assets.discovery import LIST_PATH
-
-    if isinstance(e, d.ListFailed):
-        cause = _last_line(e.stderr_tail) or "(nothing on stderr)"
-        return (
-            f"{LIST_PATH} exited with code {e.exit_code}: {_first_line(cause, 300)}",
-            f"run {LIST_PATH} at the repository root to see the whole error; "
-            "it must print the JSON manifest on stdout and exit 0",
-        )
-    if isinstance(e, d.InspectListFailed):
-        cause = _last_line(e.stderr_tail)
-        what = _first_line(str(e).split(":")[0] if cause else str(e))
-        return (
-            f"{what}: {_first_line(cause, 300)}" if cause else what,
-            f"without {LIST_PATH} the repository's Python files are imported to find its @task "
-            f"functions; fix that error, or add an executable {LIST_PATH} printing the manifest",
-        )
-    if isinstance(e, d.ManifestNotJSON):
-        return (_first_line(e), f"make {LIST_PATH} print only the JSON manifest on stdout (anything else to stderr)")
-    if isinstance(e, d.ManifestSchemaError):
-        return (_first_line(e), "fix the manifest; its schema is evalrunner_assets/discovery/manifest.schema.json")
-    return _first_line(e), getattr(e, "hint", None)
+    """One line saying what is wrong (and with which input), and a hint how to fix it: the
+    error's own ``cli_wording()`` when its class words it (discovery's do), else its message's
+    first line and its ``hint``."""
+    own = getattr(e, "cli_wording", None)
+    if callable(own):
+        what, hint = own()
+        return str(what), hint
+    return first_line(e), getattr(e, "hint", None)
 
 
 def explain(exc: BaseException, command: str) -> Explanation:
     """What ``evalrunner <command>`` prints for ``exc`` (raised out of it), and its exit code."""
     prefix = f"evalrunner {command}"
+    # An error may name the command in its message itself (e.g. ``candidates add``).
+    named = next((c for c in (getattr(e, "command", None) for e in chain(exc)) if isinstance(c, str) and c), None)
+    if named:
+        prefix = f"evalrunner {named}"
     if is_cancellation(exc):
         if command in ("compare", "demo"):
             text = "cancelled; every sandbox was stopped, completed windows stay landed and the same command resumes"
@@ -314,7 +292,7 @@ def explain(exc: BaseException, command: str) -> Explanation:
         failed: list[str] = next((errs for errs in (getattr(e, "save_errors", None) for e in chain(exc)) if errs), [])
         if failed:
             return Explanation(
-                EXIT_CANCELLED, (f"{prefix}: {text}", f"{prefix}: while cancelling, {_first_line('; '.join(failed))}")
+                EXIT_CANCELLED, (f"{prefix}: {text}", f"{prefix}: while cancelling, {first_line('; '.join(failed))}")
             )
         return Explanation(EXIT_CANCELLED, (f"{prefix}: {text}",))
     errors = list(chain(exc))
@@ -326,14 +304,13 @@ def explain(exc: BaseException, command: str) -> Explanation:
     for e in errors:
         if _outage(e):
             stopped = "stopped: " if type(e).__name__ == "ComparisonStopped" else ""
-            line = f"{prefix}: {stopped}{context}{_first_line(e)}"
+            line = f"{prefix}: {stopped}{context}{first_line(e)}"
             if getattr(e, "user_error", False):  # the breaker tripped on the request's own mistake
                 hint = getattr(e, "hint", None)
                 return Explanation(EXIT_USER, (line, f"  {hint}") if hint else (line,))
             return Explanation(EXIT_OUTAGE, (line,))
-    user_types = _user_error_types()
     for e in errors:
-        if isinstance(e, user_types):
+        if isinstance(e, InputError):
             what, hint = describe(e)
             lines = [f"{prefix}: {context}{what}"]
             if hint:
@@ -345,7 +322,7 @@ def explain(exc: BaseException, command: str) -> Explanation:
     return Explanation(
         EXIT_BUG,
         (
-            f"{prefix}: unexpected {type(innermost).__name__}: {_first_line(innermost)}",
+            f"{prefix}: unexpected {type(innermost).__name__}: {first_line(innermost)}",
             "  run it again with --debug for the traceback",
         ),
     )

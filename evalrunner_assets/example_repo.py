@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from evalrunner_assets.errors import EvalrunnerError
+
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE_REPO_SOURCE = EXAMPLES_DIR / "support-agent"
 VARIANT_PATCHES_DIR = EXAMPLES_DIR / "support-agent-variants"
@@ -41,7 +43,7 @@ EXECUTABLE_FILES = (".evals/list",)
 _IGNORED = shutil.ignore_patterns(".git", "__pycache__", "*.pyc")
 
 
-class ExampleRepoError(RuntimeError):
+class ExampleRepoError(EvalrunnerError, RuntimeError):
     """The example repo could not be built; the message says what was wrong."""
 
 

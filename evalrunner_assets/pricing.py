@@ -15,8 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalrunner_assets.errors import InputError
 
-class PriceTableError(ValueError):
+
+class PriceTableError(InputError, ValueError):
     """The price table file is malformed (names the file and the entry)."""
 
 

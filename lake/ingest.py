@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.sample_digest import digest_of_sample
 from lake.batch import BatchKey, RunSettings, canonical_json
 from lake.layout import Window
@@ -58,7 +59,7 @@ from lake.storage import Lake
 _ATTACHMENT = "attachment://"
 
 
-class LogIngestError(ValueError):
+class LogIngestError(EvalrunnerError, ValueError):
     """An Inspect log could not be landed; the message names the file and the problem."""
 
     def __init__(self, source: str, problem: str) -> None:

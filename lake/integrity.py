@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from evalrunner_assets.errors import EvalrunnerError
 from lake.layout import LAYOUT, Window
 from lake.schema import BatchRecord
 from lake.storage import Lake
@@ -41,7 +42,7 @@ log = logging.getLogger("evalrunner.lake")
 REPAIR_HINT = "run `evalrunner lake verify --repair` to quarantine it (its window is then run again)"
 
 
-class LakeIntegrityError(RuntimeError):
+class LakeIntegrityError(EvalrunnerError, RuntimeError):
     """A file in the lake is not what its batch record says; ``path`` is its lake URL."""
 
     def __init__(self, path: str, problem: str, *, record: str | None = None) -> None:

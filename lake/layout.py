@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from evalrunner_assets.errors import InputError
+
 _SEGMENT = re.compile(r"^[A-Za-z0-9_.-]+$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _DELIVERY = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -19,7 +21,7 @@ TABLES = ("samples", "events")
 OPEN_COMPARISONS = "index/open-comparisons"
 
 
-class LakePathError(ValueError):
+class LakePathError(InputError, ValueError):
     """An identifier cannot be used in a lake path (it names the input and the problem)."""
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 import duckdb
 import pyarrow.parquet as pq
 
+from evalrunner_assets.errors import InputError
 from lake.duck import OnProblem, connect, warn_problem
 from lake.storage import Lake
 
@@ -23,7 +24,7 @@ FORMATS: tuple[str, ...] = ("table", "csv", "json", "parquet")
 T = TypeVar("T")
 
 
-class QueryError(ValueError):
+class QueryError(InputError, ValueError):
     """The SQL failed or the output request is invalid; the message says which."""
 
 

@@ -29,12 +29,13 @@ from typing import Any
 
 import fsspec
 
+from evalrunner_assets.errors import Outage
 from lake.layout import LAYOUT, LakeLayout, LakePathError
 
 DEFAULT_LOCAL_ROOT = ".evalrunner/lake"
 
 
-class LakeWriteError(RuntimeError):
+class LakeWriteError(Outage, RuntimeError):
     """A write to the lake failed; nothing was left at the target path. ``disk_full`` when the
     cause was ENOSPC or EDQUOT (no space or quota left where the lake lives); the cause (an
     ``OSError``: read-only, permission denied, full) is chained."""
@@ -45,7 +46,7 @@ class LakeWriteError(RuntimeError):
         self.path = path  # the file it was writing, when known
 
 
-class LakeUnavailable(RuntimeError):
+class LakeUnavailable(Outage, RuntimeError):
     """The lake's store could not be reached or refused the operation (connection refused,
     timeout, 5xx, permission denied) after retries: an infrastructure fault, not a finding
     about the data. The message names the operation and the lake URL."""

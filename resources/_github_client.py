@@ -31,6 +31,8 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, TypeVar
 
+from evalrunner_assets.errors import EvalrunnerError
+
 T = TypeVar("T")
 log = logging.getLogger("evalrunner.github")
 
@@ -52,7 +54,7 @@ ENV_INSTALLATION_ID = "EVALRUNNER_GITHUB_INSTALLATION_ID"
 ENV_API_URL = "EVALRUNNER_GITHUB_API_URL"
 
 
-class GitHubError(RuntimeError):
+class GitHubError(EvalrunnerError, RuntimeError):
     """A GitHub call failed for good (or stayed rate-limited past the wait budget).
 
     ``transient`` says whether trying again later may succeed; ``status`` is the HTTP status

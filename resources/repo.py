@@ -9,6 +9,7 @@ from pathlib import Path
 import dagster as dg
 
 from evalrunner_assets import home
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution.repo import RepoIdInUse, RepoSource, export_commit
 from evalrunner_assets.execution.sandbox import RepoExport
 from lake import LAYOUT, Lake
@@ -34,7 +35,7 @@ def _same_source(a: str, b: str) -> bool:
     return canonical(a) == canonical(b)
 
 
-class RepoNotRegistered(LookupError):
+class RepoNotRegistered(EvalrunnerError, LookupError):
     """No source is recorded for a repository id."""
 
 

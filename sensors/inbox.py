@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from evalrunner_assets.errors import InputError
 from lake.layout import LAYOUT, LakePathError
 from lake.storage import Lake
 
@@ -73,7 +74,7 @@ _REPO_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 
 
-class InboxError(ValueError):
+class InboxError(InputError, ValueError):
     """An inbox record or cursor cannot be read (the message names the file or value)."""
 
 

@@ -45,6 +45,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from evalrunner_assets.errors import EvalrunnerError, InputError
 from lake.storage import Lake, open_lake
 from sensors.inbox import (
     Ignored,
@@ -67,7 +68,7 @@ DEFAULT_MAX_BODY_BYTES = 5 * 1024 * 1024
 WEBHOOK_PATH = "/webhooks/github"
 
 
-class WebhookConfigError(ValueError):
+class WebhookConfigError(InputError, ValueError):
     """The receiver cannot start with this configuration (the message says what to set)."""
 
 
@@ -145,7 +146,7 @@ class ReceiverConfig:
         return cls(secret=load_webhook_secret(env), insecure=insecure, **kw)
 
 
-class _TooLarge(Exception):
+class _TooLarge(EvalrunnerError, Exception):
     pass
 
 

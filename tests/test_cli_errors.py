@@ -382,7 +382,7 @@ def test_comparing_a_head_again_with_other_settings_is_refused_naming_them(tmp_p
 
 
 def test_comparing_a_head_again_with_a_new_budget_replaces_the_old_limits(tmp_path: Path, monkeypatch) -> None:
-    from evalrunner_assets.cli import _same_comparison_again
+    from evalrunner_assets.cli.compare import _same_comparison_again
     from evalrunner_assets.pipeline.spec import load_request
     from lake import open_lake
 

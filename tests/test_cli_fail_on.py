@@ -14,7 +14,8 @@ import pytest
 from conftest import commit_files, git
 from test_cli_errors import EVALRUNNER, TIMEOUT, _env
 
-from evalrunner_assets.cli import FAIL_ON_VERDICTS, _fail_on, blocks_merge
+from evalrunner_assets.cli import FAIL_ON_VERDICTS, blocks_merge
+from evalrunner_assets.cli.options import fail_on as _fail_on
 
 LIST = (
     "#!/bin/sh\n"

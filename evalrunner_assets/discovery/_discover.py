@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from evalrunner_assets.discovery._errors import (
+    LIST_PATH,
     DiscoverySandboxFailure,
     InspectListFailed,
     ListFailed,
@@ -38,7 +39,6 @@ from evalrunner_assets.execution.sandbox import (
     SandboxStatus,
 )
 
-LIST_PATH = ".evals/list"
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 FALLBACK_TIMEOUT_S = 120.0

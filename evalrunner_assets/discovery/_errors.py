@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evalrunner_assets.discovery_error import DiscoveryError
+from evalrunner_assets.errors import Outage, first_line, last_line
+
+# The repository's own manifest command (relative to its root).
+LIST_PATH = ".evals/list"
 
 
 class NoEvalsFound(DiscoveryError):
@@ -27,6 +31,15 @@ class ListFailed(DiscoveryError):
         self.exit_code = exit_code
         self.stderr_tail = stderr_tail
 
+    def cli_wording(self) -> tuple[str, str | None]:
+        """The command line's line (the exit code and the last line on stderr) and hint."""
+        cause = last_line(self.stderr_tail) or "(nothing on stderr)"
+        return (
+            f"{LIST_PATH} exited with code {self.exit_code}: {first_line(cause, 300)}",
+            f"run {LIST_PATH} at the repository root to see the whole error; "
+            "it must print the JSON manifest on stdout and exit 0",
+        )
+
 
 class ListTimeout(DiscoveryError):
     """``.evals/list`` did not finish within its time limit."""
@@ -40,7 +53,7 @@ class ListKilled(DiscoveryError):
     """``.evals/list`` was killed by a resource limit (memory, pids, CPU, file size)."""
 
 
-class DiscoverySandboxFailure(DiscoveryError):
+class DiscoverySandboxFailure(Outage, DiscoveryError):
     """The sandbox itself failed or was cancelled: an infrastructure fault, not the repo's."""
 
     infrastructure = True
@@ -57,6 +70,9 @@ class ManifestNotJSON(DiscoveryError):
         self.line = line
         self.column = column
         self.source = source
+
+    def cli_wording(self) -> tuple[str, str | None]:
+        return (first_line(self), f"make {LIST_PATH} print only the JSON manifest on stdout (anything else to stderr)")
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,9 @@ class ManifestSchemaError(DiscoveryError):
         more = f" (and {len(violations) - 5} more)" if len(violations) > 5 else ""
         super().__init__(f"manifest from {source} is invalid: {head}{more}")
 
+    def cli_wording(self) -> tuple[str, str | None]:
+        return (first_line(self), "fix the manifest; its schema is evalrunner_assets/discovery/manifest.schema.json")
+
 
 class InspectListFailed(DiscoveryError):
     """The zero-manifest fallback (Inspect's own task listing) failed."""
@@ -87,3 +106,12 @@ class InspectListFailed(DiscoveryError):
     def __init__(self, message: str, stderr_tail: str = "") -> None:
         super().__init__(message)
         self.stderr_tail = stderr_tail
+
+    def cli_wording(self) -> tuple[str, str | None]:
+        cause = last_line(self.stderr_tail)
+        what = first_line(str(self).split(":")[0] if cause else str(self))
+        return (
+            f"{what}: {first_line(cause, 300)}" if cause else what,
+            f"without {LIST_PATH} the repository's Python files are imported to find its @task "
+            f"functions; fix that error, or add an executable {LIST_PATH} printing the manifest",
+        )

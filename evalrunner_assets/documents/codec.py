@@ -13,8 +13,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from evalrunner_assets.errors import InputError
 
-class DocumentError(ValueError):
+
+class DocumentError(InputError, ValueError):
     """A document in the lake (or given by a caller) is not valid: says which file and field."""
 
     def __init__(self, message: str, *, where: str = "", field: str = "") -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution._process import (
     Cgroup,
     LiveProcess,
@@ -41,7 +42,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV = ("PATH", "HOME", "TMPDIR", "EVALRUNNER_REPO", "EVALRUNNER_OUT", "PYTHONPATH")
 
 
-class SandboxRequestError(ValueError):
+class SandboxRequestError(EvalrunnerError, ValueError):
     """A request cannot be run as given (bad workdir, secret-looking env var, …)."""
 
 

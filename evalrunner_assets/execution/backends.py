@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from evalrunner_assets.errors import InputError
 from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
 from evalrunner_assets.execution.sandbox import SandboxBackend
 from evalrunner_assets.execution.sandbox_settings import BACKENDS, DEFAULT_BACKEND
@@ -18,7 +19,7 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-class UnknownBackend(ValueError):
+class UnknownBackend(InputError, ValueError):
     """No sandbox backend has that name."""
 
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution._inspect_worker import TASK_ERROR_MARK
 from evalrunner_assets.execution._process import parse_reply
 from evalrunner_assets.execution.environment import runtime_with_env
@@ -92,7 +93,7 @@ REJECTED_OUTPUT = "rejected_output"
 BUDGET_SPENT = "budget_spent"
 
 
-class InspectRunError(RuntimeError):
+class InspectRunError(EvalrunnerError, RuntimeError):
     """A task's samples could not be listed or a window is invalid; the message says which.
 
     ``task_load``: the repository's own task code failed to load (an import that fails, a

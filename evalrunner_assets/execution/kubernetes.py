@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution import pod_wrapper
 from evalrunner_assets.execution.kubernetes_pod import (  # the pod as data; names re-exported for callers
     BACKEND_NAME,
@@ -308,7 +309,7 @@ _WRAPPER_STATUS = {s.value: s for s in SandboxStatus}
 # --- the backend ----------------------------------------------------------------------------
 
 
-class _Cancelled(Exception):
+class _Cancelled(EvalrunnerError, Exception):
     pass
 
 
@@ -334,7 +335,7 @@ class PodLaunch:
     collect_messages: Callable[[], list[dict[str, Any]]]
 
 
-class _JobExists(Exception):
+class _JobExists(EvalrunnerError, Exception):
     pass
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution import pod_wrapper
 from evalrunner_assets.execution import sandbox_settings as settings
 from evalrunner_assets.execution._local import SandboxRequestError, sandbox_env
@@ -201,7 +202,7 @@ class KubernetesSandboxConfig(BaseModel):
         return self
 
 
-class KubernetesSandboxError(RuntimeError):
+class KubernetesSandboxError(EvalrunnerError, RuntimeError):
     """A request cannot be turned into a pod; the message names the offending field."""
 
 

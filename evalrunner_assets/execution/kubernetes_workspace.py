@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution import pod_wrapper
 from evalrunner_assets.execution._local import SandboxRequestError, sandbox_env
 from evalrunner_assets.execution.kubernetes import (
@@ -53,7 +54,7 @@ _OWNER_FIELDS = ("controller-host", "controller-pidns", "controller-pid", "contr
 STDERR_TAIL_BYTES = 16384
 
 
-class WorkspaceFileError(Exception):
+class WorkspaceFileError(EvalrunnerError, Exception):
     """A file operation the pod refused; ``kind`` is the wrapper's reason (``not-found``,
     ``is-a-directory``, ``outside``, ``too-large``, ``unreadable``, ``unwritable``)."""
 

@@ -37,7 +37,8 @@ Why the split: anything the untrusted process prints could forge a message if it
 pod log (dagster-k8s parses Pipes messages out of it), so only the wrapper writes there; and the
 pod never holds credentials, so results leave through the controller, never pushed from here.
 
-This module imports only the standard library (``dagster_pipes`` optionally) so it starts fast.
+This module imports only the standard library (``dagster_pipes`` optionally) and the
+standard-library leaf ``evalrunner_assets.errors``, so it starts fast.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ import threading
 import time
 from pathlib import Path
 
+from evalrunner_assets.errors import EvalrunnerError
+
 PROTOCOL_VERSION = 1
 KEY_FILE = ".result-key"
 STDIN_FILE = "stdin.bin"
@@ -75,7 +78,7 @@ EXIT_WRAPPER_ERROR = 5  # run: the wrapper could not start the child or write it
 _PR_SET_DUMPABLE = 4
 
 
-class PayloadError(ValueError):
+class PayloadError(EvalrunnerError, ValueError):
     """The framed payload on stdin is malformed; the message says which part."""
 
 

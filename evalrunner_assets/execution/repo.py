@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalrunner_assets.errors import InputError
 from evalrunner_assets.execution.sandbox import RepoExport
 
 _HEX = re.compile(r"^[0-9a-fA-F]{7,64}$")
@@ -50,7 +51,7 @@ SYNTHESIZED_AUTHOR = ("evalrunner", "evalrunner@localhost")
 PRIVATE_REFSPEC = "^refs/evalrunner/*"  # what a mirror's fetch and prune leave alone
 
 
-class RepoError(ValueError):
+class RepoError(InputError, ValueError):
     """A repository source, ref or commit cannot be used; the message names it."""
 
 

@@ -14,6 +14,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from evalrunner_assets.errors import InputError
+
 # Where things are inside every sandbox, whatever the backend: commands refer to these paths
 # (or to the same values in the EVALRUNNER_REPO / EVALRUNNER_OUT environment variables).
 SANDBOX_REPO_DIR = "/work/repo"  # the read-only export of the commit
@@ -26,7 +28,7 @@ SANDBOX_HOME_DIR = "/work/home"  # writable scratch, HOME
 GATEWAY_ENV_NAMES = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"})
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(InputError, RuntimeError):
     """The backend cannot run sandboxes here (preflight failed); the message says how to fix it."""
 
 

@@ -25,13 +25,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution.sandbox import RepoExport
 
 DEFAULT_MAX_READY = 8
 DEFAULT_MAX_LEASED = 4
 
 
-class WorkspaceQueueTimeout(TimeoutError):
+class WorkspaceQueueTimeout(EvalrunnerError, TimeoutError):
     """No workspace could be leased before the caller's deadline (the pool was full)."""
 
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from evalrunner_assets.errors import EvalrunnerError
+
 # Defaults (``GatewaySettings`` may override them): a provider failing on every attempt is
 # probed at ~0.5, 1.5, 3.5, 7.5, 11.5 … s and its circuit opens ~20 s after its first failure,
 # after about ``max_concurrency`` + 7 upstream calls. A blip of a few failures spread over less
@@ -42,7 +44,7 @@ PROBE_MAX_GAP_S = 4.0  # probes at least this often (unless Retry-After asks for
 AUTH_STATUSES = frozenset({401, 403})
 
 
-class CircuitOpen(Exception):
+class CircuitOpen(EvalrunnerError, Exception):
     """The provider's circuit is open: the request is answered without calling it."""
 
     def __init__(self, trip: CircuitTrip) -> None:

@@ -54,6 +54,7 @@ from typing import Any
 
 import httpx
 
+from evalrunner_assets.errors import InputError
 from evalrunner_assets.execution.sandbox import Channel
 from evalrunner_assets.gateway._circuit import (
     AUTH_STATUSES,
@@ -74,7 +75,7 @@ BUDGET_STATUS = 402
 PROVIDER_DOWN_STATUS = 424
 
 
-class GatewayError(RuntimeError):
+class GatewayError(InputError, RuntimeError):
     """The gateway cannot serve what was asked (a provider without a key, a bad setting)."""
 
 

@@ -55,6 +55,7 @@ from evalrunner_assets.discovery import (
     rewrite_agent_config,
     yaml_problem,
 )
+from evalrunner_assets.errors import InputError
 from evalrunner_assets.execution.inspect_runner import CONFIG_FILES, sample_order
 from evalrunner_assets.execution.repo import RepoError, RepoSource
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
@@ -70,7 +71,7 @@ SCHEMA_FILE = "candidates.schema.json"
 DEFAULT_CAP = 128
 
 
-class CandidateError(ValueError):
+class CandidateError(InputError, ValueError):
     """A candidates file, a candidate or a setting is invalid (names the file and field)."""
 
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from evalrunner_assets.discovery import DiscoveryError, read_agent_model
 from evalrunner_assets.documents.comparison import ComparisonDocument, Status
+from evalrunner_assets.errors import Cancelled, EvalrunnerError, Outage
 from evalrunner_assets.execution.inspect_runner import InspectRunError
 from evalrunner_assets.gateway import GatewayError, ModelGateway, provider_of, start_gateway, with_gateway
 from evalrunner_assets.pipeline import assess as assess_mod
@@ -66,7 +67,7 @@ from lake.storage import LakeUnavailable, LakeWriteError
 PROGRESS_EVERY_S = 20.0
 
 
-class ComparisonFailed(RuntimeError):
+class ComparisonFailed(EvalrunnerError, RuntimeError):
     """A step of the comparison failed; the message names the step and the cause, ``where`` says
     what the step was doing for a person, and ``__cause__`` is the original exception."""
 
@@ -77,7 +78,7 @@ class ComparisonFailed(RuntimeError):
         self.where = where
 
 
-class ComparisonStopped(ComparisonFailed):
+class ComparisonStopped(Outage, ComparisonFailed):
     """The outage breaker (or the lake) stopped the comparison; ``result`` is the saved document
     (``status: "stopped"``, ``breaker``: the failures that tripped it)."""
 
@@ -92,7 +93,7 @@ class ComparisonStopped(ComparisonFailed):
         self.hint = hint
 
 
-class ComparisonCancelled(KeyboardInterrupt):
+class ComparisonCancelled(Cancelled, KeyboardInterrupt):
     """The comparison was cancelled (Ctrl-C, another handler's interrupt, or ``stop`` set by the
     caller) and the cancellation saved: the document says ``status: "cancelled"`` (or, when the
     state could not be assessed, the document saved before, marked so). ``save_errors``: one line

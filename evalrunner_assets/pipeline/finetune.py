@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from evalrunner_assets.discovery import MODEL_PATTERN, yaml_problem
+from evalrunner_assets.errors import InputError
 from lake import LAYOUT, Lake
 
 DEFAULT_SELECTION = "finetune_training_samples"
@@ -53,7 +54,7 @@ MIN_ENV_SECRET = 6  # shorter env values (e.g. "1", "true") are settings, not se
 SCHEMA_VERSION = 1
 
 
-class FinetuneError(ValueError):
+class FinetuneError(InputError, ValueError):
     """A training-set selection, a training set, a trainer or a fine-tune record is unusable
     (the message names the input and what to do)."""
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from evalrunner_assets.errors import InputError
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from lake import LAYOUT
 
@@ -37,7 +38,7 @@ TTL_S = 60.0  # six missed heartbeats: a holder this quiet is gone (a stopped ma
 LEASE_NAME = "lease.json"
 
 
-class ComparisonBusy(RuntimeError):
+class ComparisonBusy(InputError, RuntimeError):
     """Another live engine holds the comparison; the message says who and since when."""
 
     def __init__(self, key: str, holder: Lease) -> None:

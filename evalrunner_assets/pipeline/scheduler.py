@@ -55,6 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution import pid_alive
 from evalrunner_assets.execution.backends import default_workers
 from evalrunner_assets.pipeline.loop import Step
@@ -65,7 +66,7 @@ MAX_ATTEMPTS = 2  # a window is retried at most once (see pipeline.windows)
 JOIN_SECONDS = 15.0
 
 
-class SchedulerError(RuntimeError):
+class SchedulerError(EvalrunnerError, RuntimeError):
     """The scheduler was configured wrongly; the message names the setting."""
 
 

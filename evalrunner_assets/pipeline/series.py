@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from evalrunner_assets import stats
 from evalrunner_assets.discovery import AgentModel
+from evalrunner_assets.errors import InputError
 from evalrunner_assets.execution.inspect_runner import sample_order
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.pipeline.assess import _load_rows, window_plan
@@ -62,7 +63,7 @@ ERROR_CAP = stats.StatsParams().error_cap
 ERROR_CAP_INPUTS = max(stats.StatsParams().min_pairs, stats.StatsParams().error_cap_inputs)
 
 
-class SeriesError(ValueError):
+class SeriesError(InputError, ValueError):
     """A series setting or input is invalid (names it and what is wrong)."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from evalrunner_assets.errors import EvalrunnerError
 
-class StatsError(ValueError):
+
+class StatsError(EvalrunnerError, ValueError):
     """Base class for every error raised by ``evalrunner_assets.stats``."""
 
 

@@ -9,12 +9,14 @@ import re
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evalrunner_assets.errors import EvalrunnerError
+
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _TEST_ID = re.compile(r"^[A-Za-z0-9_.\[\]/-]+::[A-Za-z0-9_.\[\]-]+$")
 GOLD_RUNS_MIN = 3
 
 
-class SweError(ValueError):
+class SweError(EvalrunnerError, ValueError):
     """Bad input to the SWE pipeline; the message names the input and what is wrong."""
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from inspect_ai.util import SandboxEnvironment
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe.diff import unified_chunk
@@ -68,7 +69,7 @@ if __name__ == "__main__":
 """
 
 
-class WorkspaceListingError(RuntimeError):
+class WorkspaceListingError(EvalrunnerError, RuntimeError):
     """The sandbox's listing of the workspace could not be taken or read."""
 
 

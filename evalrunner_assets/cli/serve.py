@@ -1,0 +1,121 @@
+"""``evalrunner serve``: the GitHub webhook receiver (and the SWE run API) beside ``dagster dev``
+on the same home and lake. The Dagster half is the code location the repository's
+``pyproject.toml`` names (``[tool.dagster]``, ``[tool.dg.project]``): ``dagster dev`` or ``dg dev``
+in the repository root loads the same one; ``serve`` only adds the receiver, the instance's home
+and a quiet start."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from evalrunner_assets import home
+from evalrunner_assets.cli.options import Add
+from evalrunner_assets.errors import UserError
+
+# The module holding the Definitions (``defs``); pyproject.toml names the same one.
+CODE_LOCATION_MODULE = "evalrunner_assets.definitions"
+
+# `dagster dev` is the documented way to run the UI and daemon together here; its notice that
+# `dg dev` supersedes it is not for our users. (-W filters match a message's start; categories
+# from packages cannot be named before the package is imported, so messages are used.)
+_QUIET_DAGSTER_DEV = ("ignore:Function `dev_command` is superseded",)
+
+
+def _telemetry_off(dagster_yaml: Path) -> None:
+    """No usage telemetry and no telemetry banner, unless the instance file already says."""
+    text = dagster_yaml.read_text()
+    if not re.search(r"^telemetry:", text, re.MULTILINE):
+        sep = "" if not text or text.endswith("\n") else "\n"
+        dagster_yaml.write_text(f"{text}{sep}telemetry:\n  enabled: false\n")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+
+    from lake import open_lake
+    from sensors.webhook import SECRET_ENV, SECRET_FILE_ENV, load_webhook_secret, serve
+
+    # Before anything starts: a receiver that cannot start should not leave `dagster dev` behind.
+    if not args.insecure and load_webhook_secret() is None:
+        raise UserError(
+            f"no webhook secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}) to the secret of the GitHub webhook",
+            hint="or pass --insecure to accept unsigned deliveries on loopback (local testing only)",
+        )
+    dagster = None
+    if not args.webhook_only:
+        dagster_home = home.ensure_dagster_home()
+        _telemetry_off(dagster_home / "dagster.yaml")
+        env = dict(
+            os.environ,
+            DAGSTER_HOME=str(dagster_home),
+            PYTHONWARNINGS=",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), *_QUIET_DAGSTER_DEV])),
+        )
+        # The `dagster` of this very environment, whatever PATH says (`dagster dev` starts the
+        # webserver and the daemon with its own interpreter in turn).
+        dagster = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dagster",
+                "dev",
+                "-m",
+                CODE_LOCATION_MODULE,
+                "-p",
+                str(args.dagster_port),
+            ],
+            env=env,
+            # It is stopped with SIGINT (below), which a shell leaves ignored in background jobs.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+
+    def _stop(signum: int, frame: Any) -> None:
+        # Turn SIGTERM into an exception so `finally` runs and `dagster dev` is stopped too.
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        # The receiver writes the inbox of the same lake the sensors read.
+        the_lake = open_lake(home.lake_root())
+        extra: list[Any] = []
+        if not args.no_run_api:
+            from evalrunner_assets.swe_run import api_routes
+
+            extra = api_routes(the_lake)
+        serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)
+    finally:
+        if dagster is not None:
+            # SIGINT, not SIGTERM: `dagster dev` stops its webserver, daemon and code servers on
+            # an interrupt; terminated, it leaves them running.
+            dagster.send_signal(signal.SIGINT)
+            try:
+                dagster.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                dagster.kill()
+    return 0
+
+
+def add_parsers(add: Add) -> None:
+    p = add(
+        "serve",
+        help="run the GitHub webhook receiver beside `dagster dev`",
+        description="Run the GitHub webhook receiver (POST /webhooks/github) and, unless "
+        "--webhook-only, the Dagster UI and daemon on the same home and lake.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address the webhook receiver binds")
+    p.add_argument("--port", type=int, default=8787, help="port of the webhook receiver")
+    p.add_argument("--dagster-port", type=int, default=3000, help="port of the Dagster UI")
+    p.add_argument("--webhook-only", action="store_true", help="only the receiver (e.g. in Kubernetes)")
+    p.add_argument(
+        "--no-run-api",
+        action="store_true",
+        help="do not serve the SWE run API (/v1/runs, /v1/leaderboard; token from EVALRUNNER_API_TOKEN)",
+    )
+    p.add_argument("--insecure", action="store_true", help="accept unsigned deliveries (loopback only)")
+    p.set_defaults(func=cmd_serve)
