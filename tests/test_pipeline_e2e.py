@@ -694,3 +694,18 @@ def test_miner_findings_of_a_regressed_pr_say_why_in_its_comment(
     assert top["passing_with"] == 0
     assert f"seen in {top['failing_with']} / {top['failing']} failing samples" in line
     assert f"`{top['feature']}`" in line
+
+
+def test_evalrunner_mine_prints_the_pattern_and_refuses_a_task_with_nothing_to_contrast(
+    improved: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evalrunner_assets import cli
+
+    base = improved.result.base_sha
+    assert cli.main(["mine", "--repo-id", REPO_ID, "--commit", base, "--task", RUNBOOK, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == "task" and doc["failing"] + doc["passing"] > 0
+    assert any("never calls runbook_search" in (f["feature"], *f["aliases"]) for f in doc["findings"])
+    assert cli.main(["mine", "--repo-id", REPO_ID, "--commit", base, "--task", "triage/not_a_task"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to contrast in triage/not_a_task" in err and "0 failing and 0 passing" in err

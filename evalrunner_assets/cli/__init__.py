@@ -18,6 +18,7 @@ from evalrunner_assets.cli import (
     finetune,
     inbox,
     lake,
+    mine,
     repos,
     serve,
     swe,
@@ -36,6 +37,7 @@ _PARSERS = (
     finetune.add_parsers,
     lake.add_parsers,  # sql, lake
     lake.add_view_parser,  # view
+    mine.add_parsers,
     serve.add_parsers,
     swe.add_parsers,
     repos.add_parsers,
