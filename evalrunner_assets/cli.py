@@ -174,7 +174,7 @@ def _same_comparison_again(request: Any) -> Any:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from evalrunner_assets.driver import run_comparison
+    from evalrunner_assets.driver.comparison import run_comparison
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
     from lake.batch import RunSettings
     from resources import SandboxResource
@@ -282,7 +282,7 @@ def _fail_on(text: str) -> frozenset[str]:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from evalrunner_assets.backfill import run_backfill
+    from evalrunner_assets.driver.backfill import run_backfill
     from evalrunner_assets.pipeline import series
     from evalrunner_assets.pipeline.series_progress import ProgressDisplay, SeriesProgress
     from evalrunner_assets.report.series_markdown import render_point_table
@@ -342,7 +342,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_series_register(args: argparse.Namespace) -> int:
-    from evalrunner_assets.backfill import register_commits
+    from evalrunner_assets.driver.backfill import register_commits
 
     repo_id = _repo_id(args.repo, args.repo_id)
     _check_repo_id(repo_id, args.repo)
@@ -396,7 +396,7 @@ def _agent_config_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def cmd_candidates(args: argparse.Namespace) -> int:
-    from evalrunner_assets import candidates_run
+    from evalrunner_assets.driver import candidates as candidates_run
     from evalrunner_assets.pipeline import candidates as cands
     from evalrunner_assets.report.frontier_markdown import (
         render_frontier_table,
@@ -407,7 +407,7 @@ def cmd_candidates(args: argparse.Namespace) -> int:
     from resources import SandboxResource
 
     repo_id = _repo_id(args.repo, args.repo_id)
-    from evalrunner_assets.driver import default_resources
+    from evalrunner_assets.driver.comparison import default_resources
 
     sandbox = None
     if getattr(args, "backend", "bubblewrap") != "bubblewrap" or getattr(args, "workers", 0):
@@ -472,8 +472,8 @@ def cmd_candidates(args: argparse.Namespace) -> int:
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
-    from evalrunner_assets import finetune_run
-    from evalrunner_assets.driver import default_resources
+    from evalrunner_assets.driver import finetune as finetune_run
+    from evalrunner_assets.driver.comparison import default_resources
     from evalrunner_assets.pipeline import candidates as cands
     from evalrunner_assets.pipeline.finetune import FinetuneError
     from resources.github import GitHubError
@@ -607,8 +607,8 @@ def _telemetry_off(dagster_yaml: Path) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import signal
 
+    from evalrunner_assets.http.webhook import SECRET_ENV, SECRET_FILE_ENV, load_webhook_secret, serve
     from lake import open_lake
-    from sensors.webhook import SECRET_ENV, SECRET_FILE_ENV, load_webhook_secret, serve
 
     # Before anything starts: a receiver that cannot start should not leave `dagster dev` behind.
     if not args.insecure and load_webhook_secret() is None:
@@ -653,7 +653,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         the_lake = open_lake(home.lake_root())
         extra: list[Any] = []
         if not args.no_run_api:
-            from evalrunner_assets.swe_run import api_routes
+            from evalrunner_assets.driver.swe import api_routes
 
             extra = api_routes(the_lake)
         serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)
@@ -684,7 +684,7 @@ def cmd_swe(args: argparse.Namespace) -> int:
             sha = build_tinystats_repo(Path(args.dest))
             print(f"{args.dest}: tinystats at {sha}; its task set: {EXAMPLE_TASK_SET}")
             return 0
-        from evalrunner_assets.swe_run import local_launcher
+        from evalrunner_assets.driver.swe import local_launcher
 
         launcher = local_launcher()
         if args.swe_command == "register":
@@ -722,9 +722,9 @@ def cmd_swe(args: argparse.Namespace) -> int:
 
 
 def cmd_repos_add(args: argparse.Namespace) -> int:
+    from evalrunner_assets.github.inbox import InboxError, check_repo_full_name
     from lake import LAYOUT, open_lake
     from resources import RepoResource
-    from sensors.inbox import InboxError, check_repo_full_name
 
     try:
         check_repo_full_name(args.repo, "repository")
@@ -808,8 +808,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
+    from evalrunner_assets.github.inbox import InboxError, dead_letters, replay_dead_letter
     from lake import open_lake
-    from sensors.inbox import InboxError, dead_letters, replay_dead_letter
 
     the_lake = open_lake(home.lake_root())
     letters = dead_letters(the_lake)

@@ -106,20 +106,20 @@ def is_cancellation(exc: BaseException) -> bool:
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """The domain packages' typed errors that name a bad input (imported only when needed)."""
-    from evalrunner_assets.backfill import BackfillError
     from evalrunner_assets.discovery import DiscoveryError
     from evalrunner_assets.documents.codec import DocumentError
+    from evalrunner_assets.driver.backfill import BackfillError
     from evalrunner_assets.execution.backends import UnknownBackend
     from evalrunner_assets.execution.repo import RepoError
     from evalrunner_assets.execution.sandbox import SandboxUnavailable
     from evalrunner_assets.gateway import GatewayError
+    from evalrunner_assets.http.webhook import WebhookConfigError
     from evalrunner_assets.pipeline.lease import ComparisonBusy
     from evalrunner_assets.pipeline.series import SeriesError
     from evalrunner_assets.pipeline.spec import ComparisonRequestError
     from evalrunner_assets.pricing import PriceTableError
     from lake.layout import LakePathError
     from lake.query import QueryError
-    from sensors.webhook import WebhookConfigError
 
     return (
         UserError,
