@@ -236,7 +236,7 @@ _RESOURCE = {"pod": ("", "pods"), "persistent_volume_claim": ("", "persistentvol
 def backend_api_calls() -> set[tuple[str, str, str]]:
     """(apiGroup, resource, verb) of every namespaced call the Kubernetes backend makes."""
     calls = set()
-    for path in sorted((ROOT / "evalrunner_assets" / "execution").glob("kubernetes*.py")):
+    for path in sorted((ROOT / "evalrunner_assets" / "execution" / "kubernetes").glob("*.py")):
         text = path.read_text()
         for verb, kind, sub in _API_CALL.findall(text):
             group, resource = _RESOURCE[kind]
