@@ -36,7 +36,7 @@ _DRIVER = r"""
 import json, sys, time
 from datetime import datetime, timezone
 from evalrunner_assets import home
-from evalrunner_assets.driver import run_comparison, default_resources
+from evalrunner_assets.driver.comparison import run_comparison, default_resources
 from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from resources import SandboxResource

@@ -21,6 +21,19 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
+from evalrunner_assets.github.inbox import (
+    DEFAULT_RETAIN_S,
+    EvaluatePR,
+    EvaluatePush,
+    InboxEntry,
+    InboxError,
+    MoreSamples,
+    archive_passed,
+    dead_letter,
+    intent_for,
+    prune_inbox,
+    read_inbox,
+)
 from evalrunner_assets.jobs import cohort_series_job, comparison_job, comparison_run_request, eval_manifest_job
 from evalrunner_assets.partitions import COMMITS, COMPARISONS, MAIN_COMMITS, comparison_commit_keys, trim_main_commits
 from evalrunner_assets.pipeline import series
@@ -36,19 +49,6 @@ from evalrunner_assets.pipeline.spec import (
 from evalrunner_assets.pipeline.windows import retire_failures
 from lake import LAYOUT
 from resources import GitHubResource, LakeResource, RepoResource
-from sensors.inbox import (
-    DEFAULT_RETAIN_S,
-    EvaluatePR,
-    EvaluatePush,
-    InboxEntry,
-    InboxError,
-    MoreSamples,
-    archive_passed,
-    dead_letter,
-    intent_for,
-    prune_inbox,
-    read_inbox,
-)
 
 GIT_BASE_URL_ENV = "EVALRUNNER_GIT_BASE_URL"
 DEFAULT_GIT_BASE_URL = "https://github.com"

@@ -23,7 +23,7 @@ import dagster as dg
 import pytest
 from _pipeline_fixtures import PipelineHome, evalrunner_home, request_for
 
-from evalrunner_assets import driver
+from evalrunner_assets.driver import comparison as driver
 from evalrunner_assets.errors import explain
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
 from evalrunner_assets.execution.inspect_runner import WarmTaskRunner

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import pytest
 from _pipeline_fixtures import evalrunner_home
 
-from evalrunner_assets.candidates_run import add_candidate, measure_candidates
+from evalrunner_assets.driver.candidates import add_candidate, measure_candidates
 from evalrunner_assets.example_repo import build_example_candidates
 from evalrunner_assets.pipeline import candidates as cands
 from evalrunner_assets.pipeline import series

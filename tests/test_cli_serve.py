@@ -18,9 +18,9 @@ import pytest
 from github_standin import free_port
 from shared_files import shared_path
 
+from evalrunner_assets.github.inbox import read_inbox
+from evalrunner_assets.http.webhook import sign
 from lake.storage import Lake
-from sensors.inbox import read_inbox
-from sensors.webhook import sign
 
 EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
 FIXTURES = shared_path("fixtures/github-webhooks")

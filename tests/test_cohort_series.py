@@ -19,7 +19,7 @@ import dagster as dg
 import pytest
 from _pipeline_fixtures import evalrunner_home
 
-from evalrunner_assets.backfill import run_backfill
+from evalrunner_assets.driver.backfill import run_backfill
 from evalrunner_assets.example_repo import build_example_history
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.pipeline.series_progress import ProgressDisplay, SeriesProgress
@@ -378,8 +378,8 @@ def test_a_push_to_main_through_the_receiver_adds_its_point(backfilled, tmp_path
     from shared_files import shared_path
     from test_github_e2e import SECRET, _retarget, deliver
 
+    from evalrunner_assets.http.webhook import ReceiverConfig, create_app
     from sensors.pr import pr_sensor
-    from sensors.webhook import ReceiverConfig, create_app
 
     home, instance = backfilled["home"], backfilled["instance"]
     repo_path = Path(backfilled["repo_path"])

@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 from _pipeline_fixtures import evalrunner_home
 
-from evalrunner_assets.backfill import run_backfill
+from evalrunner_assets.driver.backfill import run_backfill
 from evalrunner_assets.example_repo import ERROR_STEPS, HISTORY_STEPS, REGRESSION_STEP, build_example_history
 from evalrunner_assets.pipeline import series
 from evalrunner_assets.report.series_chart import series_chart

@@ -35,7 +35,7 @@ _RUN = r"""
 import sys
 import dagster as dg
 from evalrunner_assets.assets.evals import ASSETS, task_samples
-from evalrunner_assets.driver import local_instance
+from evalrunner_assets.driver.comparison import local_instance
 from resources import default_resources
 commit, task, comparison, windows = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
 dg.materialize(
@@ -54,7 +54,7 @@ def test_terminating_a_task_samples_run_kills_its_sandbox_within_15s(tmp_path: P
     home = tmp_path / "home"
     monkeypatch.setenv("EVALRUNNER_HOME", str(home))
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
-    from evalrunner_assets.driver import local_instance
+    from evalrunner_assets.driver.comparison import local_instance
     from resources import default_resources
 
     example = build_example_repo(tmp_path / "repo", ["improve-runbook"])

@@ -57,7 +57,7 @@ def controller(standin: KubernetesStandIn, tmp_path: Path, **kw) -> KubernetesBa
 
 def make_claim(backend: KubernetesBackend, digest: str, *, built: bool = True, last_used: float | None = None) -> str:
     """A claim as a build leaves it (the record annotation), created through the API."""
-    from evalrunner_assets.execution.kubernetes_env import environment_claim
+    from evalrunner_assets.execution.kubernetes.env import environment_claim
 
     claim = environment_claim(SimpleNamespace(digest=digest), backend.config)
     annotations = {}
@@ -176,7 +176,7 @@ def test_the_sweep_deletes_old_unmounted_claims_and_keeps_mounted_fresh_and_buil
 def test_a_claim_stamped_after_the_sweep_listed_it_is_not_deleted_standin_api(standin, tmp_path, repo):
     """The race the delete precondition closes: a controller stamps the claim (it is about to
     mount it) between the sweep's listing and its delete."""
-    from evalrunner_assets.execution.kubernetes_env_retention import _decide_candidate
+    from evalrunner_assets.execution.kubernetes.env_retention import _decide_candidate
 
     backend = controller(standin, tmp_path)
     digest = "ef" * 12

@@ -29,15 +29,15 @@ from _github_harness import Harness, deliver, pull_request_delivery
 from _pipeline_fixtures import evalrunner_home
 from github_standin import GitHubStandin, LoopbackServer
 
-from evalrunner_assets import finetune_run
-from evalrunner_assets.candidates_run import measure_candidates
+from evalrunner_assets.driver import finetune as finetune_run
+from evalrunner_assets.driver.candidates import measure_candidates
 from evalrunner_assets.example_repo import build_example_candidates
+from evalrunner_assets.http.webhook import ReceiverConfig, create_app
 from evalrunner_assets.pipeline import finetune as ft
 from evalrunner_assets.pipeline.assess import load_result
 from evalrunner_assets.report.markdown import MARKER
 from lake import LAYOUT
 from resources import GitHubResource
-from sensors.webhook import ReceiverConfig, create_app
 
 REPO = "example/support-agent"
 TASKS = ("triage/escalation_policy", "triage/runbook_lookup", "triage/summary_quality")

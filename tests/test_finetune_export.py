@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _inspect_models import probe_batch_key, probe_logs
 
-from evalrunner_assets import finetune_run
+from evalrunner_assets.driver import finetune as finetune_run
 from evalrunner_assets.pipeline import finetune as ft
 from lake import BatchKey, land_batch, open_lake
 

@@ -33,12 +33,12 @@ from served_evalrunner import changed_files
 
 from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
+from evalrunner_assets.http.webhook import ReceiverConfig, create_app
 from evalrunner_assets.pipeline.assess import load_result
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.pipeline.spec import load_request
 from evalrunner_assets.report.markdown import MARKER
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
-from sensors.webhook import ReceiverConfig, create_app
 
 pytestmark = pytest.mark.slow
 

@@ -18,21 +18,35 @@ SCANNED = ("evalrunner_assets", "lake", "resources", "sensors", "sql", "bench")
 
 # --- Dagster lives in the thin layer -------------------------------------------------------
 
-# Where `dagster` / `dagster_*` may be imported, and why.
-DAGSTER_HOMES: dict[str, str] = {
+# The rules name folders: a module's layer is the folder it stands in. The code location's
+# three top-level modules (definitions, partitions, jobs) stay where `dagster dev` and the
+# `[tool.dagster]` table look for them.
+
+# The thin layer: Dagster's own objects over the domain.
+THIN_LAYER: dict[str, str] = {
     "evalrunner_assets/assets/": "thin Dagster assets over the domain",
     "evalrunner_assets/definitions.py": "the code location",
     "evalrunner_assets/partitions.py": "the named partition sets",
     "evalrunner_assets/jobs.py": "the defined jobs",
-    "sensors/": "sensors (the webhook receiver and inbox import none, but live here)",
+    "sensors/": "the Dagster sensors and schedules",
     "resources/": "ConfigurableResources, and the Kubernetes Pipes launcher",
-    # The driver layer: the CLI records its work in Dagster (instance, partitions, runs), so
-    # these import Dagster today. The `evalrunner` command itself (cli/) imports none.
-    "evalrunner_assets/driver.py": "driver layer: the CLI's runs on the local Dagster instance",
-    "evalrunner_assets/backfill.py": "driver layer: `evalrunner backfill` records its runs in Dagster",
-    "evalrunner_assets/candidates_run.py": "driver layer: `evalrunner candidates measure` runs the defined jobs",
-    "evalrunner_assets/swe_run.py": "driver layer: the run API launches SWE runs on the Dagster instance",
-    "bench/compare_overhead.py": "benchmark: times the Dagster-recorded path against bare Inspect",
+}
+# The one other layer that imports Dagster: it runs the engine for the CLI and the run API and
+# records the work in Dagster (the local instance, partitions, runs). The `evalrunner` command
+# itself (cli/) imports none.
+DRIVER_LAYER: dict[str, str] = {
+    "evalrunner_assets/driver/": "the driver layer: the CLI's and the run API's runs on the Dagster instance",
+}
+# Where `dagster` / `dagster_*` may be imported, and why.
+DAGSTER_HOMES: dict[str, str] = {
+    **THIN_LAYER,
+    **DRIVER_LAYER,
+    "bench/": "benchmarks: compare_overhead times the Dagster-recorded path against bare Inspect",
+}
+# Folders that must never import Dagster, though they sit next to the layers that do.
+NO_DAGSTER: dict[str, str] = {
+    "evalrunner_assets/github/": "the GitHub inbox is domain logic: the receiver and the sensors share it",
+    "evalrunner_assets/http/": "the HTTP apps (webhook receiver, SWE run API) serve requests without Dagster",
 }
 
 # `dagster_pipes` is the dependency-free external-process side of Pipes (no Dagster in it). The
@@ -64,7 +78,7 @@ THIN_AND_DRIVER = (
     "resources",
     "evalrunner_assets.driver",
     "evalrunner_assets.cli",
-    "evalrunner_assets.backfill",
+    "evalrunner_assets.http",  # the HTTP apps sit with the CLI: entry points over the domain
 )
 
 # (files importing, modules they never import, why)
@@ -208,7 +222,10 @@ def broken_rules(rel: str, module: str) -> list[str]:
             if not in_files(rel, tuple(DAGSTER_PIPES_HOMES)):
                 why.append("dagster_pipes belongs to the pod wrapper only")
         elif not in_files(rel, tuple(DAGSTER_HOMES)):
-            why.append(f"Dagster outside the thin layer ({', '.join(DAGSTER_HOMES)})")
+            why.append(f"Dagster outside the thin layer and the driver ({', '.join(DAGSTER_HOMES)})")
+        for folder, reason in NO_DAGSTER.items():
+            if in_files(rel, (folder,)):
+                why.append(f"Dagster in {folder}: {reason}")
     if module_name(rel) in NEUTRAL and under(module, PROJECT) and not under(module, NEUTRAL):
         why.append("a neutral module imports nothing of the project but other neutral modules")
     if not under(module, NEUTRAL):
@@ -370,7 +387,7 @@ def import_cycles(files: dict[str, str]) -> list[str]:
 def package_node(module: str) -> str:
     """The node of the package graph a module belongs to: ``evalrunner_assets.<package>`` for a
     package directory of ``evalrunner_assets`` (its subpackages included), a top-level module
-    of ``evalrunner_assets`` (``cli``, ``errors``, ``driver`` …) is its own node, and ``lake``,
+    of ``evalrunner_assets`` (``cli``, ``errors``, ``home`` …) is its own node, and ``lake``,
     ``resources``, ``sensors`` and ``sql`` are one node each."""
     parts = module.split(".")
     return ".".join(parts[:2]) if parts[0] == "evalrunner_assets" else parts[0]
@@ -423,7 +440,8 @@ def cycles_of(graph: dict[str, dict[str, str]], kind: str = "import cycle") -> l
 
 def private_imports(files: dict[str, str]) -> list[str]:
     """Imports of a private module (``_name.py``) or a private name (``_name``) that lives in
-    another package. Within one package, siblings' private names are free to use."""
+    another package. Within one package, siblings' private names are free to use, and so are
+    they to the package's own subpackages (``execution/kubernetes/`` is part of ``execution``)."""
     found: dict[tuple[str, int, str], str] = {}
     for rel, source in files.items():
         mine = package_of(rel)
@@ -437,7 +455,7 @@ def private_imports(files: dict[str, str]) -> list[str]:
                 # A private module, or a private name in a package's __init__, is its package's;
                 # a private name in a module is the package that module is in.
                 owner = parts[:i] if (ROOT / "/".join(parts[:i])).is_dir() else parts[: i - 1]
-                if ".".join(owner) != mine:
+                if not under(mine, (".".join(owner),)):
                     private = ".".join(parts[: i + 1])
                     found.setdefault(
                         (rel, line, private),
@@ -498,7 +516,13 @@ def test_no_package_imports_another_packages_private_modules_or_names():
 
 def test_every_rule_names_places_that_exist():
     # A renamed package would otherwise leave a rule that checks nothing.
-    paths = [*DAGSTER_HOMES, *DAGSTER_PIPES_HOMES, *DOMAIN, *(p for importers, _, _ in NEVER for p in importers)]
+    paths = [
+        *DAGSTER_HOMES,
+        *DAGSTER_PIPES_HOMES,
+        *NO_DAGSTER,
+        *DOMAIN,
+        *(p for importers, _, _ in NEVER for p in importers),
+    ]
     assert [p for p in paths if not (ROOT / p).exists()] == []
     modules = [*THIN_AND_DRIVER, *NEUTRAL, *(m for _, forbidden, _ in NEVER for m in forbidden)]
     missing = [m for m in modules if not any((ROOT / f"{m.replace('.', '/')}{ext}").exists() for ext in ("", ".py"))]
@@ -520,10 +544,14 @@ def test_every_rule_names_places_that_exist():
         ("resources/x.py", "from evalrunner_assets.pipeline.facts import learn_commit\n", "resources are"),
         ("resources/x.py", "from evalrunner_assets import report\n", "resources are"),
         ("evalrunner_assets/pipeline/x.py", "from evalrunner_assets.simagent import SIMAGENT_PRICE\n", "engine"),
-        ("lake/x.py", "import sensors.inbox\n", "bottom layer"),
+        ("lake/x.py", "import sensors.pr\n", "bottom layer"),
         ("evalrunner_assets/report/x.py", "from resources.github import GitHubResource\n", "reaches up"),
         ("evalrunner_assets/gateway/x.py", "from dagster_pipes import open_dagster_pipes\n", "pod wrapper only"),
         ("evalrunner_assets/sample_order.py", "from lake import LAYOUT\n", "neutral module"),
+        ("evalrunner_assets/github/x.py", "import dagster as dg\n", "Dagster in evalrunner_assets/github/"),
+        ("evalrunner_assets/http/x.py", "def f():\n    from dagster import DagsterInstance\n", "Dagster in"),
+        ("evalrunner_assets/cli/x.py", "import dagster as dg\n", "Dagster outside"),
+        ("evalrunner_assets/stats/_x.py", "from evalrunner_assets.http import webhook\n", "reaches up"),
     ],
 )
 def test_the_checker_reports_each_kind_of_violation(rel, source, broken):
@@ -538,9 +566,25 @@ def test_the_checker_accepts_the_arrows_that_are_allowed():
         "evalrunner_assets/pipeline/x.py": "from evalrunner_assets.stats import decide_task\nfrom lake import LAYOUT\n",
         "resources/x.py": "import dagster as dg\nfrom evalrunner_assets.execution.repo import export_commit\n",
         "evalrunner_assets/execution/pod_wrapper.py": "def f():\n    from dagster_pipes import open_dagster_pipes\n",
-        "evalrunner_assets/driver.py": "import dagster as dg\n",
+        "evalrunner_assets/driver/comparison.py": "import dagster as dg\n",
+        "evalrunner_assets/http/webhook.py": "from evalrunner_assets.github.inbox import read_inbox\n",
     }
     assert boundary_violations(allowed) == []
+
+
+def test_only_the_thin_layer_and_the_driver_may_import_dagster():
+    # The product's Dagster homes are the thin layer and the driver folder, nothing else; the
+    # folders that must not import it are neither.
+    product = [home for home in DAGSTER_HOMES if not home.startswith("bench/")]
+    assert sorted(product) == sorted([*THIN_LAYER, *DRIVER_LAYER])
+    assert [f for f in NO_DAGSTER if in_files(f, tuple(DAGSTER_HOMES))] == []
+    # Folders, not files, apart from the code location's three top-level modules.
+    files = [home for home in DAGSTER_HOMES if not home.endswith("/")]
+    assert sorted(files) == [
+        "evalrunner_assets/definitions.py",
+        "evalrunner_assets/jobs.py",
+        "evalrunner_assets/partitions.py",
+    ]
 
 
 def test_the_lake_path_check_sees_literals_and_f_strings_but_not_docstrings():
@@ -577,14 +621,15 @@ def test_the_package_cycle_check_names_each_package_cycle_with_one_import_per_ar
         "evalrunner_assets/pipeline/__init__.py": "",
         "evalrunner_assets/pipeline/pricing.py": "P = 1\n",
         "evalrunner_assets/pipeline/engine.py": "import json\ndef f():\n    from evalrunner_assets.gateway import G\n",
-        "evalrunner_assets/driver.py": "import lake\n",
+        "evalrunner_assets/driver/comparison.py": "import lake\n",
         "lake/__init__.py": "from lake.x import y\n",
-        "lake/x.py": "def f():\n    from evalrunner_assets.driver import z\n",
+        "lake/x.py": "def f():\n    from evalrunner_assets.driver.comparison import z\n",
         "evalrunner_assets/stats/__init__.py": "import lake\nfrom evalrunner_assets.stats import _x\n",
         "evalrunner_assets/stats/_x.py": "from evalrunner_assets import stats\n",
     }
     assert [c.split(": ", 1)[1] for c in package_cycles(files)] == [
-        "evalrunner_assets.driver (evalrunner_assets/driver.py:1) -> lake (lake/x.py:2) -> evalrunner_assets.driver",
+        "evalrunner_assets.driver (evalrunner_assets/driver/comparison.py:1) -> lake (lake/x.py:2)"
+        " -> evalrunner_assets.driver",
         "evalrunner_assets.gateway (evalrunner_assets/gateway/_gateway.py:1)"
         " -> evalrunner_assets.pipeline (evalrunner_assets/pipeline/engine.py:3)"
         " -> evalrunner_assets.gateway",
@@ -618,7 +663,7 @@ def test_the_cycle_check_accepts_a_package_that_re_exports_its_submodules():
         "from evalrunner_assets.stats._decide import decide\n",
         "def f():\n    from evalrunner_assets.stats import _decide\n",
         "import evalrunner_assets.discovery._discover\n",
-        "from evalrunner_assets.execution.kubernetes import _PodRun\n",
+        "from evalrunner_assets.execution.kubernetes.backend import _checked_record\n",
         "from evalrunner_assets.stats import _private_helper\n",
         "from ..swe.runner import _run_one\n",
     ],
@@ -632,7 +677,8 @@ def test_the_private_check_accepts_siblings_and_public_names():
     allowed = {
         "evalrunner_assets/stats/__init__.py": "from ._decide import decide\nfrom . import _params\n",
         "evalrunner_assets/stats/_decide.py": "from evalrunner_assets.stats._params import _P\n",
-        "evalrunner_assets/execution/x.py": "from .kubernetes import _PodRun\nfrom ._local import run\n",
+        "evalrunner_assets/execution/x.py": "from .bubblewrap import _private\nfrom ._local import run\n",
+        "evalrunner_assets/execution/kubernetes/x.py": "from .backend import _checked_record\nfrom .._local import run\n",
         "evalrunner_assets/pipeline/x.py": "from evalrunner_assets.stats import decide\nfrom __future__ import annotations\n",
     }
     assert private_imports(allowed) == []

@@ -24,15 +24,15 @@ from inspect_ai.util import sandbox
 sys.path.insert(0, str(Path(__file__).parent))
 from test_k8s_manifests import K8S_VERSION, psa_restricted_violations  # noqa: E402
 
-from evalrunner_assets.execution import inspect_k8s_sandbox  # noqa: E402
-from evalrunner_assets.execution.inspect_k8s_sandbox import KubernetesInspectSandboxConfig  # noqa: E402
 from evalrunner_assets.execution.kubernetes import (  # noqa: E402
     ROLE_LABEL,
     KubernetesBackend,
     KubernetesSandboxConfig,
     build_sandbox_pod,
 )
-from evalrunner_assets.execution.kubernetes_workspace import (  # noqa: E402
+from evalrunner_assets.execution.kubernetes import inspect_sandbox as inspect_k8s_sandbox  # noqa: E402
+from evalrunner_assets.execution.kubernetes.inspect_sandbox import KubernetesInspectSandboxConfig  # noqa: E402
+from evalrunner_assets.execution.kubernetes.workspace import (  # noqa: E402
     ControllerIdentity,
     KubernetesWorkspace,
 )

@@ -110,7 +110,8 @@ def test_runtime_stages_run_as_a_non_root_user():
 
 
 def test_sandbox_image_matches_the_pod_spec():
-    from evalrunner_assets.execution.kubernetes import KubernetesSandboxConfig, _wrapper_command
+    from evalrunner_assets.execution.kubernetes import KubernetesSandboxConfig
+    from evalrunner_assets.execution.kubernetes.manifests import _wrapper_command
 
     sandbox = dict(stages(DOCKERFILE.read_text())["sandbox"])
     assert sandbox["ENTRYPOINT"] == '["python", "-m", "evalrunner_assets.execution.pod_wrapper"]'

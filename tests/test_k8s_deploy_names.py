@@ -236,7 +236,7 @@ _RESOURCE = {"pod": ("", "pods"), "persistent_volume_claim": ("", "persistentvol
 def backend_api_calls() -> set[tuple[str, str, str]]:
     """(apiGroup, resource, verb) of every namespaced call the Kubernetes backend makes."""
     calls = set()
-    for path in sorted((ROOT / "evalrunner_assets" / "execution").glob("kubernetes*.py")):
+    for path in sorted((ROOT / "evalrunner_assets" / "execution" / "kubernetes").glob("*.py")):
         text = path.read_text()
         for verb, kind, sub in _API_CALL.findall(text):
             group, resource = _RESOURCE[kind]
@@ -267,9 +267,9 @@ def test_the_controllers_role_allows_every_call_the_backend_makes():
     # The parser sees the environment build's calls (and the pods'):
     assert {("batch", "jobs", "create"), ("", "persistentvolumeclaims", "patch"), ("", "pods", "create")} <= calls
     # ... and the websocket subresources: delivery (attach) and every exec, e.g. the Inspect
-    # provider's workspace pods (kubernetes_workspace.py reaches exec through kubernetes.py).
+    # provider's workspace pods (kubernetes/workspace.py reaches exec through kubernetes/pod_run.py).
     assert {("", "pods/exec", "create"), ("", "pods/exec", "get"), ("", "pods/attach", "create")} <= calls
-    # ... and the environment retention sweep's (kubernetes_env_retention.py):
+    # ... and the environment retention sweep's (kubernetes/env_retention.py):
     assert {("", "persistentvolumeclaims", "list"), ("", "persistentvolumeclaims", "delete")} <= calls
     assert unauthorised_calls(manifests()) == []
     docs = manifests()
@@ -296,7 +296,7 @@ def test_environment_build_egress_policy_and_settings_agree_with_the_code():
     from ipaddress import ip_address, ip_network
     from urllib.parse import urlsplit
 
-    from evalrunner_assets.execution.kubernetes_env import package_index_network_policy
+    from evalrunner_assets.execution.kubernetes.env import package_index_network_policy
     from resources.sandbox import SandboxResource
 
     docs = manifests()
@@ -362,7 +362,7 @@ def test_github_app_secret_carries_the_variables_the_github_resource_reads_and_i
 
 
 def test_webhook_secret_file_is_where_the_receiver_reads_it():
-    from sensors.webhook import SECRET_FILE_ENV
+    from evalrunner_assets.http.webhook import SECRET_FILE_ENV
 
     hook = find(manifests(), "Deployment", "evalrunner-webhook")["spec"]["template"]["spec"]
     (container,) = hook["containers"]
@@ -405,7 +405,7 @@ def test_postgres_connection_names_match_the_chart_values():
 
 
 def test_ports_services_and_paths_agree():
-    from sensors.webhook import WEBHOOK_PATH
+    from evalrunner_assets.http.webhook import WEBHOOK_PATH
 
     docs, v = manifests(), values()
     dep = user_deployment(v)

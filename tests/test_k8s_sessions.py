@@ -191,7 +191,7 @@ def test_a_comparison_on_kubernetes_runs_warm_session_pods_and_reports_the_pod_c
     execution section says how many pods of each kind it started."""
     import dagster as dg
 
-    from evalrunner_assets.driver import run_comparison
+    from evalrunner_assets.driver.comparison import run_comparison
     from evalrunner_assets.example_repo import build_example_repo
     from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
     from tests._pipeline_fixtures import evalrunner_home, request_for

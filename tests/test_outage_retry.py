@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 from _pipeline_fixtures import ALL_TASKS, PipelineHome, evalrunner_home, request_for
 
-from evalrunner_assets.driver import run_comparison
+from evalrunner_assets.driver.comparison import run_comparison
 from evalrunner_assets.example_repo import build_example_repo
 from evalrunner_assets.execution.sandbox import SandboxBackend
 from resources import SandboxResource

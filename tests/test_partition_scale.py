@@ -19,6 +19,15 @@ import dagster as dg
 import pytest
 
 from evalrunner_assets.documents.comparison import ComparisonDocument
+from evalrunner_assets.github.inbox import (
+    DONE_SOURCE,
+    QUEUE_SOURCE,
+    InboxCursor,
+    InboxRecord,
+    archive_passed,
+    queue_name,
+    write_delivery,
+)
 from evalrunner_assets.partitions import comparison_commit_keys, retire_comparison, trim_main_commits, trim_swe_runs
 from evalrunner_assets.pipeline import open_index
 from evalrunner_assets.pipeline.assess import save_result, stats_params
@@ -28,15 +37,6 @@ from lake import LAYOUT
 from lake.storage import Lake
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
 from sensors import sampling
-from sensors.inbox import (
-    DONE_SOURCE,
-    QUEUE_SOURCE,
-    InboxCursor,
-    InboxRecord,
-    archive_passed,
-    queue_name,
-    write_delivery,
-)
 from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
 

@@ -32,7 +32,7 @@ from _pipeline_fixtures import (
 
 from evalrunner_assets import stats
 from evalrunner_assets.documents.comparison import ComparisonDocument
-from evalrunner_assets.driver import run_comparison
+from evalrunner_assets.driver.comparison import run_comparison
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
 from evalrunner_assets.pipeline.assess import AssessCache, assess
 from evalrunner_assets.report import MARKER

@@ -32,7 +32,7 @@ from evalrunner_assets.execution.kubernetes import (
     KubernetesSandboxError,
     build_sandbox_pod,
 )
-from evalrunner_assets.execution.kubernetes_env import (
+from evalrunner_assets.execution.kubernetes.env import (
     build_environment_job,
     environment_claim,
     package_index_network_policy,
@@ -273,7 +273,7 @@ def test_a_failed_build_on_kubernetes_names_the_package_records_nothing_and_is_r
 
 
 def test_a_build_whose_record_is_not_this_environments_is_refused(tmp_path):
-    from evalrunner_assets.execution.kubernetes import _checked_record
+    from evalrunner_assets.execution.kubernetes.backend import _checked_record
 
     spec = detect_environment(_commit(tmp_path, "c1", "tinydep==1.0\n", "1" * 40))
     good = {"digest": spec.digest, "packages": ["tinydep==1.0"]}

@@ -25,6 +25,7 @@ from served_evalrunner import EVALRUNNER, ServedEvalrunner
 from swe_example_subset import write_subset_task_set
 
 from evalrunner_assets.definitions import defs
+from evalrunner_assets.driver.swe import RUN_TAG
 from evalrunner_assets.example_repo import build_example_repo
 from evalrunner_assets.partitions import add_partitions, comparison_commit_keys
 from evalrunner_assets.pipeline.assess import load_result
@@ -38,7 +39,6 @@ from evalrunner_assets.pipeline.run_workers import (
 )
 from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
 from evalrunner_assets.swe.example import build_tinystats_repo
-from evalrunner_assets.swe_run import RUN_TAG
 from lake import open_lake
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
 from sensors.run_workers import reap

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from evalrunner_assets.execution import sandbox_settings as settings
-from evalrunner_assets.execution.kubernetes_pod import KubernetesSandboxConfig
+from evalrunner_assets.execution.kubernetes.config import KubernetesSandboxConfig
 from resources.sandbox import ENV_FIELDS, SandboxResource
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,15 +12,15 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from evalrunner_assets.driver.swe import RUN_TAG, SweLauncher
+from evalrunner_assets.http.swe_api import create_api
 from evalrunner_assets.partitions import add_partitions
 from evalrunner_assets.swe import SweStore
 from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo
 from evalrunner_assets.swe.runner import local_context, register_task_set
-from evalrunner_assets.swe_run import RUN_TAG, SweLauncher
 from lake import open_lake
 from resources import LakeResource
 from sensors.swe import RUN_KEY_TAG, queued_run_requests, swe_run_sensor
-from sensors.swe_api import create_api
 from tests.github_standin import LoopbackServer
 
 TOKEN = "test-token-123"
@@ -187,7 +187,7 @@ def test_a_receiver_whose_api_has_no_token_starts_without_reaching_the_instance(
 
     from starlette.applications import Starlette
 
-    from evalrunner_assets.swe_run import api_routes
+    from evalrunner_assets.driver.swe import api_routes
 
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()

@@ -23,7 +23,7 @@ from swe_example_subset import write_subset_task_set  # noqa: E402
 
 from evalrunner_assets.execution.environment import spec_for_file  # noqa: E402
 from evalrunner_assets.execution.kubernetes import ROLE_LABEL  # noqa: E402
-from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool  # noqa: E402
+from evalrunner_assets.execution.kubernetes.workspace_pool import KubernetesWorkspacePool  # noqa: E402
 from evalrunner_assets.execution.repo import RepoSource, export_commit  # noqa: E402
 from evalrunner_assets.execution.workspace_pool import WorkspaceQueueTimeout  # noqa: E402
 from evalrunner_assets.swe import RunSpec, SweStore  # noqa: E402

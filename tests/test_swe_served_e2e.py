@@ -18,10 +18,10 @@ import pytest
 from github_standin import GitHubStandin
 from served_evalrunner import EVALRUNNER, ServedEvalrunner
 
+from evalrunner_assets.driver.swe import RUN_TAG
 from evalrunner_assets.swe import RunSpec, SweStore
 from evalrunner_assets.swe.example import EXAMPLE_TASK_SET, build_tinystats_repo
 from evalrunner_assets.swe.runner import execute_run, local_context
-from evalrunner_assets.swe_run import RUN_TAG
 from lake import open_lake
 
 pytestmark = pytest.mark.slow

@@ -15,9 +15,7 @@ import pytest
 from github_standin import LoopbackServer
 from shared_files import shared_path
 
-from lake.layout import LAYOUT
-from lake.storage import Lake
-from sensors.inbox import (
+from evalrunner_assets.github.inbox import (
     QUEUE_SOURCE,
     EvaluatePR,
     EvaluatePush,
@@ -31,7 +29,7 @@ from sensors.inbox import (
     read_inbox,
     write_delivery,
 )
-from sensors.webhook import (
+from evalrunner_assets.http.webhook import (
     ReceiverConfig,
     WebhookConfigError,
     create_app,
@@ -40,6 +38,8 @@ from sensors.webhook import (
     sign,
     signature_ok,
 )
+from lake.layout import LAYOUT
+from lake.storage import Lake
 
 FIXTURES = shared_path("fixtures/github-webhooks")
 SECRET = b"receiver-test-secret"

@@ -9,7 +9,7 @@ import json
 import uuid
 from typing import Any
 
-from sensors.webhook import sign
+from evalrunner_assets.http.webhook import sign
 
 # The repository GitHub's payload examples name (tests/fixtures/github-webhooks/).
 FIXTURE_REPO = "Codertocat/Hello-World"

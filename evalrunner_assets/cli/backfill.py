@@ -23,7 +23,7 @@ from evalrunner_assets.cli.options import (
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from evalrunner_assets.backfill import run_backfill
+    from evalrunner_assets.driver.backfill import run_backfill
     from evalrunner_assets.pipeline import series
     from evalrunner_assets.pipeline.series_progress import ProgressDisplay, SeriesProgress
     from evalrunner_assets.report.series_markdown import render_point_table
@@ -83,7 +83,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_series_register(args: argparse.Namespace) -> int:
-    from evalrunner_assets.backfill import register_commits
+    from evalrunner_assets.driver.backfill import register_commits
 
     repo_id = repo_id_of(args.repo, args.repo_id)
     check_repo_id(repo_id, args.repo)

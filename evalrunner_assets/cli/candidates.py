@@ -51,7 +51,7 @@ def _agent_config_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def cmd_candidates(args: argparse.Namespace) -> int:
-    from evalrunner_assets import candidates_run
+    from evalrunner_assets.driver import candidates as candidates_run
     from evalrunner_assets.pipeline import candidates as cands
     from evalrunner_assets.report.frontier_markdown import (
         render_frontier_table,
@@ -61,7 +61,7 @@ def cmd_candidates(args: argparse.Namespace) -> int:
     from lake import LAYOUT, open_lake
 
     repo_id = repo_id_of(args.repo, args.repo_id)
-    from evalrunner_assets.driver import default_resources
+    from evalrunner_assets.driver.comparison import default_resources
 
     sandbox = sandbox_override(args)
     resources = default_resources(**({"sandbox": sandbox} if sandbox is not None else {}))

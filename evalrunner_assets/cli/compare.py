@@ -135,7 +135,7 @@ def _same_comparison_again(request: Any) -> Any:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from evalrunner_assets.driver import run_comparison
+    from evalrunner_assets.driver.comparison import run_comparison
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
     from lake.batch import RunSettings
 

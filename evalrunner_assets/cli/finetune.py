@@ -13,8 +13,8 @@ from evalrunner_assets.errors import UserError
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
-    from evalrunner_assets import finetune_run
-    from evalrunner_assets.driver import default_resources
+    from evalrunner_assets.driver import finetune as finetune_run
+    from evalrunner_assets.driver.comparison import default_resources
     from resources.github import GitHubError
 
     resources = default_resources()

@@ -14,8 +14,8 @@ REPLAY = "inbox replay"  # the command its errors name
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
+    from evalrunner_assets.github.inbox import InboxError, dead_letters, replay_dead_letter
     from lake import open_lake
-    from sensors.inbox import InboxError, dead_letters, replay_dead_letter
 
     the_lake = open_lake(home.lake_root())
     letters = dead_letters(the_lake)

@@ -15,9 +15,9 @@ ADD = "repos add"  # the command its errors name
 
 
 def cmd_repos_add(args: argparse.Namespace) -> int:
+    from evalrunner_assets.github.inbox import InboxError, check_repo_full_name
     from lake import LAYOUT, open_lake
     from resources import RepoResource
-    from sensors.inbox import InboxError, check_repo_full_name
 
     try:
         check_repo_full_name(args.repo, "repository")

@@ -38,8 +38,8 @@ def _telemetry_off(dagster_yaml: Path) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import signal
 
+    from evalrunner_assets.http.webhook import SECRET_ENV, SECRET_FILE_ENV, load_webhook_secret, serve
     from lake import open_lake
-    from sensors.webhook import SECRET_ENV, SECRET_FILE_ENV, load_webhook_secret, serve
 
     # Before anything starts: a receiver that cannot start should not leave `dagster dev` behind.
     if not args.insecure and load_webhook_secret() is None:
@@ -84,7 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         the_lake = open_lake(home.lake_root())
         extra: list[Any] = []
         if not args.no_run_api:
-            from evalrunner_assets.swe_run import api_routes
+            from evalrunner_assets.driver.swe import api_routes
 
             extra = api_routes(the_lake)
         serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)

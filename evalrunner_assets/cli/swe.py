@@ -26,7 +26,7 @@ def cmd_swe(args: argparse.Namespace) -> int:
             sha = build_tinystats_repo(Path(args.dest))
             print(f"{args.dest}: tinystats at {sha}; its task set: {EXAMPLE_TASK_SET}")
             return 0
-        from evalrunner_assets.swe_run import local_launcher
+        from evalrunner_assets.driver.swe import local_launcher
 
         launcher = local_launcher()
         if args.swe_command == "register":

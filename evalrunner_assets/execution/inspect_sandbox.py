@@ -17,7 +17,7 @@ with one repository state per sample. Without either, the sample gets an empty w
 
 The backend and pool are process-wide (:func:`configure` replaces them, e.g. in tests or a
 runner with its own lake home). On Kubernetes the same Inspect interface is the provider
-``sandbox="evalrunner-k8s"`` (``inspect_k8s_sandbox.py``): one long-lived pod per sample.
+``sandbox="evalrunner-k8s"`` (``kubernetes/inspect_sandbox.py``): one long-lived pod per sample.
 """
 
 from __future__ import annotations

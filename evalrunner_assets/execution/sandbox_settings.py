@@ -1,7 +1,7 @@
 """The sandbox settings a deployment sets through its environment, each defined once.
 
 Every setting has one name, type, default, environment variable and help text here. The
-Kubernetes backend's configuration (``KubernetesSandboxConfig`` in ``kubernetes_pod.py``) takes
+Kubernetes backend's configuration (``KubernetesSandboxConfig`` in ``kubernetes/config.py``) takes
 its defaults and descriptions from these, the Dagster resource (``resources/sandbox.py``) its
 fields and its environment mapping, and the CLI its choices, defaults and help. The deploy
 files (``deploy/k8s/40-lake-and-config.yaml``) are checked against them by

@@ -23,7 +23,7 @@ Redaction (``redact``): every match of ``SECRET_PATTERNS`` becomes ``[REDACTED]`
 ``key = value`` forms only the value), and so does every value of an ``EVALRUNNER_*``
 environment variable of 6 or more characters.
 
-Plain Python: ``evalrunner finetune`` (``evalrunner_assets/finetune_run.py``) calls it.
+Plain Python: ``evalrunner finetune`` (``evalrunner_assets/driver/finetune.py``) calls it.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@
 that turns a decision into tool calls and an answer: ``_agent``; the Inspect provider: ``_provider``.
 """
 
+from typing import TYPE_CHECKING
+
 from ._agent import Answer, CallTool, Conversation, ToolExchange, next_step
 from ._behaviour import (
     BEHAVIOUR_MODELS,
@@ -19,6 +21,9 @@ from ._behaviour import (
 )
 from ._price import SIMAGENT_PRICE, TokenPrice
 from ._profiles import SIMULATED_MODELS, STANDARD_MODEL, SimulatedModel, simulated_model
+
+if TYPE_CHECKING:
+    from ._provider import CHARS_PER_TOKEN, DEFAULT_SEED, PROVIDER, SimulatedAgentAPI
 
 # The provider imports Inspect (~1.5 s); its names load on first use, so reading the price does not.
 _PROVIDER_NAMES = ("CHARS_PER_TOKEN", "DEFAULT_SEED", "PROVIDER", "SimulatedAgentAPI")

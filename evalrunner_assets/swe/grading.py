@@ -38,7 +38,7 @@ from evalrunner_assets.swe.model import SweTask
 from evalrunner_assets.swe.sandboxes import provider_for
 
 if TYPE_CHECKING:
-    from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
+    from evalrunner_assets.execution.kubernetes.workspace_pool import KubernetesWorkspacePool
 
 JUNIT_NAME = "junit.xml"
 MAX_TEXT_FILE = 1024 * 1024

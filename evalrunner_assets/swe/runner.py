@@ -59,7 +59,7 @@ from evalrunner_assets.swe.sandboxes import open_tool_sandbox, provider_for, san
 from evalrunner_assets.swe.store import SweStore, now_iso
 
 if TYPE_CHECKING:
-    from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
+    from evalrunner_assets.execution.kubernetes.workspace_pool import KubernetesWorkspacePool
 
 
 def environment_digest(backend: SandboxBackend, env: EnvSpec | None = None) -> str:
@@ -451,7 +451,7 @@ def local_context(store: SweStore, backend: SandboxBackend, home_dir: Path) -> S
     pool: WorkspacePool | KubernetesWorkspacePool
     if provider_for(backend) == "evalrunner-k8s":
         from evalrunner_assets.execution.kubernetes import KubernetesBackend
-        from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
+        from evalrunner_assets.execution.kubernetes.workspace_pool import KubernetesWorkspacePool
 
         assert isinstance(backend, KubernetesBackend)
         pool = KubernetesWorkspacePool(backend)

@@ -32,7 +32,7 @@ from evalrunner_assets.execution.workspace_pool import WorkspacePool
 from evalrunner_assets.swe.diff import unified_chunk
 
 if TYPE_CHECKING:
-    from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
+    from evalrunner_assets.execution.kubernetes.workspace_pool import KubernetesWorkspacePool
 
 MAX_TEXT_FILE = 1024 * 1024  # as grading.workspace_patch: larger files are "non-text"
 LISTING_SECONDS = 120
@@ -108,7 +108,7 @@ def open_tool_sandbox(
 ) -> Iterator[ToolSandbox]:
     """A fresh sandbox holding ``export`` (the task repo at its pinned commit), no network;
     closed (its workspace returned, or its pod deleted) on exit. On Kubernetes with a
-    :class:`~evalrunner_assets.execution.kubernetes_workspace_pool.KubernetesWorkspacePool` the
+    :class:`~evalrunner_assets.execution.kubernetes.workspace_pool.KubernetesWorkspacePool` the
     pod is leased from it (a prepared one when ready), else started for this sandbox.
     ``python_env``: the task's
     built repository environment (:meth:`~evalrunner_assets.swe.runner.SweContext.environment`),
@@ -116,12 +116,12 @@ def open_tool_sandbox(
     bubblewrap, ``/envs/<digest>`` (its volume claim) on Kubernetes."""
     if provider_for(backend) == "evalrunner-k8s":
         # Imported here: the Kubernetes modules load only in processes that use that backend.
-        from evalrunner_assets.execution.inspect_k8s_sandbox import (
+        from evalrunner_assets.execution.kubernetes import KubernetesBackend, env_digest_of
+        from evalrunner_assets.execution.kubernetes.inspect_sandbox import (
             KubernetesInspectSandboxConfig,
             KubernetesInspectSandboxEnvironment,
         )
-        from evalrunner_assets.execution.kubernetes import KubernetesBackend, env_digest_of
-        from evalrunner_assets.execution.kubernetes_workspace_pool import KubernetesWorkspacePool
+        from evalrunner_assets.execution.kubernetes.workspace_pool import KubernetesWorkspacePool
 
         assert isinstance(backend, KubernetesBackend)
         cfg = KubernetesInspectSandboxConfig(

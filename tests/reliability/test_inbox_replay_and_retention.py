@@ -18,12 +18,7 @@ import dagster as dg
 import pytest
 
 from evalrunner_assets.cli import main as cli_main
-from evalrunner_assets.pipeline.spec import ComparisonRequest, latest_request, save_request
-from lake.layout import LAYOUT
-from lake.storage import Lake
-from resources import GitHubResource, LakeResource, RepoResource
-from sensors import pr as pr_module
-from sensors.inbox import (
+from evalrunner_assets.github.inbox import (
     DONE_SOURCE,
     INBOX_SOURCE,
     QUEUE_SOURCE,
@@ -35,6 +30,11 @@ from sensors.inbox import (
     replay_dead_letter,
     write_delivery,
 )
+from evalrunner_assets.pipeline.spec import ComparisonRequest, latest_request, save_request
+from lake.layout import LAYOUT
+from lake.storage import Lake
+from resources import GitHubResource, LakeResource, RepoResource
+from sensors import pr as pr_module
 from sensors.pr import pr_sensor
 
 pytestmark = pytest.mark.reliability

@@ -442,7 +442,7 @@ def test_flipped_bit_in_a_landed_parquet_file_is_named_quarantined_and_rerun_by_
 def test_temp_files_of_dead_writers_are_swept_anywhere_in_the_lake(tmp_path):
     import uuid
 
-    from evalrunner_assets.driver import _sweep
+    from evalrunner_assets.driver.comparison import _sweep
 
     lake = open_lake(str(tmp_path))
     dead = subprocess.Popen(["true"])

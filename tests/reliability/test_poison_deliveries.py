@@ -20,11 +20,7 @@ import pytest
 from github_standin import LoopbackServer
 
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
-from evalrunner_assets.pipeline.spec import load_request
-from lake.layout import LAYOUT
-from lake.storage import Lake
-from resources import GitHubResource, LakeResource, RepoResource
-from sensors.inbox import (
+from evalrunner_assets.github.inbox import (
     QUEUE_SOURCE,
     InboxError,
     InboxRecord,
@@ -35,8 +31,12 @@ from sensors.inbox import (
     queue_name,
     write_delivery,
 )
+from evalrunner_assets.http.webhook import ReceiverConfig, create_app
+from evalrunner_assets.pipeline.spec import load_request
+from lake.layout import LAYOUT
+from lake.storage import Lake
+from resources import GitHubResource, LakeResource, RepoResource
 from sensors.pr import pr_sensor
-from sensors.webhook import ReceiverConfig, create_app
 
 from ._deliveries import POISON, REPO, SECRET, pull_request, send
 

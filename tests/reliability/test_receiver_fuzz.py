@@ -13,10 +13,10 @@ from github_standin import LoopbackServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evalrunner_assets.github.inbox import QUEUE_SOURCE, InboxRecord, validate_record
+from evalrunner_assets.http.webhook import ReceiverConfig, create_app
 from lake.layout import LAYOUT
 from lake.storage import Lake
-from sensors.inbox import QUEUE_SOURCE, InboxRecord, validate_record
-from sensors.webhook import ReceiverConfig, create_app
 
 from ._deliveries import SECRET, fixture, post
 

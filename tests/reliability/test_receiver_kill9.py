@@ -18,9 +18,9 @@ import dagster as dg
 import pytest
 from github_standin import free_port
 
+from evalrunner_assets.github.inbox import INBOX_SOURCE
 from lake.layout import LAYOUT
 from resources import GitHubResource, LakeResource, RepoResource
-from sensors.inbox import INBOX_SOURCE
 from sensors.pr import pr_sensor
 
 from ._deliveries import SECRET, post, pull_request
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.reliability
 RECEIVER = """
 import os, signal, sys
 from lake.storage import Lake
-from sensors.webhook import serve
+from evalrunner_assets.http.webhook import serve
 _fsync = os.fsync
 def stalled(fd):
     _fsync(fd)

@@ -5,7 +5,7 @@ Training is a hook: ``EVALRUNNER_FINETUNE_TRAINER`` is a command run with the tr
 path as its last argument; the last line it prints is the model id to call (e.g.
 ``openai/ft:gpt-4o-mini:acme::abc123``). Registering measures the fine-tune as the candidate
 ``ft-<name>`` against the reference candidate on the same paired samples
-(``candidates_run.measure_candidates``: the same Dagster jobs), then writes
+(``driver.candidates.measure_candidates``: the same Dagster jobs), then writes
 ``ft/<repo>/<name>/notification.md`` and, when GitHub is configured, opens an issue with it.
 
 Activating (``register(..., activate=True)`` or ``activate``) opens the one-line PR through
@@ -97,7 +97,7 @@ def register(
     instance: Any = None,
     activate: bool = False,
 ) -> Registered:
-    from evalrunner_assets import candidates_run
+    from evalrunner_assets.driver import candidates as candidates_run
 
     ts = ft.load_training_set(training_set)
     the_lake = resources["lake"].open()

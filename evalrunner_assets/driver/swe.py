@@ -206,7 +206,7 @@ def api_routes(lake: Lake) -> list[Any]:
     import os
 
     from evalrunner_assets import home
-    from sensors.swe_api import create_api, load_api_token
+    from evalrunner_assets.http.swe_api import create_api, load_api_token
 
     os.environ.setdefault("DAGSTER_HOME", str(home.ensure_dagster_home()))
     launcher = SweLauncher(lake, dg.DagsterInstance.get)

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from evalrunner_assets.execution.environment import BUILD_LIMITS, EnvSpec
-from evalrunner_assets.execution.kubernetes_pod import (
+from evalrunner_assets.execution.kubernetes.config import (
     ENV_APP_LABEL,
     ENV_DIGEST_LABEL,
     ENV_MOUNT_ROOT,
@@ -26,11 +26,11 @@ from evalrunner_assets.execution.kubernetes_pod import (
     NETWORK_LABEL,
     SANDBOX_CONTAINER,
     KubernetesSandboxConfig,
-    build_sandbox_pod,
     env_claim_name,
     env_job_name,
     env_mount_path,
 )
+from evalrunner_assets.execution.kubernetes.manifests import build_sandbox_pod
 from evalrunner_assets.execution.sandbox import SANDBOX_REPO_DIR, RepoExport, SandboxRequest
 
 PACKAGE_INDEX_NETWORK = "package-index"

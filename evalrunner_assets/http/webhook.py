@@ -17,7 +17,7 @@
    anything else (unknown events, other actions, other comments) → 202 ``ignored`` with the
    reason, nothing written. A redelivery of a written delivery → 200 ``duplicate``. Before a
    delivery is written, every field that becomes a path, key or number is checked
-   (``sensors.inbox.validate_record``: GitHub's repository naming rules, PR numbers, SHAs, git
+   (``evalrunner_assets.github.inbox.validate_record``: GitHub's repository naming rules, PR numbers, SHAs, git
    ref names, ids, comment size) → 400 with the reason for an invalid one.
 
 Work happens in Dagster (the PR sensor reads the inbox); the receiver only writes one small file
@@ -46,8 +46,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from evalrunner_assets.errors import EvalrunnerError, InputError
-from lake.storage import Lake, open_lake
-from sensors.inbox import (
+from evalrunner_assets.github.inbox import (
     Ignored,
     InboxError,
     body_digest,
@@ -56,6 +55,7 @@ from sensors.inbox import (
     repo_of,
     write_delivery,
 )
+from lake.storage import Lake, open_lake
 
 log = logging.getLogger("evalrunner.webhook")
 

@@ -34,19 +34,18 @@ from typing import Any
 from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.execution import pod_wrapper
 from evalrunner_assets.execution._local import SandboxRequestError, sandbox_env
-from evalrunner_assets.execution.kubernetes import (
+from evalrunner_assets.execution.kubernetes.backend import KubernetesBackend
+from evalrunner_assets.execution.kubernetes.config import (
     MOUNTS,
     ROLE_LABEL,
     SANDBOX_CONTAINER,
-    KubernetesBackend,
     KubernetesSandboxError,
-    _PodRun,
-    _wrapper_command,
-    build_repo_tarball,
-    build_sandbox_pod,
     sanitize_label_name,
     sanitize_label_value,
 )
+from evalrunner_assets.execution.kubernetes.manifests import _wrapper_command, build_sandbox_pod
+from evalrunner_assets.execution.kubernetes.payload import build_repo_tarball
+from evalrunner_assets.execution.kubernetes.pod_run import PodRun
 from evalrunner_assets.execution.sandbox import Limits, NetworkPolicy, RepoExport, SandboxRequest
 
 WORKSPACE_ROLE = "workspace"
@@ -147,7 +146,7 @@ class KubernetesWorkspace:
         # claim that is gone -- before the pod, which would otherwise wait unschedulable.
         backend._note_environment_use(self.request)
         tarball = build_repo_tarball(export.path, self.config.repo_size_limit_bytes)
-        self.pod = _PodRun(backend, self.request, tarball, threading.Event(), started)
+        self.pod = PodRun(backend, self.request, tarball, threading.Event(), started)
         self.pod.pod_name = f"evalrunner-ws-{self.pod.sandbox_id}"
         self.manifest = build_sandbox_pod(
             self.request, self.config, sandbox_id=self.pod.sandbox_id, pod_name=self.pod.pod_name, workspace=True

@@ -80,7 +80,7 @@ def measure_candidates(
     resources: dict[str, Any] | None = None,
 ) -> CandidatesResult:
     from evalrunner_assets.definitions import defs
-    from evalrunner_assets.driver import default_resources, local_instance
+    from evalrunner_assets.driver.comparison import default_resources, local_instance
 
     resources = resources or default_resources()
     declared = declare_from_repo(resources, repo, source)

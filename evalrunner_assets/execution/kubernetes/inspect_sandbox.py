@@ -5,7 +5,7 @@ contract for the task: the sample's workspace is a writable copy of one commit's
 ``/work/repo`` (the working directory), no network, no credentials, every command under a wall
 clock with capped output, files read and written only inside the workspace. It is a separate
 provider, not a backend option of the bubblewrap one, because its lifecycle differs: a sample
-holds ONE long-lived pod (:class:`~evalrunner_assets.execution.kubernetes_workspace.KubernetesWorkspace`)
+holds ONE long-lived pod (:class:`~evalrunner_assets.execution.kubernetes.workspace.KubernetesWorkspace`)
 built by the same pod builder as every sandbox pod (restricted security context, the sandbox
 namespace, no service account token, ``activeDeadlineSeconds`` as the upper bound of its life),
 and each ``exec``/``read_file``/``write_file`` is one ``pods/exec`` into it. ``sample_cleanup``
@@ -45,13 +45,13 @@ from inspect_ai.util import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalrunner_assets.execution.inspect_sandbox import DEFAULT_EXEC_SECONDS, workspace_relative
-from evalrunner_assets.execution.kubernetes import (
-    KubernetesBackend,
+from evalrunner_assets.execution.kubernetes.backend import KubernetesBackend
+from evalrunner_assets.execution.kubernetes.config import (
     KubernetesSandboxConfig,
     KubernetesSandboxError,
     env_mount_path,
 )
-from evalrunner_assets.execution.kubernetes_workspace import (
+from evalrunner_assets.execution.kubernetes.workspace import (
     KubernetesWorkspace,
     WorkspaceFileError,
     sweep_orphaned_workspaces,
@@ -109,7 +109,7 @@ def backend_for(cfg: KubernetesInspectSandboxConfig) -> KubernetesBackend:
             if not image:
                 raise SandboxUnavailableError(
                     "the evalrunner-k8s sandbox needs an image: set the sandbox config's 'image' "
-                    "or EVALRUNNER_SANDBOX_IMAGE (deploy/k8s sets it), or call inspect_k8s_sandbox.configure(backend)"
+                    "or EVALRUNNER_SANDBOX_IMAGE (deploy/k8s sets it), or call execution.kubernetes.inspect_sandbox.configure(backend)"
                 )
             fields: dict[str, Any] = {"image": image}
             namespace = cfg.namespace or os.environ.get("EVALRUNNER_SANDBOX_NAMESPACE")

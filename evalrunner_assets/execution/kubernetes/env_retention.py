@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from evalrunner_assets.execution.kubernetes_pod import (
+from evalrunner_assets.execution.kubernetes.config import (
     ENV_APP_LABEL,
     ENV_BUILT_ANNOTATION,
     ENV_DIGEST_LABEL,

@@ -1,6 +1,6 @@
 """The GitHub webhook inbox: normalized delivery records, the cursor over them, and intents.
 
-Pure domain logic (no Dagster): the receiver (``sensors.webhook``) calls ``normalize_delivery``
+Pure domain logic (no Dagster): the receiver (``evalrunner_assets.http.webhook``) calls ``normalize_delivery``
 and ``write_delivery``; the sensors call ``read_inbox`` and ``intent_for``.
 
 Storage (all paths from ``lake.layout``):

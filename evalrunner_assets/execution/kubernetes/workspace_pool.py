@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from evalrunner_assets.execution.kubernetes import KubernetesBackend
-from evalrunner_assets.execution.kubernetes_workspace import KubernetesWorkspace
+from evalrunner_assets.execution.kubernetes.backend import KubernetesBackend
+from evalrunner_assets.execution.kubernetes.workspace import KubernetesWorkspace
 from evalrunner_assets.execution.sandbox import Limits, RepoExport
 from evalrunner_assets.execution.workspace_pool import DEFAULT_MAX_LEASED, DEFAULT_MAX_READY, LeaseQueue
 

@@ -1,0 +1,1 @@
+"""GitHub's side of evalrunner that needs no Dagster: the webhook inbox (``inbox``)."""
