@@ -187,6 +187,7 @@ IN_SANDBOX = [pytest.param(name, marks=pytest.mark.slow) for name in BAD_LISTS]
 
 
 @pytest.mark.parametrize("name", FAST + IN_SANDBOX)
+@pytest.mark.slow
 def test_a_user_error_is_two_lines_naming_the_input_with_exit_code_2(name: str, tmp_path: Path) -> None:
     case = _case(name, tmp_path)
     done = _run(case.argv, tmp_path, case.env)
@@ -199,6 +200,7 @@ def test_a_user_error_is_two_lines_naming_the_input_with_exit_code_2(name: str, 
 
 
 @pytest.mark.parametrize("name", ["bad-ref", pytest.param("list-imports-a-missing-module", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_debug_prints_the_traceback_of_a_user_error(name: str, tmp_path: Path) -> None:
     case = _case(name, tmp_path)
     done = _run(["--debug", *case.argv], tmp_path, case.env)
@@ -207,6 +209,7 @@ def test_debug_prints_the_traceback_of_a_user_error(name: str, tmp_path: Path) -
     assert case.names[-1] in done.stderr.splitlines()[-2]  # the two lines still end the output
 
 
+@pytest.mark.slow
 def test_debug_after_the_command_and_from_the_environment(tmp_path: Path) -> None:
     case = _case("bad-ref", tmp_path)
     after = _run([*case.argv, "--debug"], tmp_path, case.env)
@@ -366,6 +369,7 @@ def _saved_request(tmp_path: Path, **settings: object) -> tuple[Path, object]:
     return repo, request
 
 
+@pytest.mark.slow
 def test_comparing_a_head_again_with_other_settings_is_refused_naming_them(tmp_path: Path) -> None:
     # Silently resuming with the first run's settings printed the old verdict as if for these.
     repo, _ = _saved_request(tmp_path)

@@ -120,11 +120,13 @@ def _queued_ids(lake_root: Path) -> list[str]:
     return [e.delivery_id for e in entries]
 
 
+@pytest.mark.slow
 def test_serve_answers_healthz(serving):
     served = serving("--insecure")
     assert _get(served, "/healthz") == (200, {"status": "ok"})
 
 
+@pytest.mark.slow
 def test_insecure_serve_queues_an_unsigned_delivery_into_the_configured_lake(serving, tmp_path):
     lake_root = tmp_path / "lake"
     served = serving("--insecure", EVALRUNNER_LAKE=str(lake_root))
@@ -137,6 +139,7 @@ def test_insecure_serve_queues_an_unsigned_delivery_into_the_configured_lake(ser
     assert _queued_ids(lake_root) == [delivery]
 
 
+@pytest.mark.slow
 def test_serve_with_a_secret_rejects_unsigned_deliveries_and_queues_signed_ones(serving, tmp_path):
     lake_root = tmp_path / "lake"
     served = serving(EVALRUNNER_LAKE=str(lake_root), EVALRUNNER_WEBHOOK_SECRET=SECRET)
@@ -151,6 +154,7 @@ def test_serve_with_a_secret_rejects_unsigned_deliveries_and_queues_signed_ones(
     assert SECRET not in served.stderr.read_text()
 
 
+@pytest.mark.slow
 def test_serve_queues_deliveries_where_the_sensors_read_them_under_evalrunner_home(serving, tmp_path):
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
@@ -160,6 +164,7 @@ def test_serve_queues_deliveries_where_the_sensors_read_them_under_evalrunner_ho
     assert _queued_ids(served.home / "lake") == [delivery]
 
 
+@pytest.mark.slow
 def test_serve_stops_gracefully_on_sigterm(serving):
     served = serving("--insecure")
     served.proc.send_signal(signal.SIGTERM)
@@ -172,6 +177,7 @@ def test_serve_stops_gracefully_on_sigterm(serving):
         _get(served, "/healthz")
 
 
+@pytest.mark.slow
 def test_serve_without_a_secret_refuses_to_start_unless_insecure(tmp_path):
     proc = subprocess.run(
         [EVALRUNNER, "serve", "--webhook-only", "--port", str(free_port())],
@@ -185,6 +191,7 @@ def test_serve_without_a_secret_refuses_to_start_unless_insecure(tmp_path):
     assert "EVALRUNNER_WEBHOOK_SECRET" in proc.stderr
 
 
+@pytest.mark.slow
 def test_insecure_serve_refuses_a_non_loopback_host(tmp_path):
     proc = subprocess.run(
         [EVALRUNNER, "serve", "--webhook-only", "--insecure", "--host", "0.0.0.0", "--port", str(free_port())],

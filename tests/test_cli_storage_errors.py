@@ -82,6 +82,7 @@ def _two_lines(done: subprocess.CompletedProcess, code: int) -> tuple[str, str]:
 
 @needs_mounts
 @pytest.mark.parametrize("command", ["compare", "repos add"])
+@pytest.mark.slow
 def test_a_home_on_a_read_only_file_system_is_exit_2_naming_the_path_and_evalrunner_home(
     tmp_path: Path, command: str
 ) -> None:
@@ -101,6 +102,7 @@ def test_a_home_on_a_read_only_file_system_is_exit_2_naming_the_path_and_evalrun
 
 
 @needs_mounts
+@pytest.mark.slow
 def test_a_read_only_home_with_the_lake_and_instance_elsewhere_names_evalrunner_home(tmp_path: Path) -> None:
     repo, home = _repo(tmp_path), tmp_path / "home"
     home.mkdir()
@@ -113,6 +115,7 @@ def test_a_read_only_home_with_the_lake_and_instance_elsewhere_names_evalrunner_
 
 @needs_mounts
 @pytest.mark.parametrize("moved", [False, True], ids=["under-the-home", "dagster-home-set"])
+@pytest.mark.slow
 def test_a_read_only_dagster_instance_is_exit_2_before_any_sandbox_runs(tmp_path: Path, moved: bool) -> None:
     from evalrunner_assets.example_repo import build_example_repo
 
@@ -142,6 +145,7 @@ def test_a_read_only_dagster_instance_is_exit_2_before_any_sandbox_runs(tmp_path
 
 
 @needs_mounts
+@pytest.mark.slow
 def test_a_full_disk_under_the_lake_is_exit_3_naming_the_file(tmp_path: Path) -> None:
     repo, home = _repo(tmp_path), tmp_path / "home"
     lake = home / "lake"
@@ -156,6 +160,7 @@ def test_a_full_disk_under_the_lake_is_exit_3_naming_the_file(tmp_path: Path) ->
 
 @needs_setpriv
 @pytest.mark.parametrize("command", ["compare", "repos add"])
+@pytest.mark.slow
 def test_an_unreadable_lake_directory_is_exit_2_naming_it(tmp_path: Path, command: str) -> None:
     repo, home = _repo(tmp_path), tmp_path / "home"
     locked = home / "lake" / "repos"

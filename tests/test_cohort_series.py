@@ -30,7 +30,7 @@ REPO = "example/support-agent"
 SETTINGS = series.SeriesSettings(cap=64)  # three windows per eval and point: fast, still decisive
 
 # Two backfills of 12 commits (~1.5 min on an idle 2-core machine); generous for a loaded one.
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.slow]
 
 
 class _Timeline(ProgressDisplay):

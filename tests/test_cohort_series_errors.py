@@ -29,7 +29,7 @@ REPO = "example/support-agent"
 SETTINGS = series.SeriesSettings(cap=64)
 ESCALATION = "triage/escalation_policy"
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.slow]
 
 
 def _fix_scorer_and_regress(root):

@@ -153,6 +153,7 @@ def test_a_waiting_engine_takes_the_lease_once_the_holder_is_gone(tmp_path, hold
     waiter.release()
 
 
+@pytest.mark.slow
 def test_a_second_compare_of_the_same_head_waits_for_the_holder_then_finishes(tmp_path: Path, holder):
     from evalrunner_assets.example_repo import build_example_repo
 

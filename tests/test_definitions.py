@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from evalrunner_assets.definitions import defs
 
@@ -73,6 +74,7 @@ def test_task_samples_declares_its_data_quality_checks() -> None:
     assert {"reproducibility_fields_present", "no_error_logs"} <= checks
 
 
+@pytest.mark.slow
 def test_dagster_cli_validates_the_code_location(tmp_path: Path) -> None:
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "EVALRUNNER_HOME": str(tmp_path / "home")}
     dagster = Path(sys.executable).with_name("dagster")
@@ -115,6 +117,7 @@ def test_materializing_from_the_ui_needs_no_run_config() -> None:
         dg.validate_run_config(defs.get_job_def(name), {})  # raises naming the missing field
 
 
+@pytest.mark.slow
 def test_assets_that_run_sandboxes_show_the_configured_backend_as_their_kind():
     import subprocess
     import sys

@@ -25,6 +25,9 @@ from evalrunner_assets.example_repo import (
 )
 from evalrunner_assets.simagent import SIMAGENT_PRICE, decide
 
+# End to end: real Inspect runs in sandboxes (or thousands of PRs on a real instance).
+pytestmark = pytest.mark.slow
+
 VENV_BIN = Path(sys.executable).parent
 MANIFEST_SCHEMA = Path(__file__).resolve().parent.parent / "evalrunner_assets" / "discovery" / "manifest.schema.json"
 TASKS = ("runbook_lookup", "escalation_policy", "summary_quality")

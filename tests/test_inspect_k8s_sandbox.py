@@ -153,6 +153,7 @@ def workspace_scorer():
     return score
 
 
+@pytest.mark.slow
 def test_inspect_eval_runs_tools_in_one_pod_per_sample_standin_api(tmp_path, standin, k8s_backend, export):
     # A workspace pod a crashed controller on this host left behind: its owner pid is gone.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

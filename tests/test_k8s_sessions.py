@@ -125,6 +125,7 @@ def test_a_call_without_a_reply_in_time_is_a_timeout_and_deletes_the_pod(standin
     assert _gone_within(worker, 10.0)
 
 
+@pytest.mark.slow
 def test_cancelling_a_call_deletes_the_session_pod(standin, tmp_path, repo):
     b = backend(standin, tmp_path)
     session = b.open_session(worker_request(repo))
@@ -154,6 +155,7 @@ def test_sessions_refuse_channels_like_single_runs(standin, tmp_path, repo):
     assert not standin.created
 
 
+@pytest.mark.slow
 def test_warm_pool_runs_successive_inspect_windows_in_one_pod_and_retain_kills_it(standin, tmp_path):
     """The real Inspect worker (``_inspect_worker serve``) in a session pod, driven by the warm
     pool the comparison driver uses: two windows of one (commit, task), one pod."""

@@ -142,6 +142,7 @@ def land(lake, commit: str, task: str, arm: dict) -> list[BatchKey]:
     return keys
 
 
+@pytest.mark.slow
 def test_the_sql_view_and_the_engine_give_the_same_pairs_on_a_million_rows(tmp_path) -> None:
     rng = np.random.default_rng(20240601)
     lake = open_lake(str(tmp_path / "lake"))

@@ -40,6 +40,9 @@ from sensors import sampling
 from sensors.pr import pr_sensor
 from sensors.sampling import sampling_sensor
 
+# End to end: real Inspect runs in sandboxes (or thousands of PRs on a real instance).
+pytestmark = pytest.mark.slow
+
 REPO = "acme/support-agent"
 DAY_NS = 86_400 * 10**9
 PR_SPACING_NS = DAY_NS // 1000  # 1,000 PRs a day

@@ -62,6 +62,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([EVALRUNNER, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_to_repoint_an_id_in_one_line_and_lists_sources(tmp_path: Path) -> None:
     home = tmp_path / "home"
     one, other = _checkout(tmp_path / "one"), _checkout(tmp_path / "other")

@@ -218,6 +218,7 @@ def test_writing_outside_the_output_dir_fails_and_the_host_is_untouched(bwrap_ba
     assert sorted(p.name for p in Path(export.path).rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_a_fork_bomb_is_bounded_by_the_pids_limit_and_killed(bwrap_backend, make_repo, tmp_path):
     script = "bomb() { sleep 4711 & bomb | bomb & }; bomb; sleep 30\n"
     export = probe_export(make_repo, tmp_path, script)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
 
@@ -22,6 +23,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([EVALRUNNER, *args], env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_example_history_is_registered_as_partitions_and_nothing_is_measured(tmp_path: Path) -> None:
     home, repo = tmp_path / "home", tmp_path / "history"
     built = _cli(home, "example-repo", str(repo), "--history")

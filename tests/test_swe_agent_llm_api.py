@@ -156,6 +156,7 @@ def swe_ctx(tmp_path, bwrap_backend):
     return ctx
 
 
+@pytest.mark.slow
 def test_an_agent_version_served_by_a_mocked_llm_api_over_http_runs_like_the_in_process_model(
     mock_llm_api, swe_ctx, tmp_path
 ):
@@ -221,6 +222,7 @@ def test_an_agent_version_served_by_a_mocked_llm_api_over_http_runs_like_the_in_
     assert sum(t["agent"]["tokens_in"] for t in remote_trajs) == sum(u["prompt_tokens"] for u in usage)
 
 
+@pytest.mark.slow
 def test_a_mocked_llm_api_that_stalls_past_the_step_timeout_stops_the_attempt_as_step_timeout(mock_llm_api, swe_ctx):
     mock_llm_api.stall_s = 30.0
     started = time.monotonic()
@@ -238,6 +240,7 @@ def test_a_mocked_llm_api_that_stalls_past_the_step_timeout_stops_the_attempt_as
         assert row["cost_usd"] > 0
 
 
+@pytest.mark.slow
 def test_the_loop_stops_at_max_steps_tool_calls(swe_ctx):
     spec = RunSpec(agent_version="better", task_set="tinystats-bugs", budget_usd=5.0, max_steps=2)
     out = execute_run(swe_ctx, spec)

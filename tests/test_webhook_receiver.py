@@ -302,6 +302,7 @@ def test_healthz(receiver):
     assert conn.getresponse().status == 200
 
 
+@pytest.mark.slow
 def test_burst_of_1000_with_20_percent_redeliveries_is_processed_exactly_once(receiver, lake):
     payload = fixture("pull_request.synchronize")
     bodies = {}

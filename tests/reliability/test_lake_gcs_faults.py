@@ -125,6 +125,7 @@ def test_every_create_only_write_sends_if_generation_match_0(emulator: str, uplo
     assert [u.get("ifGenerationMatch") for u in overwrites] == [None]
 
 
+@pytest.mark.slow
 def test_fifty_concurrent_create_only_writers_exactly_one_wins(
     emulator: str, uploads: list[dict], precondition_standin: None
 ) -> None:
@@ -144,6 +145,7 @@ def test_fifty_concurrent_create_only_writers_exactly_one_wins(
     assert sum(1 for u in uploads if u.get("refused") == "412") == 49
 
 
+@pytest.mark.slow
 def test_batch_records_on_gcs_are_committed_create_only(
     emulator: str, uploads: list[dict], precondition_standin: None, tmp_path: Path
 ) -> None:
@@ -172,6 +174,7 @@ def test_batch_records_on_gcs_are_committed_create_only(
     assert [u.get("ifGenerationMatch") for u in record_uploads] == ["0"]
 
 
+@pytest.mark.slow
 def test_an_unreachable_lake_is_lake_unavailable_not_a_client_traceback(monkeypatch) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -115,6 +115,7 @@ def test_truncated_file_is_left_out_of_the_views_with_its_name(tmp_path, logs):
     assert len(problems) == 1 and bad.samples_path in problems[0] and "size differs" in problems[0]
 
 
+@pytest.mark.slow
 def test_corrupt_batch_record_names_the_file_and_other_queries_still_work(tmp_path, logs):
     lake = open_lake(str(tmp_path))
     good = land_batch(lake, key_for("a" * 40), logs["head"].read_bytes())
