@@ -211,8 +211,10 @@ def explain_crashed(instance: dg.DagsterInstance, log, since: float) -> list[str
         host, tagged = workers_from_tags(run.tags)
         worker = engine_event_worker(instance, run.run_id) or tagged
         message = f"{lost_worker(run.run_id, run.job_name, worker, host, how)}; {what_happens_next(instance, run)}."
-        instance.add_run_tags(run.run_id, {WORKER_LOST_TAG: "true"})
+        # The explanation first, then the tag that marks the run explained: whoever sees the
+        # tag (swe_run_sensor's relaunch, the Runs page) also finds the message in its log.
         instance.report_engine_event(message, run)
+        instance.add_run_tags(run.run_id, {WORKER_LOST_TAG: "true"})
         log.warning(message)
         explained.append(run.run_id)
     return explained

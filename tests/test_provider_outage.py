@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from _pipeline_fixtures import evalrunner_home
+from evalrunner_assets.gateway._circuit import TRIP_FAILURES
 from openai_standin import OpenAIStandIn
 from test_gateway_sandbox import KEY, _repo
 
@@ -189,9 +190,14 @@ def test_a_provider_refusing_the_key_stops_at_once_naming_the_variable(tmp_path,
 
 
 def test_a_few_500s_and_429s_are_retried_and_the_comparison_completes(tmp_path, upstream):
-    upstream.fail_next(4, 500)
-    upstream.fail_next(3, 429, retry_after="1")
+    # Fewer failures than the circuit's trip count: whether they come in flight together or
+    # one probe after another (sandboxes starting late on a busy machine), they are a blip. Nine
+    # failures one after another span the probes' 0.5, 1, 2, 4, 4 … s for 20 s: that is the
+    # documented outage (test_model_gateway checks the rule itself).
+    upstream.fail_next(3, 500)
+    upstream.fail_next(2, 429, retry_after="1")
     upstream.fail_next(2, 503)
+    assert 3 + 2 + 2 < TRIP_FAILURES
     done = compare(tmp_path, upstream.openai_base)
     assert done.code == 0, done.output[-3000:]
     doc = done.doc
@@ -202,9 +208,9 @@ def test_a_few_500s_and_429s_are_retried_and_the_comparison_completes(tmp_path, 
     assert check["status"] == "completed" and not check["title"].startswith("could not evaluate")
     assert "Could not evaluate" not in done.comment
     gw = doc["execution"]["gateway"]
-    assert gw["retries"] == 9 and gw["upstream_errors"] == 0
+    assert gw["retries"] == 7 and gw["upstream_errors"] == 0
     statuses = [r["status"] for r in upstream.state.requests]
-    assert statuses[:9] == [500] * 4 + [429] * 3 + [503] * 2 and set(statuses[9:]) == {200}
+    assert statuses[:7] == [500] * 3 + [429] * 2 + [503] * 2 and set(statuses[7:]) == {200}
     # Every sample ran on its own answer: the retries did not reach Inspect (no errored sample).
     assert all(t["head"]["errors"] == 0 and t["base"]["errors"] == 0 for t in doc["tasks"].values())
     assert gw["upstream_calls"]["openai"] == len(statuses)
