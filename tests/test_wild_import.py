@@ -192,7 +192,7 @@ def test_the_eval_is_written_with_its_manifest_entry_and_cohort(tmp_path, capsys
     assert code == 0, capsys.readouterr()
     listing = subprocess.run([str(repo / ".evals/list")], capture_output=True, text=True, check=True).stdout
     tasks = {t["id"]: t for t in json.loads(listing)["tasks"]}
-    assert tasks["wild/duplicate_charge"]["cohort"] == "customer-reported/2026-Q4"
+    assert tasks["wild/duplicate_charge"]["cohort"] == "customer-reported.2026-q4"
     assert tasks["wild/duplicate_charge"]["spec"] == "evals/wild/duplicate_charge.py@duplicate_charge"
     data = json.loads((repo / "evals/wild/duplicate_charge.json").read_text())
     assert data["scorer"] == {"type": "check", "kind": "tool", "value": "refund"} and data["sources"] == 1

@@ -69,15 +69,26 @@ def default_cohort(now: datetime | None = None) -> str:
 
 
 _COHORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
+# The manifest's cohort is a Kubernetes label value (discovery/manifest.schema.json).
+_LABEL = re.compile(r"^[a-z0-9]([a-z0-9_.-]*[a-z0-9])?$")
 
 
 def check_cohort(cohort: str) -> str:
     if not _COHORT.match(cohort):
         raise EvalWriteError(
-            f"cohort {cohort!r} is not a cohort tag",
-            "use lowercase words separated by '/', e.g. customer-reported/2026-Q4",
+            f"cohort {cohort!r} is not a cohort tag", "use words separated by '/', e.g. customer-reported/2026-Q4"
         )
+    cohort_label(cohort)
     return cohort
+
+
+def cohort_label(tag: str) -> str:
+    """The manifest's cohort for a tag: lower-cased, '/' as '.' (``customer-reported/2026-Q4`` is
+    ``customer-reported.2026-q4``), since a manifest cohort is label-safe."""
+    label = tag.lower().replace("/", ".")
+    if not _LABEL.match(label) or len(label) > 63:
+        raise EvalWriteError(f"cohort {tag!r} makes no label-safe cohort name ({label!r})", "use a shorter tag")
+    return label
 
 
 # --- near duplicates ------------------------------------------------------------------------
@@ -118,7 +129,7 @@ def group_traces(traces: list[Trace], threshold: float = SIMILARITY) -> list[lis
 @dataclass(frozen=True)
 class EvalFiles:
     task_id: str
-    cohort: str
+    cohort: str  # the tag, e.g. customer-reported/2026-Q4 (the manifest holds its label)
     sources: int
     scorer: dict[str, str]
     files: dict[str, str]  # repository path -> text
@@ -168,7 +179,8 @@ def build_eval(group: list[Trace], cohort: str, scorer: Check | Rubric, name: st
     data = {
         "version": 1,
         "task": f"wild/{slug}",
-        "cohort": cohort,
+        "cohort": cohort_label(cohort),
+        "cohort_tag": cohort,
         "sources": len(group),
         "scorer": scorer.to_json(),
         "samples": samples,
@@ -183,7 +195,7 @@ def build_eval(group: list[Trace], cohort: str, scorer: Check | Rubric, name: st
         "spec": f"{EVALS_DIR}/{slug}.py@{slug}",
         "resources": [],
         "images": [],
-        "cohort": cohort,
+        "cohort": cohort_label(cohort),
         "paths": [f"{EVALS_DIR}/{slug}.py", f"{EVALS_DIR}/{slug}.json"],
     }
     return EvalFiles(f"wild/{slug}", cohort, len(group), scorer.to_json(), files, entry)

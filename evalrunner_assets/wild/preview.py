@@ -57,7 +57,9 @@ def sent_summary(evals: list[EvalFiles], redactor: Redactor) -> str:
     lines = [f"redacted: {found}"]
     for e in evals:
         scorer = e.scorer.get("kind", e.scorer["type"])
-        lines.append(f"eval {e.task_id}: cohort {e.cohort}, {e.sources} source(s), scorer {scorer}")
+        lines.append(
+            f"eval {e.task_id}: cohort {e.cohort} ({e.entry['cohort']} in .evals/list), {e.sources} source(s), scorer {scorer}"
+        )
         lines += [f"  {path}" for path in e.files]
     return "\n".join(lines)
 
