@@ -428,6 +428,80 @@ class GitHubClient:
 
         return self._call(f"open pull request from {branch}", repo, op)
 
+    def open_files_pr(
+        self,
+        repo: str,
+        *,
+        branch: str,
+        files: Mapping[str, str],
+        message: str,
+        title: str,
+        body: str,
+        base: str | None = None,
+    ) -> OpenedPullRequest:
+        """Open a PR from a new branch ``branch`` off ``base`` (default: the repository's default
+        branch) that writes ``files`` (path -> text; one commit per file, the contents API's
+        unit), creating the ones missing at the base and replacing the others. An open PR from
+        ``branch`` is returned as is; a branch that already exists is refused (it may hold
+        someone's work)."""
+        from github import GithubException, UnknownObjectException
+
+        _check_repo(repo)
+        if len(body) > MAX_COMMENT_CHARS:
+            raise GitHubError(
+                f"pull request body for {repo} is {len(body)} characters; GitHub accepts at most {MAX_COMMENT_CHARS}",
+                operation="open pull request",
+                repo=repo,
+            )
+        owner = repo.split("/")[0]
+
+        def op() -> OpenedPullRequest:
+            r = self._repo(repo)
+            base_ref = base or r.default_branch
+            base_sha = r.get_branch(base_ref).commit.sha
+            for pull in r.get_pulls(state="open", head=f"{owner}:{branch}"):
+                return OpenedPullRequest(
+                    repo, int(pull.number), str(pull.html_url or pull.url), branch, pull.base.ref,
+                    pull.base.sha, pull.head.sha, ",".join(files), created=False,
+                )  # fmt: skip
+            try:
+                r.get_branch(branch)
+            except UnknownObjectException:
+                pass
+            else:
+                raise GitHubError(
+                    f"branch {branch} of {repo} already exists; delete it or choose another name",
+                    operation="open pull request",
+                    repo=repo,
+                )
+            r.create_git_ref(f"refs/heads/{branch}", base_sha)
+            head_sha = base_sha
+            for path, text in files.items():
+                try:
+                    found = r.get_contents(path, ref=branch)
+                except UnknownObjectException:
+                    found = None
+                if isinstance(found, list):
+                    raise GitHubError(f"{path} is a directory in {repo}", operation="open pull request", repo=repo)
+                if found is None:
+                    head_sha = r.create_file(path, message, text, branch=branch)["commit"].sha
+                else:
+                    head_sha = r.update_file(path, message, text, found.sha, branch=branch)["commit"].sha
+            try:
+                pull = r.create_pull(base=base_ref, head=branch, title=title, body=body)
+            except GithubException as exc:
+                if exc.status != 422:
+                    raise
+                pull = next(iter(r.get_pulls(state="open", head=f"{owner}:{branch}")), None)
+                if pull is None:
+                    raise
+            return OpenedPullRequest(
+                repo, int(pull.number), str(pull.html_url or pull.url), branch, base_ref, base_sha, head_sha,
+                ",".join(files), created=True,
+            )  # fmt: skip
+
+        return self._call(f"open pull request from {branch}", repo, op)
+
     def changed_files(self, repo: str, pr: int, cap: int = 300) -> list[str]:
         """Paths changed by ``pr``, in GitHub's order, at most ``cap``."""
         _check_repo(repo)

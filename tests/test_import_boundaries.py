@@ -47,6 +47,7 @@ DAGSTER_HOMES: dict[str, str] = {
 NO_DAGSTER: dict[str, str] = {
     "evalrunner_assets/github/": "the GitHub inbox is domain logic: the receiver and the sensors share it",
     "evalrunner_assets/http/": "the HTTP apps (webhook receiver, SWE run API) serve requests without Dagster",
+    "evalrunner_assets/wild/": "evals from the wild run in the reporter's environment and its product: no Dagster",
 }
 
 # `dagster_pipes` is the dependency-free external-process side of Pipes (no Dagster in it). The
@@ -66,6 +67,7 @@ DOMAIN = (
     "evalrunner_assets/pipeline/",
     "evalrunner_assets/report/",
     "evalrunner_assets/swe/",
+    "evalrunner_assets/wild/",
     "lake/",
     "sql/",
 )

@@ -1,4 +1,4 @@
-"""`evalrunner` command line: demo, compare, backfill, candidates, finetune, sql, lake verify, view, serve, repos, inbox, envs, example-repo, swe."""
+"""`evalrunner` command line: demo, compare, backfill, candidates, finetune, sql, lake verify, view, serve, repos, inbox, envs, example-repo, swe, wild."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from evalrunner_assets.cli import (
     repos,
     serve,
     swe,
+    wild,
 )
 from evalrunner_assets.cli.compare import blocks_merge
 from evalrunner_assets.cli.options import DEBUG_HELP, FAIL_ON_VERDICTS, Parser
@@ -44,6 +45,7 @@ _PARSERS = (
     inbox.add_parsers,
     envs.add_parsers,
     example_repo.add_parsers,
+    wild.add_parsers,
 )
 
 
