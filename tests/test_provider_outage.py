@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from _pipeline_fixtures import evalrunner_home
-from evalrunner_assets.gateway._circuit import TRIP_FAILURES
 from openai_standin import OpenAIStandIn
 from test_gateway_sandbox import KEY, _repo
+
+from evalrunner_assets.gateway._circuit import TRIP_FAILURES
 
 pytestmark = pytest.mark.slow
 
