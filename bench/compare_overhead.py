@@ -103,6 +103,8 @@ def _bare(tmp: Path, repo: Path, home: Path, work: dict[tuple[str, str], list[st
         facts = load_facts(the_lake, "local/repo", commit)
         assert facts is not None
         tf = facts.tasks[task]
+        if tf.inspect_task is None:
+            raise SystemExit(f"{task} at {commit[:7]}: Inspect could not list the task")
         export = tmp / "bare" / commit[:12]
         if not export.exists():
             export.mkdir(parents=True)

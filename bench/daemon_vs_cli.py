@@ -45,7 +45,7 @@ def _verdict(home: Path, head: str) -> str:
     from lake import Lake
 
     result = load_result(Lake(str(home / "lake")), REPO, str(PR), head)
-    return f"{result['verdict']} ({result['samples_run']} samples)" if result else "none"
+    return f"{result.verdict} ({result.samples_run} samples)" if result else "none"
 
 
 def run_cli(home: Path, repo: Path, variant: str, head: str) -> tuple[float, str]:

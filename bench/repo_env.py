@@ -30,6 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def _host_install(index_url: str, src: Path, work: Path) -> float:
     uv = shutil.which("uv", path=os.path.join(sys.prefix, "bin"))
+    if uv is None:
+        raise SystemExit(f"bench repo_env: no uv in {sys.prefix}/bin (it is a dev dependency)")
     env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), "UV_NO_PROGRESS": "1"}
     copy = work / "src"
     shutil.copytree(src, copy)
@@ -102,6 +104,8 @@ def main(flags: list[str]) -> None:
             host_s = _host_install(index.url, example, tmp / "host")
             export = RepoExport("bench/quiz", "0" * 40, str(example), "")
             spec = detect_environment(example)
+            if spec is None:
+                raise SystemExit(f"bench repo_env: {example} declares no environment")
             store = EnvironmentStore(tmp / "envs", index=index.url)
             started = time.monotonic()
             store.ensure(backend, export, spec)
@@ -117,7 +121,7 @@ def main(flags: list[str]) -> None:
             # Two comparisons of different PRs on the same lock.
             repo = tmp / "repo"
             rows = [json.loads(x) for x in (example / "evals/data/capitals.jsonl").read_text().splitlines() if x]
-            files = {
+            files: dict[str, str | bytes] = {
                 str(p.relative_to(example)): p.read_text()
                 for p in example.rglob("*")
                 if p.is_file() and "__pycache__" not in p.parts

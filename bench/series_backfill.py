@@ -38,7 +38,7 @@ def main(flags: list[str]) -> None:
     from evalrunner_assets.example_repo import HISTORY_STEPS, build_example_history
     from evalrunner_assets.execution.backends import default_workers
     from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
-    from evalrunner_assets.execution.repo import RepoSource, export_commit
+    from evalrunner_assets.execution.repo import RepoExport, RepoSource, export_commit
     from evalrunner_assets.execution.warm_pool import WarmPool
     from evalrunner_assets.pipeline import series
     from lake import Lake
@@ -52,7 +52,7 @@ def main(flags: list[str]) -> None:
     backend, pool = BubblewrapBackend(), WarmPool()
     workers = args.workers or default_workers()
 
-    def export_for(sha: str):
+    def export_for(sha: str) -> RepoExport:
         return export_commit(src, sha, root / "exports")
 
     def backfill() -> tuple[float, series.SeriesRun]:

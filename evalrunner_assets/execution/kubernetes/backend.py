@@ -495,7 +495,7 @@ class KubernetesBackend(SandboxBackend):
 
     # -- plumbing
 
-    def _core(self):
+    def _core(self) -> Any:  # a kubernetes CoreV1Api (untyped)
         import kubernetes
 
         if self._api_client is None:
@@ -518,7 +518,7 @@ class KubernetesBackend(SandboxBackend):
         )
 
 
-def make_api_client(config: KubernetesSandboxConfig):
+def make_api_client(config: KubernetesSandboxConfig) -> Any:  # a kubernetes ApiClient (untyped)
     """An ApiClient from the in-cluster service account or a kubeconfig, per ``config``."""
     import kubernetes
 
