@@ -30,10 +30,10 @@ def main(flags: list[str]) -> None:
     parser.add_argument("--cap", type=int, default=256)
     parser.add_argument("--half-width", type=float, default=0.05)
     parser.add_argument("--workers", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="12 commits, cap 64")
+    parser.add_argument("--quick", action="store_true", help="3 commits, cap 16, for a smoke run")
     args, _ = parser.parse_known_args(flags)
     if args.quick:
-        args.commits, args.cap = 12, 64
+        args.commits, args.cap = 3, 16
 
     from evalrunner_assets.example_repo import HISTORY_STEPS, build_example_history
     from evalrunner_assets.execution.backends import default_workers
@@ -44,7 +44,11 @@ def main(flags: list[str]) -> None:
     from lake import Lake
 
     root = Path(tempfile.mkdtemp(prefix="bench-series-"))
-    history_rows = build_example_history(root / "repo", extra_neutral=max(0, args.commits - 1 - len(HISTORY_STEPS)))
+    # Fewer commits than the example's history: its first steps (the base commit is always there).
+    steps = HISTORY_STEPS[: max(0, args.commits - 1)]
+    history_rows = build_example_history(
+        root / "repo", extra_neutral=max(0, args.commits - 1 - len(HISTORY_STEPS)), steps=steps
+    )
     lake = Lake(str(root / "lake"))
     src = RepoSource("example/support-agent", str(root / "repo"), cache_dir=str(root / "cache"))
     history = series.history_of(src.first_parent_history("main"))

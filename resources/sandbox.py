@@ -87,10 +87,10 @@ class SandboxResource(dg.ConfigurableResource):
         if self.backend_name != "kubernetes":
             return make_backend(self.backend_name)
         # Imported here: the Kubernetes modules load only in processes that use that backend.
-        from evalrunner_assets.execution.kubernetes import KubernetesBackend
+        from evalrunner_assets.execution.kubernetes import KubernetesBackend, KubernetesSandboxConfig
         from resources.kubernetes import PipesPodLauncher
 
-        backend = make_backend("kubernetes", **self.kubernetes_options())
+        backend = make_backend("kubernetes", kubernetes=KubernetesSandboxConfig(**self.kubernetes_options()))
         if context is not None and isinstance(backend, KubernetesBackend):
             # A new backend object (same slots) whose pods are launched through Dagster Pipes.
             backend = backend.with_launcher(PipesPodLauncher(context))
