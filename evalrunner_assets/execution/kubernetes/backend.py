@@ -157,13 +157,10 @@ class KubernetesBackend(SandboxBackend):
         api_client: Any | None = None,
         launcher: PodLauncher | None = None,
         _slots: threading.Semaphore | None = None,
-        **fields: Any,
     ) -> None:
-        # ``make_backend("kubernetes", image=..., namespace=...)`` passes config fields directly.
         if config is None:
-            config = KubernetesSandboxConfig(**fields)
-        elif fields:
-            raise TypeError(f"pass either a KubernetesSandboxConfig or its fields, not both ({sorted(fields)})")
+            # No configuration: validating the empty one raises the error naming what is missing.
+            config = KubernetesSandboxConfig.model_validate({})
         self.config = config
         self._api_client = api_client
         self._launcher = launcher
