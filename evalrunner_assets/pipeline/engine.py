@@ -167,7 +167,7 @@ def warm_up() -> None:
         pass
 
 
-def sweep_lake(the_lake: Any) -> list[str]:
+def sweep_lake(the_lake: Lake) -> list[str]:
     """Temporary files that dead writers left anywhere in a local lake (any repo, the inbox,
     quarantine…): a temp file carries its writer's pid, so a live writer's is never touched."""
     if not the_lake.is_local:
@@ -604,7 +604,7 @@ class ComparisonEngine:
         ck = commit_key(self.request.repo, sha)
         return Step("manifest", f"manifest:{ck}", commit=ck)
 
-    def settings_for(self, commit: str, export_: Any = None) -> RunSettings:
+    def settings_for(self, commit: str, export_: RepoExport | None = None) -> RunSettings:
         """What ``commit``'s windows run with: the model its agent config names, unless the
         request sets one (``assess.model_choice``). Read from the learnt facts, or from the export
         while the commit is being learnt."""
@@ -613,7 +613,7 @@ class ComparisonEngine:
             return assess_mod.run_settings(self.request, facts.agent_model)
         return assess_mod.run_settings(self.request, read_agent_model(export_.path) if export_ is not None else None)
 
-    def _list_in_warm_sessions(self, export_: Any, cfgs: list, cancel: threading.Event | None) -> dict[str, Any]:
+    def _list_in_warm_sessions(self, export_: RepoExport, cfgs: list, cancel: threading.Event | None) -> dict[str, Any]:
         """Each task's ids, listed in the warm sandbox its windows will run in (opened now, on a
         window thread, several tasks at once)."""
         pool = self.pool
