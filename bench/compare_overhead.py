@@ -36,7 +36,7 @@ _DRIVER = r"""
 import json, sys, time
 from datetime import datetime, timezone
 from evalrunner_assets import home
-from evalrunner_assets.driver.comparison import run_comparison, default_resources
+from evalrunner_assets.driver.comparison import EngineOptions, run_comparison, default_resources
 from evalrunner_assets.execution.repo import RepoSource
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from resources import SandboxResource
@@ -48,7 +48,9 @@ req = ComparisonRequest(repo="local/repo", source=repo, pr="bench", base_sha=bas
     base_ref="main", head_ref=sys.argv[5], changed_files=tuple(src.changed_files(base, head)), cap=cap,
     requested_at=datetime.now(timezone.utc).isoformat())
 t0 = time.monotonic()
-res = run_comparison(req, resources=default_resources(sandbox=SandboxResource(max_workers=workers)), packed=packed)
+res = run_comparison(
+    req, resources=default_resources(sandbox=SandboxResource(max_workers=workers)), options=EngineOptions(packed=packed)
+)
 wall = time.monotonic() - t0
 with open(sys.argv[6], "w") as f:
     json.dump({"wall": wall, "samples_run": res.samples_run, "verdict": res.verdict,
@@ -103,6 +105,8 @@ def _bare(tmp: Path, repo: Path, home: Path, work: dict[tuple[str, str], list[st
         facts = load_facts(the_lake, "local/repo", commit)
         assert facts is not None
         tf = facts.tasks[task]
+        if tf.inspect_task is None:
+            raise SystemExit(f"{task} at {commit[:7]}: Inspect could not list the task")
         export = tmp / "bare" / commit[:12]
         if not export.exists():
             export.mkdir(parents=True)
@@ -207,10 +211,10 @@ def main(argv: list[str]) -> None:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--skip-barrier", action="store_true")
     p.add_argument("--rounds", type=int, default=3, help="compare/bare rounds (the median ratio is reported)")
-    p.add_argument("--quick", action="store_true", help="cap 32, no barrier comparison")
+    p.add_argument("--quick", action="store_true", help="cap 16, one round, no barrier comparison")
     args = p.parse_args(argv)
     if args.quick:
-        args.cap, args.skip_barrier, args.rounds = 32, True, 1
+        args.cap, args.skip_barrier, args.rounds = 16, True, 1
     from evalrunner_assets.example_repo import build_example_repo
 
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as d:

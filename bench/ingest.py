@@ -14,9 +14,13 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from lake.batch import RunSettings
+
+T = TypeVar("T")
 
 CACHE = Path(os.environ.get("EVALRUNNER_BENCH_CACHE", Path(tempfile.gettempdir()) / "evalrunner-bench"))
 
@@ -39,7 +43,7 @@ def trivial_log(n: int = 10_000) -> Path:
     return target
 
 
-def _timed(fn):  # type: ignore[no-untyped-def]
+def _timed(fn: Callable[[], T]) -> tuple[T, float]:
     t0 = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t0

@@ -30,21 +30,25 @@ def main(flags: list[str]) -> None:
     parser.add_argument("--cap", type=int, default=256)
     parser.add_argument("--half-width", type=float, default=0.05)
     parser.add_argument("--workers", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="12 commits, cap 64")
+    parser.add_argument("--quick", action="store_true", help="3 commits, cap 16, for a smoke run")
     args, _ = parser.parse_known_args(flags)
     if args.quick:
-        args.commits, args.cap = 12, 64
+        args.commits, args.cap = 3, 16
 
     from evalrunner_assets.example_repo import HISTORY_STEPS, build_example_history
     from evalrunner_assets.execution.backends import default_workers
     from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
-    from evalrunner_assets.execution.repo import RepoSource, export_commit
+    from evalrunner_assets.execution.repo import RepoExport, RepoSource, export_commit
     from evalrunner_assets.execution.warm_pool import WarmPool
     from evalrunner_assets.pipeline import series
     from lake import Lake
 
     root = Path(tempfile.mkdtemp(prefix="bench-series-"))
-    history_rows = build_example_history(root / "repo", extra_neutral=max(0, args.commits - 1 - len(HISTORY_STEPS)))
+    # Fewer commits than the example's history: its first steps (the base commit is always there).
+    steps = HISTORY_STEPS[: max(0, args.commits - 1)]
+    history_rows = build_example_history(
+        root / "repo", extra_neutral=max(0, args.commits - 1 - len(HISTORY_STEPS)), steps=steps
+    )
     lake = Lake(str(root / "lake"))
     src = RepoSource("example/support-agent", str(root / "repo"), cache_dir=str(root / "cache"))
     history = series.history_of(src.first_parent_history("main"))
@@ -52,7 +56,7 @@ def main(flags: list[str]) -> None:
     backend, pool = BubblewrapBackend(), WarmPool()
     workers = args.workers or default_workers()
 
-    def export_for(sha: str):
+    def export_for(sha: str) -> RepoExport:
         return export_commit(src, sha, root / "exports")
 
     def backfill() -> tuple[float, series.SeriesRun]:

@@ -17,18 +17,27 @@ import argparse
 import hashlib
 import tempfile
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from bench.ingest import trivial_log
+
+if TYPE_CHECKING:
+    from inspect_ai.log import EvalSample
+
+    from lake import Lake
 from lake.batch import RunSettings
 
 HEAD, BASE = "a" * 40, "b" * 40
 REPO, TASK = "bench/pairing", "trivial"
 
 
-def _build_lake(root: str, samples: pa.Table, inputs: int, epochs: int, seed: int, files_per_arm: int):
+def _build_lake(
+    root: str, samples: pa.Table, inputs: int, epochs: int, seed: int, files_per_arm: int
+) -> tuple[Lake, dict[str, np.ndarray]]:
     from lake import BatchKey, Window, open_lake
     from lake.ingest import parquet_bytes
     from lake.schema import BatchRecord
@@ -36,11 +45,12 @@ def _build_lake(root: str, samples: pa.Table, inputs: int, epochs: int, seed: in
     lake = open_lake(root)
     rng = np.random.default_rng(seed)
     rows_per_arm = inputs * epochs
-    arms = {}
+    arms: dict[str, np.ndarray] = {}
     for commit, p in ((HEAD, 0.62), (BASE, 0.60)):
         correct = rng.random(rows_per_arm) < p
         errored = rng.random(rows_per_arm) < 0.02
-        raw = np.where(errored, None, np.where(correct, "C", "I"))
+        raw = np.where(correct, "C", "I").astype(object)
+        raw[errored] = None
         arms[commit] = raw
         per_file = inputs // files_per_arm
         for f in range(files_per_arm):
@@ -108,7 +118,9 @@ def _build_lake(root: str, samples: pa.Table, inputs: int, epochs: int, seed: in
     return lake, arms
 
 
-def _python_pairs(log_samples, arms, inputs: int, epochs: int) -> tuple[int, float]:
+def _python_pairs(
+    log_samples: Sequence[EvalSample], arms: dict[str, np.ndarray], inputs: int, epochs: int
+) -> tuple[int, float]:
     """The baseline: epochs averaged per input per arm, then paired deltas, in plain Python."""
     from inspect_ai.scorer import value_to_float
 
@@ -141,10 +153,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--inputs", type=int, default=250_000, help="inputs per arm (rows = 2 × inputs × epochs)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--quick", action="store_true", help="25,000 inputs per arm, for a smoke run")
+    parser.add_argument(
+        "--quick", action="store_true", help="25,000 inputs per arm from a 2,000-sample log, for a smoke run"
+    )
     args = parser.parse_args(argv)
+    log_samples_n = 10_000
     if args.quick:
-        args.inputs = 25_000
+        # A 2,000-sample log (the one `bench ingest --quick` makes): producing the 10,000-sample
+        # one takes minutes on a fresh machine, and the rows are replicated either way.
+        args.inputs, log_samples_n = 25_000, 2_000
 
     from inspect_ai.log import read_eval_log
 
@@ -152,9 +169,12 @@ def main(argv: list[str]) -> None:
     from lake.duck import query
     from lake.ingest import ingest_log_file
 
-    path = trivial_log()
+    path = trivial_log(log_samples_n)
     t0 = time.perf_counter()
     log = read_eval_log(str(path))
+    if not log.samples:
+        raise SystemExit(f"{path}: the bench log has no samples")
+    log_samples = log.samples
     t_read = time.perf_counter() - t0
     samples, _ = ingest_log_file(path, events=False)
     rows = 2 * args.inputs * args.epochs
@@ -167,7 +187,7 @@ def main(argv: list[str]) -> None:
         )
 
         t0 = time.perf_counter()
-        pairs_py, total_py = _python_pairs(log.samples, arms, args.inputs, args.epochs)
+        pairs_py, total_py = _python_pairs(log_samples, arms, args.inputs, args.epochs)
         t_py = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -187,8 +207,8 @@ def main(argv: list[str]) -> None:
     print(f"results agree: {pairs_sql:,} pairs, sum of deltas {total_sql:.4f}")
     print(
         f"baseline  Python loop over read_eval_log samples: {t_py:7.3f} s "
-        f"(+ reading 1M samples with read_eval_log would add ~{t_read / len(log.samples) * rows:,.0f} s "
-        f"at this run's {len(log.samples) / t_read:,.0f} samples/s; not charged)"
+        f"(+ reading 1M samples with read_eval_log would add ~{t_read / len(log_samples) * rows:,.0f} s "
+        f"at this run's {len(log_samples) / t_read:,.0f} samples/s; not charged)"
     )
     print(f"candidate DuckDB paired_samples.sql (best of 3):   {best:7.3f} s  (connect + views {t_connect:.3f} s)")
     print(

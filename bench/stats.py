@@ -315,7 +315,7 @@ def decision_cost(n: int = 4096, repeats: int = 30) -> list[tuple[str, float, fl
     }
     out = []
     for name, (head, base, cap) in cases.items():
-        pairing = Pairing.from_scores(head, base)
+        pairing = Pairing.from_scores(head.tolist(), base.tolist())
         params = StatsParams(cap=cap)
         decide_task(pairing, params, 1, at_cap=cap <= n)
         times = []

@@ -90,7 +90,7 @@ class _OneLineRetryLog(logging.Filter):
         return True
 
 
-def gcs_filesystem(endpoint_url: str | None = None, token: Any = None, **kwargs: Any):
+def gcs_filesystem(endpoint_url: str | None = None, token: Any = None, **kwargs: Any) -> Any:  # gcsfs ships no types
     """A gcsfs filesystem; ``endpoint_url``/``token='anon'`` point it at an emulator."""
     # gcsfs otherwise probes the bucket type over gRPC, which stalls offline.
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")

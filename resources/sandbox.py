@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from evalrunner_assets.execution import sandbox_settings as settings
 from evalrunner_assets.execution.backends import default_workers, make_backend
 from evalrunner_assets.execution.sandbox import SandboxBackend
+
+if TYPE_CHECKING:  # imported when used: the pool's module loads the warm-session machinery
+    from evalrunner_assets.execution.warm_pool import WarmPool
 
 # The environment variables :meth:`SandboxResource.from_env` reads, and the field each sets
 # (defined once, with types and defaults, in evalrunner_assets/execution/sandbox_settings.py).
@@ -73,7 +76,7 @@ class SandboxResource(dg.ConfigurableResource):
             return max(1, self.k8s_max_concurrent_pods)
         return default_workers()
 
-    def warm_pool(self):
+    def warm_pool(self) -> WarmPool | None:
         """The process's pool of warm sandboxes (None when disabled): successive windows of the
         same commit and task reuse one live sandbox, across runs in the same process."""
         from evalrunner_assets.execution.warm_pool import PROCESS_POOL
@@ -84,10 +87,10 @@ class SandboxResource(dg.ConfigurableResource):
         if self.backend_name != "kubernetes":
             return make_backend(self.backend_name)
         # Imported here: the Kubernetes modules load only in processes that use that backend.
-        from evalrunner_assets.execution.kubernetes import KubernetesBackend
+        from evalrunner_assets.execution.kubernetes import KubernetesBackend, KubernetesSandboxConfig
         from resources.kubernetes import PipesPodLauncher
 
-        backend = make_backend("kubernetes", **self.kubernetes_options())
+        backend = make_backend("kubernetes", kubernetes=KubernetesSandboxConfig(**self.kubernetes_options()))
         if context is not None and isinstance(backend, KubernetesBackend):
             # A new backend object (same slots) whose pods are launched through Dagster Pipes.
             backend = backend.with_launcher(PipesPodLauncher(context))

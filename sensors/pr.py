@@ -47,7 +47,7 @@ from evalrunner_assets.pipeline.spec import (
     save_request,
 )
 from evalrunner_assets.pipeline.windows import retire_failures
-from lake import LAYOUT
+from lake import LAYOUT, Lake
 from resources import GitHubResource, LakeResource, RepoResource
 
 GIT_BASE_URL_ENV = "EVALRUNNER_GIT_BASE_URL"
@@ -87,7 +87,7 @@ def inbox_retention_s() -> float:
     return days * 24 * 3600
 
 
-def _ensure_source(the_lake, repos: RepoResource, repo: str) -> None:
+def _ensure_source(the_lake: Lake, repos: RepoResource, repo: str) -> None:
     # A repository registered before (`evalrunner repos add`, a local mirror in tests or
     # air-gapped setups) keeps its source; otherwise it is cloned from the Git host.
     if not the_lake.exists(LAYOUT.repo_source(repo)):
@@ -107,7 +107,7 @@ class _Work:
 
 def _handle(
     context: dg.SensorEvaluationContext,
-    the_lake,
+    the_lake: Lake,
     repos: RepoResource,
     github: GitHubResource,
     entry: InboxEntry,

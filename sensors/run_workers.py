@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime
+from typing import Protocol
 
 import dagster as dg
 
@@ -54,6 +55,16 @@ from sensors.sampling import MAX_ATTEMPTS
 from sensors.swe import worker_loss_relaunch
 
 REAPER_INTERVAL_S = 10
+
+
+class SensorLog(Protocol):
+    """Where the reaper says what it did: a sensor's ``context.log`` (or a test's list of lines)."""
+
+    def info(self, msg: str) -> None: ...
+
+    def warning(self, msg: str) -> None: ...
+
+
 # A run stays STARTING while its worker loads the code location: minutes on a loaded machine.
 STARTING_TIMEOUT_S = 300.0
 # How Dagster's run worker announces itself (dagster/_grpc/impl.py, dagster/_cli/api.py).
@@ -157,7 +168,7 @@ def failure_message(judgement: Judgement, next_step: str) -> str:
 
 def reap(
     instance: dg.DagsterInstance,
-    log,
+    log: SensorLog,
     table: ProcessTable | None = None,
     host: str | None = None,
     now: float | None = None,
@@ -194,7 +205,7 @@ def reap(
     return failed
 
 
-def explain_crashed(instance: dg.DagsterInstance, log, since: float) -> list[str]:
+def explain_crashed(instance: dg.DagsterInstance, log: SensorLog, since: float) -> list[str]:
     """Tag and explain the runs of this location's jobs that Dagster's code server failed (since
     ``since``, epoch seconds) because their worker process died; returns their run ids."""
     runs = instance.get_runs(

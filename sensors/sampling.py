@@ -32,6 +32,7 @@ import dagster as dg
 
 from evalrunner_assets.assets import evals as eval_assets
 from evalrunner_assets.documents.comparison import ComparisonDocument
+from evalrunner_assets.execution.sandbox import SandboxBackend
 from evalrunner_assets.jobs import REPORT_LOCK_TAG, comparison_job, comparison_run_request
 from evalrunner_assets.partitions import COMMITS, COMPARISONS, add_partitions, comparison_commit_keys, retire_comparison
 from evalrunner_assets.pipeline import assess as assess_mod
@@ -205,7 +206,7 @@ def missing_partitions(
     return out
 
 
-def sweep_environments(context: dg.SensorEvaluationContext, backend) -> None:
+def sweep_environments(context: dg.SensorEvaluationContext, backend: SandboxBackend) -> None:
     """Deletes environment claims past their retention (a backend that keeps environments on a
     cluster only), at most every ``ENV_SWEEP_INTERVAL_S`` per namespace."""
     prune = getattr(backend, "prune_environments", None)

@@ -18,7 +18,7 @@ Every registered task set's gold patches run again each day (new flakes show up 
 asking); registration runs the same check once at once.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import dagster as dg
 
@@ -156,7 +156,7 @@ def swe_run_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> d
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Daily at 03:00: one gold-check run per registered SWE task set (gold patches must pass).",
 )
-def swe_gold_schedule(context: dg.ScheduleEvaluationContext):
+def swe_gold_schedule(context: dg.ScheduleEvaluationContext) -> Iterator[dg.RunRequest]:
     """One gold-check run per registered task set, keyed by task set and day."""
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     names = context.instance.get_dynamic_partitions(SWE_TASK_SETS)

@@ -29,6 +29,7 @@ from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
 from evalrunner_assets.execution.inspect_runner import WarmTaskRunner
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline import engine as engine_mod
+from evalrunner_assets.pipeline.capabilities import PROGRESS_EVERY_S, EngineOptions
 from evalrunner_assets.pipeline.engine import ComparisonCancelled, ComparisonEngine, ComparisonFailed
 from evalrunner_assets.pipeline.facts import load_facts
 from evalrunner_assets.pipeline.scheduler import PackedScheduler
@@ -161,9 +162,12 @@ class Comparisons:
         self.home, self.instance, self.example = home, instance, example
         self.request = request_for(example, "improve-runbook", PR, cap=CAP, max_tasks=1)
 
-    def run(self, progress_every_s: float = engine_mod.PROGRESS_EVERY_S) -> Any:
+    def run(self, progress_every_s: float = PROGRESS_EVERY_S) -> Any:
         return driver.run_comparison(
-            self.request, instance=self.instance, resources=self.home.resources(), progress_every_s=progress_every_s
+            self.request,
+            instance=self.instance,
+            resources=self.home.resources(),
+            options=EngineOptions(progress_every_s=progress_every_s),
         )
 
     def document(self) -> dict[str, Any] | None:

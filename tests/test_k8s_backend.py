@@ -279,7 +279,8 @@ def test_child_sees_the_same_sandbox_layout_as_the_local_backends(standin, tmp_p
 def test_make_backend_builds_the_kubernetes_backend_from_configuration_only():
     from evalrunner_assets.execution.backends import make_backend
 
-    b = make_backend("kubernetes", image=IMAGE, namespace="sandboxes", max_concurrent_pods=3)
+    config = KubernetesSandboxConfig(image=IMAGE, namespace="sandboxes", max_concurrent_pods=3)
+    b = make_backend("kubernetes", kubernetes=config)
     assert isinstance(b, KubernetesBackend) and b.config.namespace == "sandboxes"
 
 

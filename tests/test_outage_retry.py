@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 from _pipeline_fixtures import ALL_TASKS, PipelineHome, evalrunner_home, request_for
 
-from evalrunner_assets.driver.comparison import run_comparison
+from evalrunner_assets.driver.comparison import EngineOptions, run_comparison
 from evalrunner_assets.example_repo import build_example_repo
 from evalrunner_assets.execution.sandbox import SandboxBackend
 from resources import SandboxResource
@@ -68,7 +68,9 @@ def test_a_rerun_after_an_outage_retries_the_failed_windows(tmp_path: Path, home
 
     with dg.DagsterInstance.local_temp(tempdir=str(home.root / "dagster")) as instance:
         flag.touch()
-        during = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
+        during = run_comparison(
+            request, instance=instance, resources=resources, options=EngineOptions(breaker_threshold=100)
+        )
         assert during.verdict == "INCONCLUSIVE"
         assert all(doc.failures for doc in during.tasks.values())
         failed = sorted(p.relative_to(failures) for p in failures.rglob("*.json"))
@@ -77,7 +79,9 @@ def test_a_rerun_after_an_outage_retries_the_failed_windows(tmp_path: Path, home
 
         # The same comparison again, with the outage over: only its retries run.
         flag.unlink()
-        after = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
+        after = run_comparison(
+            request, instance=instance, resources=resources, options=EngineOptions(breaker_threshold=100)
+        )
         assert after.execution["retried_failures"] == len(failed)
         assert after.verdict != "RUNNING" and not any(doc.failures for doc in after.tasks.values())
         assert all(doc.head.samples == doc.base.samples == 16 for doc in after.tasks.values())
@@ -87,7 +91,9 @@ def test_a_rerun_after_an_outage_retries_the_failed_windows(tmp_path: Path, home
         assert [str(k).rsplit(".", 2)[0] for k in kept] == [str(f).rsplit(".", 1)[0] for f in failed]
 
         # A third run has nothing to retry and runs nothing.
-        again = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
+        again = run_comparison(
+            request, instance=instance, resources=resources, options=EngineOptions(breaker_threshold=100)
+        )
         assert again.execution["retried_failures"] == 0
         assert again.samples_run == after.samples_run
         assert again.execution["steps"] == 0
@@ -102,13 +108,17 @@ def test_a_rerun_after_an_outage_while_listing_sample_ids_learns_the_commit_agai
     request = request_for(example, "improve-runbook", "202", cap=16)
     with dg.DagsterInstance.local_temp(tempdir=str(home.root / "dagster")) as instance:
         flag.touch()
-        during = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
+        during = run_comparison(
+            request, instance=instance, resources=resources, options=EngineOptions(breaker_threshold=100)
+        )
         assert during.verdict == "INCONCLUSIVE"
         assert all("could not be listed" in " ".join(doc.failures.values()) for doc in during.tasks.values())
         assert during.samples_run == 0
 
         flag.unlink()
-        after = run_comparison(request, instance=instance, resources=resources, breaker_threshold=100)
+        after = run_comparison(
+            request, instance=instance, resources=resources, options=EngineOptions(breaker_threshold=100)
+        )
         assert after.execution["retried_failures"] == 2  # both commits' facts, learnt again
         assert not any(doc.failures for doc in after.tasks.values())
         assert all(doc.head.samples == doc.base.samples == 16 for doc in after.tasks.values())

@@ -32,7 +32,7 @@ from _pipeline_fixtures import (
 
 from evalrunner_assets import stats
 from evalrunner_assets.documents.comparison import ComparisonDocument
-from evalrunner_assets.driver.comparison import run_comparison
+from evalrunner_assets.driver.comparison import EngineOptions, run_comparison
 from evalrunner_assets.example_repo import ExampleRepo, build_example_repo
 from evalrunner_assets.pipeline.assess import AssessCache, assess
 from evalrunner_assets.report import MARKER
@@ -101,7 +101,10 @@ def compare(home: PipelineHome, instance: dg.DagsterInstance, example: ExampleRe
                 check_runs.append(json.loads(check_run.read_text()))
 
         result = run_comparison(
-            request, instance=instance, resources=home.resources(), on_step=on_step, progress_every_s=progress_every_s
+            request,
+            instance=instance,
+            resources=home.resources(),
+            options=EngineOptions(on_step=on_step, progress_every_s=progress_every_s),
         )
         new = {c: home.batch_records(c) - batches_before[c] for c in commits}
         failures = set((home.lake_root / "failures").rglob("*.json")) - failures_before

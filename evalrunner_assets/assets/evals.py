@@ -30,6 +30,7 @@ from evalrunner_assets.partitions import (
 )
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.pipeline import engine, nouns
+from evalrunner_assets.pipeline.capabilities import EngineOptions, EngineResources
 from evalrunner_assets.pipeline.defaults import samples_defaults
 from evalrunner_assets.pipeline.facts import load_facts
 from evalrunner_assets.pipeline.keys import parse_commit_key, parse_comparison_key
@@ -273,19 +274,21 @@ def comparison(
     saved: SavedComparison | None = None
     if COMPARISON in selected:
         recorder = RunRecorder(the_lake, context.instance)
-        resources = {"lake": lake, "sandbox": sandbox, "repos": repos, "github": github}
+        resources = EngineResources(lake=lake, sandbox=sandbox, repos=repos, github=github)
         try:
-            # Failures were retired when the evaluation was asked for (a delivery, `/eval more`):
-            # a window that failed in an earlier run of this comparison stays failed here.
             engine.run_comparison(
                 request,
                 resources=resources,
                 recorder=recorder,
-                retry_failed=False,
-                report_at_start=True,
-                sandbox_context=context,
-                lease_owner=f"comparison_job run {context.run_id}",
-                lease_wait=False,  # a run slot is not held waiting: the sensor asks again later
+                options=EngineOptions(
+                    # Failures were retired when the evaluation was asked for (a delivery, `/eval
+                    # more`): a window that failed in an earlier run of this comparison stays failed.
+                    retry_failed=False,
+                    report_at_start=True,
+                    sandbox_context=context,
+                    lease_owner=f"comparison_job run {context.run_id}",
+                    lease_wait=False,  # a run slot is not held waiting: the sensor asks again later
+                ),
             )
         except engine.ComparisonStopped as exc:
             raise dg.Failure(f"the comparison stopped: {exc}") from exc

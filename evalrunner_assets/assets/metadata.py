@@ -7,18 +7,19 @@ a materialization reads the same whichever path made it.
 """
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
 
 from evalrunner_assets.pipeline import nouns
-from evalrunner_assets.pipeline.facts import facts_summary
+from evalrunner_assets.pipeline.facts import CommitFacts, facts_summary
 from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport
-from evalrunner_assets.pipeline.windows import batch_state
+from evalrunner_assets.pipeline.windows import WindowOutcome, batch_state
 from evalrunner_assets.report import render_comment
 from evalrunner_assets.report.chart import render_panel_chart
 from evalrunner_assets.report.panel import markdown_image
-from lake import LAYOUT
+from lake import LAYOUT, Lake
 from lake.integrity import LakeIntegrityError, load_record, quarantine, verify_record
 from lake.schema import BatchRecord
 
@@ -29,7 +30,7 @@ ERROR_LOG_CHECK = "no_error_logs"
 INTEGRITY_CHECK = "lake_files_match_records"
 
 
-def manifest_metadata(the_lake, repo: str, sha: str, facts) -> dict[str, Any]:
+def manifest_metadata(the_lake: Lake, repo: str, sha: str, facts: CommitFacts) -> dict[str, Any]:
     """What an ``eval_manifest`` materialization shows of one learnt commit."""
     summary = facts_summary(facts)
     return {
@@ -44,7 +45,7 @@ def manifest_metadata(the_lake, repo: str, sha: str, facts) -> dict[str, Any]:
     }
 
 
-def samples_metadata(the_lake, outcomes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def samples_metadata(the_lake: Lake, outcomes: Sequence[WindowOutcome]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """What a ``task_samples`` materialization shows of its windows' ``outcomes``, and its asset
     checks' evaluations (keyword arguments of ``AssetCheckResult`` / ``AssetCheckEvaluation``).
     Verifies every file the windows' batch records vouch for (a batch that fails is quarantined)."""
@@ -89,7 +90,7 @@ def samples_metadata(the_lake, outcomes) -> tuple[dict[str, Any], list[dict[str,
     return metadata, checks
 
 
-def _verify(the_lake, records: list[BatchRecord]) -> list[str]:
+def _verify(the_lake: Lake, records: list[BatchRecord]) -> list[str]:
     """Full sha256 check of every file of ``records``; a batch that fails is quarantined."""
     problems = []
     for record in records:
@@ -102,7 +103,7 @@ def _verify(the_lake, records: list[BatchRecord]) -> list[str]:
     return problems
 
 
-def _records(the_lake, outcomes) -> list[BatchRecord]:
+def _records(the_lake: Lake, outcomes: Sequence[WindowOutcome]) -> list[BatchRecord]:
     out = []
     for o in outcomes:
         k = o.key

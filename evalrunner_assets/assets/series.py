@@ -20,7 +20,7 @@ from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
 from evalrunner_assets.report.panel import markdown_image
 from evalrunner_assets.report.series_chart import render_series_panel
 from evalrunner_assets.report.series_markdown import render_point_table, render_series_summary
-from lake import LAYOUT
+from lake import LAYOUT, Lake
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
 
 GROUP = "series"
@@ -195,7 +195,7 @@ def no_cohort_regression(context: dg.AssetCheckExecutionContext, lake: LakeResou
     )
 
 
-def _save_chart(the_lake, repo: str, branch: str, points: list[dict]) -> dict[str, bytes]:
+def _save_chart(the_lake: Lake, repo: str, branch: str, points: list[dict]) -> dict[str, bytes]:
     from evalrunner_assets.report.series_chart import render_series_chart
 
     chart = render_series_chart(points, repo, branch)

@@ -9,6 +9,7 @@ run's request comes from the lake, so a materialization from the UI needs no con
 
 import os
 import socket
+from collections.abc import Iterator
 
 import dagster as dg
 
@@ -38,7 +39,9 @@ class GoldCheckConfig(dg.Config):
     tags={"evalrunner/noun": "swe-attempts"},
     check_specs=[dg.AssetCheckSpec(REPRO_CHECK, asset="swe_attempts")],
 )
-def swe_attempts(context: dg.AssetExecutionContext, lake: LakeResource, sandbox: SandboxResource):
+def swe_attempts(
+    context: dg.AssetExecutionContext, lake: LakeResource, sandbox: SandboxResource
+) -> Iterator[dg.MaterializeResult]:
     """One partition is one submitted run (agent version × task set × samples); one row per
     attempt (agent version, task, sample index), each graded by hidden tests in a fresh sandbox
     after the cheat policy."""

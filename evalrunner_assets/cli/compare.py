@@ -135,7 +135,8 @@ def _same_comparison_again(request: Any) -> Any:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from evalrunner_assets.driver.comparison import run_comparison
+    from evalrunner_assets.driver.comparison import EngineOptions, run_comparison
+    from evalrunner_assets.pipeline.lease import Lease
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
     from lake.batch import RunSettings
 
@@ -187,7 +188,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     # The outage breaker (ComparisonStopped, exit 3), a gateway that cannot start (exit 2) and
     # Ctrl-C (exit 130) end up in main's handler like every other error.
-    def on_lease_wait(holder: Any) -> None:
+    def on_lease_wait(holder: Lease) -> None:
         print(
             f"waiting: this comparison is being run by {holder.describe()}; it continues from what that "
             "one lands once it ends",
@@ -197,9 +198,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     result = run_comparison(
         request,
         resources=resources,
-        on_step=_progress_printer(),
-        model_gateway=True if args.model_gateway else None,
-        on_lease_wait=on_lease_wait,
+        options=EngineOptions(
+            on_step=_progress_printer(),
+            model_gateway=True if args.model_gateway else None,
+            on_lease_wait=on_lease_wait,
+        ),
     )
     _print_outcome(result)
     if result.status == "budget_spent":

@@ -14,6 +14,7 @@ compute log afterwards. Runless events capture nothing, and cost a few milliseco
 instead of a run's ~0.4 s.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -21,8 +22,8 @@ import dagster as dg
 from evalrunner_assets.assets.recording import DagsterRecorder, local_instance
 from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline import engine
+from evalrunner_assets.pipeline.capabilities import PROGRESS_EVERY_S, EngineOptions, EngineResources
 from evalrunner_assets.pipeline.engine import (
-    PROGRESS_EVERY_S,
     ComparisonFailed,
     ComparisonStopped,
     gateway_summary,
@@ -34,6 +35,8 @@ __all__ = [
     "PROGRESS_EVERY_S",
     "ComparisonFailed",
     "ComparisonStopped",
+    "EngineOptions",
+    "EngineResources",
     "default_resources",
     "gateway_summary",
     "local_instance",
@@ -45,17 +48,18 @@ def run_comparison(
     request: ComparisonRequest,
     *,
     instance: dg.DagsterInstance | None = None,
-    resources: dict[str, Any] | None = None,
-    **options: Any,
+    resources: EngineResources | Mapping[str, object] | None = None,
+    options: EngineOptions = EngineOptions(),
 ) -> ComparisonDocument:
     """Run ``request`` to its final verdict, recorded in ``instance`` (default: the local
-    instance); returns the comparison document. Options as for
-    :class:`~evalrunner_assets.pipeline.engine.ComparisonEngine` (``on_step``, ``workers``,
-    ``breaker_threshold``, ``packed``, ``stop``, ``progress_every_s``, ``retry_failed``,
-    ``model_gateway``); errors as for :func:`evalrunner_assets.pipeline.engine.run_comparison`."""
-    resources = resources or default_resources()
-    recorder = DagsterRecorder(resources["lake"].open(), instance)
-    return engine.run_comparison(request, resources=resources, recorder=recorder, **options)
+    instance); returns the comparison document. ``resources``: the engine's, or the Dagster
+    resources by name (default: :func:`resources.default_resources`); ``options``: how it runs
+    (:class:`~evalrunner_assets.pipeline.capabilities.EngineOptions`); errors as for
+    :func:`evalrunner_assets.pipeline.engine.run_comparison`."""
+    if not isinstance(resources, EngineResources):
+        resources = EngineResources.from_mapping(resources or default_resources())
+    recorder = DagsterRecorder(resources.lake.open(), instance)
+    return engine.run_comparison(request, resources=resources, recorder=recorder, options=options)
 
 
 def _sweep(the_lake: Any, repo: str) -> list[str]:

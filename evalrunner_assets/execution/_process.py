@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -52,7 +52,7 @@ def describe_signal(sig: int) -> str:
 # --- cgroups: the only pids limit that holds for a process running as root ------------------
 
 
-def _chunks(fd: int):
+def _chunks(fd: int) -> Iterator[bytes]:
     """Everything readable from ``fd`` until EOF (or the pipe breaks), in chunks."""
     while True:
         try:

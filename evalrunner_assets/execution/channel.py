@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Sequence
+from typing import Self
 
 from evalrunner_assets.execution.sandbox import Channel
 
@@ -207,7 +208,7 @@ class UnixService:
 
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def __enter__(self):  # noqa: ANN204 - returns the subclass
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

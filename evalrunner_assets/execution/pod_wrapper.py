@@ -58,7 +58,10 @@ import sys
 import tarfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import IO
 
 from evalrunner_assets.errors import EvalrunnerError
 
@@ -105,7 +108,7 @@ def result_mac(key: bytes, result: dict, stdout_bytes: bytes) -> str:
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 
-def write_record(out, header: dict, data: bytes = b"") -> None:
+def write_record(out: IO[bytes], header: dict, data: bytes = b"") -> None:
     header = {**header, "size": len(data)}
     out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
     out.write(data)
@@ -135,7 +138,7 @@ def read_records(stream: bytes) -> list[tuple[dict, bytes]]:
 # --- receive ------------------------------------------------------------------------------
 
 
-def _read_exact(stream, n: int) -> bytes:
+def _read_exact(stream: IO[bytes], n: int) -> bytes:
     chunks, left = [], n
     while left:
         chunk = stream.read(min(left, 1 << 20))
@@ -146,7 +149,7 @@ def _read_exact(stream, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def receive(stdin, repo: Path, control: Path, max_bytes: int) -> dict:
+def receive(stdin: IO[bytes], repo: Path, control: Path, max_bytes: int) -> dict:
     line = stdin.readline(MAX_HEADER_BYTES)
     if not line.endswith(b"\n"):
         raise PayloadError("payload header: missing or longer than 64 KiB")
@@ -194,7 +197,7 @@ def _make_undumpable() -> None:
         pass
 
 
-def _child_limits(cpu_seconds: int, file_size_bytes: int):
+def _child_limits(cpu_seconds: int, file_size_bytes: int) -> Callable[[], None]:
     import resource
 
     def apply() -> None:
@@ -205,10 +208,17 @@ def _child_limits(cpu_seconds: int, file_size_bytes: int):
     return apply
 
 
+def _piped(stream: IO[bytes] | None) -> IO[bytes]:
+    """A child's stream that was opened with ``PIPE`` (so never None)."""
+    if stream is None:
+        raise RuntimeError("the child was started without this pipe")
+    return stream
+
+
 class _Capture(threading.Thread):
     """Drains one pipe: keeps the first ``head`` bytes, or a ring of the last ``tail`` bytes."""
 
-    def __init__(self, pipe, *, head: int = 0, tail: int = 0):
+    def __init__(self, pipe: IO[bytes], *, head: int = 0, tail: int = 0) -> None:
         super().__init__(daemon=True)
         self.pipe, self.head, self.tail = pipe, head, tail
         self.data = bytearray()
@@ -362,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
     status, detail, exit_code, sig = "ok", "", None, None
     terminated = threading.Event()
 
-    def on_term(signum, frame):  # pod deletion or deadline: take the child down with us
+    def on_term(signum: int, frame: FrameType | None) -> None:  # pod deletion or deadline: take the child down with us
         terminated.set()
 
     signal.signal(signal.SIGTERM, on_term)
@@ -383,8 +393,8 @@ def run(args: argparse.Namespace) -> int:
 
     stdout_bytes, stdout_total, stderr_tail = b"", 0, ""
     if child is not None:
-        out = _Capture(child.stdout, head=args.stdout_bytes)
-        err = _Capture(child.stderr, tail=args.stderr_tail_bytes)
+        out = _Capture(_piped(child.stdout), head=args.stdout_bytes)
+        err = _Capture(_piped(child.stderr), tail=args.stderr_tail_bytes)
         out.start()
         err.start()
 
@@ -490,7 +500,7 @@ def _clear_dir(path: Path) -> None:
 class _Lines(threading.Thread):
     """Reads the worker's reply lines (at most ``cap`` bytes each) into a queue; ``None`` at EOF."""
 
-    def __init__(self, pipe, cap: int):
+    def __init__(self, pipe: IO[bytes], cap: int) -> None:
         super().__init__(daemon=True)
         import queue
 
@@ -546,8 +556,8 @@ def serve(args: argparse.Namespace) -> int:
         return EXIT_WRAPPER_ERROR
     child_stdin = child.stdin
     assert child_stdin is not None  # started with stdin=PIPE
-    replies = _Lines(child.stdout, args.stdout_bytes)
-    err = _Capture(child.stderr, tail=args.stderr_tail_bytes)
+    replies = _Lines(_piped(child.stdout), args.stdout_bytes)
+    err = _Capture(_piped(child.stderr), tail=args.stderr_tail_bytes)
     replies.start()
     err.start()
 
@@ -638,7 +648,7 @@ def serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_request(stdin) -> bytes:
+def _read_request(stdin: IO[bytes]) -> bytes:
     """``call``'s stdin: a decimal length line, then that many bytes (no EOF needed, so the
     exec stream's stdin need not be closable)."""
     line = stdin.readline(32)
@@ -655,7 +665,15 @@ def _read_request(stdin) -> bytes:
 
 
 def call(
-    inbox: Path, out_dir: Path, control: Path, seq: int, timeout: float, max_files: int, max_bytes: int, stdin, sink
+    inbox: Path,
+    out_dir: Path,
+    control: Path,
+    seq: int,
+    timeout: float,
+    max_files: int,
+    max_bytes: int,
+    stdin: IO[bytes],
+    sink: IO[bytes],
 ) -> int:
     request = _read_request(stdin)
     try:
@@ -719,7 +737,7 @@ def collect(
     control: Path,
     max_files: int,
     max_bytes: int,
-    sink,
+    sink: IO[bytes],
     result_name: str = RESULT_FILE,
     stdout_name: str = STDOUT_FILE,
 ) -> int:
@@ -820,7 +838,7 @@ def _kill_descendants(pgid: int) -> None:
         time.sleep(0.02)
 
 
-def _read_framed(stdin, cap: int) -> bytes:
+def _read_framed(stdin: IO[bytes], cap: int) -> bytes:
     """A decimal length line, then that many bytes (the exec stream's stdin need not close)."""
     line = stdin.readline(32)
     try:
@@ -832,7 +850,7 @@ def _read_framed(stdin, cap: int) -> bytes:
     return _read_exact(stdin, size)
 
 
-def exec_command(args: argparse.Namespace, stdin, sink) -> int:
+def exec_command(args: argparse.Namespace, stdin: IO[bytes], sink: IO[bytes]) -> int:
     """One command in the workspace: records ``exec-result`` (JSON), ``stdout``, ``stderr``."""
     _become_subreaper()
     stdin_bytes = _read_framed(stdin, args.max_stdin_bytes) if args.stdin else None
@@ -861,8 +879,8 @@ def exec_command(args: argparse.Namespace, stdin, sink) -> int:
             detail = f"could not start {args.argv[0]!r}: {exc.strerror or exc}"
             stderr_tail = (detail + "\n").encode()
     if child is not None:
-        out = _Capture(child.stdout, head=args.stdout_bytes)
-        err = _Capture(child.stderr, tail=args.stderr_tail_bytes)
+        out = _Capture(_piped(child.stdout), head=args.stdout_bytes)
+        err = _Capture(_piped(child.stderr), tail=args.stderr_tail_bytes)
         out.start()
         err.start()
         if stdin_bytes is not None:
@@ -910,7 +928,7 @@ def _workspace_path(repo: str, rel: str) -> tuple[Path | None, str]:
     return path, ""
 
 
-def read_file(repo: str, rel: str, max_bytes: int, sink) -> int:
+def read_file(repo: str, rel: str, max_bytes: int, sink: IO[bytes]) -> int:
     path, why = _workspace_path(repo, rel)
     error, data = "outside", b""
     if path is not None:
@@ -930,7 +948,7 @@ def read_file(repo: str, rel: str, max_bytes: int, sink) -> int:
     return EXIT_OK
 
 
-def write_file(repo: str, rel: str, max_bytes: int, stdin, sink) -> int:
+def write_file(repo: str, rel: str, max_bytes: int, stdin: IO[bytes], sink: IO[bytes]) -> int:
     data = _read_framed(stdin, max_bytes)
     path, why = _workspace_path(repo, rel)
     error = "outside" if path is None else ""

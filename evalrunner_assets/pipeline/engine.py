@@ -31,8 +31,15 @@ from evalrunner_assets.discovery import DiscoveryError, read_agent_model
 from evalrunner_assets.documents.comparison import ComparisonDocument, Status
 from evalrunner_assets.errors import Cancelled, EvalrunnerError, Outage
 from evalrunner_assets.execution.inspect_runner import InspectRunError
+from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.gateway import GatewayError, ModelGateway, provider_of, start_gateway, with_gateway
 from evalrunner_assets.pipeline import assess as assess_mod
+from evalrunner_assets.pipeline.capabilities import (
+    EngineOptions,
+    EngineResources,
+    SandboxCounter,
+    WorkerCounter,
+)
 from evalrunner_assets.pipeline.facts import learn_commit, load_facts
 from evalrunner_assets.pipeline.interrupts import SigintCount, is_interrupt, sigint_ignored, sigint_sets
 from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
@@ -40,7 +47,6 @@ from evalrunner_assets.pipeline.lease import ComparisonLease
 from evalrunner_assets.pipeline.loop import Step, next_steps
 from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport, save_comparison, write_report
 from evalrunner_assets.pipeline.scheduler import (
-    DEFAULT_BREAKER_THRESHOLD,
     JOIN_SECONDS,
     PackedScheduler,
     Unit,
@@ -60,11 +66,8 @@ from evalrunner_assets.pipeline.windows import (
     session_config,
 )
 from evalrunner_assets.report.markdown import format_usd
-from lake import LAYOUT, Window, integrity
+from lake import LAYOUT, Lake, Window, integrity
 from lake.storage import LakeUnavailable, LakeWriteError
-
-# The comparison document is saved again for progress at most this often while windows run.
-PROGRESS_EVERY_S = 20.0
 
 
 class ComparisonFailed(EvalrunnerError, RuntimeError):
@@ -164,7 +167,7 @@ def warm_up() -> None:
         pass
 
 
-def sweep_lake(the_lake: Any) -> list[str]:
+def sweep_lake(the_lake: Lake) -> list[str]:
     """Temporary files that dead writers left anywhere in a local lake (any repo, the inbox,
     quarantine…): a temp file carries its writer's pid, so a live writer's is never touched."""
     if not the_lake.is_local:
@@ -186,18 +189,19 @@ def step_description(step: Step) -> str:
 def run_comparison(
     request: ComparisonRequest,
     *,
-    resources: dict[str, Any],
+    resources: EngineResources,
     recorder: Recorder | None = None,
-    **options: Any,
+    options: EngineOptions = EngineOptions(),
 ) -> ComparisonDocument:
     """Run ``request`` to its final verdict; returns the comparison document.
 
-    ``resources``: ``lake``, ``sandbox``, ``repos`` and ``github`` (as the assets use them).
-    Options as for :class:`ComparisonEngine`. A lake that cannot be reached (or a disk too full
+    ``resources``: the lake, sandboxes, repositories and (optionally) where reports are posted;
+    ``options``: how it runs (:class:`~evalrunner_assets.pipeline.capabilities.EngineOptions`,
+    as for :class:`ComparisonEngine`). A lake that cannot be reached (or a disk too full
     to land on) stops the comparison like the outage breaker does — :class:`ComparisonStopped`,
     ``status: "stopped"`` — and the same call resumes once the lake is back."""
     try:
-        return ComparisonEngine.open(request, resources, recorder or NullRecorder(), **options).run()
+        return ComparisonEngine.open(request, resources, recorder or NullRecorder(), options).run()
     except (LakeUnavailable, LakeWriteError) as exc:
         raise lake_stopped(request, resources, exc) from exc
     except ComparisonFailed as exc:
@@ -224,23 +228,23 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _lake_down(resources: dict[str, Any]) -> Exception | None:
+def _lake_down(resources: EngineResources) -> Exception | None:
     """The lake's fault if it cannot be reached now, else None."""
     try:
-        the_lake = resources["lake"].open()
+        the_lake = resources.lake.open()
         the_lake.exists(LAYOUT.batches_root())
     except (LakeUnavailable, LakeWriteError) as exc:
         return exc
     return None
 
 
-def lake_stopped(request: ComparisonRequest, resources: dict[str, Any], exc: Exception) -> ComparisonStopped:
+def lake_stopped(request: ComparisonRequest, resources: EngineResources, exc: Exception) -> ComparisonStopped:
     """The stopped outcome of a comparison whose lake failed. The document is saved when the
     lake takes it (e.g. a lake write failed but the lake is up), and returned either way."""
     reason = f"lake unavailable: {exc}" if isinstance(exc, LakeUnavailable) else f"lake write failed: {exc}"
     result = bare_document(request, "stopped", reason)
     try:
-        the_lake = resources["lake"].open()
+        the_lake = resources.lake.open()
         saved = assess_mod.load_result(the_lake, request.repo, request.pr, request.head_sha)
         if saved is not None:
             result = saved
@@ -272,7 +276,7 @@ def bare_document(request: ComparisonRequest, status: Status, reason: str) -> Co
     )
 
 
-def _gateway_model(request: ComparisonRequest, resources: dict[str, Any], the_lake: Any) -> str:
+def _gateway_model(request: ComparisonRequest, resources: EngineResources, the_lake: Lake) -> str:
     """The model the comparison's gateway serves: the request's when it sets one, else a gateway
     provider's model the agent config of the head or base names (else the request's default)."""
     from evalrunner_assets.execution.repo import RepoError
@@ -281,7 +285,7 @@ def _gateway_model(request: ComparisonRequest, resources: dict[str, Any], the_la
         return request.settings.model
     for sha in (request.head_sha, request.base_sha):
         try:
-            agent = read_agent_model(resources["repos"].export(the_lake, request.repo, sha).path)
+            agent = read_agent_model(resources.repos.export(the_lake, request.repo, sha).path)
         except (RepoError, DiscoveryError):
             continue  # reported where the commit is learnt, as itself
         if agent is not None and provider_of(agent.model) is not None:
@@ -315,26 +319,21 @@ def with_metered_spend(result: ComparisonDocument, gateway: ModelGateway | None)
     return result
 
 
-def _sandbox_counts(backend: Any) -> dict[str, Any]:
+def _sandbox_counts(backend: SandboxBackend) -> dict[str, Any]:
     """The sandboxes this comparison started (e.g. cold pods vs warm session pods), when the
     backend counts them: ``{"sandboxes": {...}}`` or nothing."""
-    counts = backend.sandbox_counts() if hasattr(backend, "sandbox_counts") else {}
+    counts = backend.sandbox_counts() if isinstance(backend, SandboxCounter) else {}
     return {"sandboxes": counts} if counts else {}
 
 
 class ComparisonEngine:
     """One comparison, run to its verdict. Build it with :meth:`open`, then :meth:`run` it once.
 
-    ``workers``: sandboxes running at once (default: the sandbox resource's ``max_workers``,
-    else the machine's cores). ``packed=False`` keeps a barrier per round (for measurements).
-    ``progress_every_s``: while windows run, the comparison is saved again (and reported) when
-    a task's samples are recorded, at most this often. ``retry_failed``: windows of these
-    commits that failed on infrastructure before this call are tried again (their failure
-    records are retired to ``failures-retired/``). ``model_gateway``: run the model gateway
-    (real keys stay here; each sandbox reaches it through its own channel with a scoped token).
-    Default: when the model is ``openai/…`` or ``anthropic/…``. A spent ``budget_usd`` ends the
-    comparison with status ``budget_spent``. :meth:`run` raises :class:`ComparisonStopped` when
-    ``breaker_threshold`` consecutive infrastructure failures trip the outage breaker, and
+    How it runs is its :class:`~evalrunner_assets.pipeline.capabilities.EngineOptions`. With the
+    model gateway, real keys stay here; each sandbox reaches it through its own channel with a
+    scoped token. A spent ``budget_usd`` ends the comparison with status ``budget_spent``.
+    :meth:`run` raises :class:`ComparisonStopped` when ``breaker_threshold`` consecutive
+    infrastructure failures trip the outage breaker, and
     :class:`ComparisonCancelled` (a ``KeyboardInterrupt``) after every sandbox is killed and the
     cancellation saved in the document (``status: "cancelled"``) — for a Ctrl-C at any moment of
     :meth:`run` (:mod:`~evalrunner_assets.pipeline.interrupts`), an interrupt, or ``stop`` set
@@ -345,43 +344,40 @@ class ComparisonEngine:
     def open(
         cls,
         request: ComparisonRequest,
-        resources: dict[str, Any],
+        resources: EngineResources,
         recorder: Recorder,
-        *,
-        retry_failed: bool = True,
-        model_gateway: bool | None = None,
-        sandbox_context: Any = None,
-        lease_owner: str = "evalrunner compare",
-        lease_wait: bool = True,
-        on_lease_wait: Callable[[Any], None] | None = None,
-        **options: Any,
+        options: EngineOptions = EngineOptions(),
     ) -> ComparisonEngine:
         """Prepare the lake (sweep, register the repository, open the comparison, retire old
         failures) and the sandbox backend (preflight, the model gateway when one is needed).
         A request without a ``source`` (one the PR sensor opened) keeps the repository's
         registered source. ``sandbox_context`` is handed to the sandbox resource's ``backend``
         (the Dagster run context, for backends that report into the run)."""
-        the_lake = resources["lake"].open()
+        the_lake = resources.lake.open()
         quarantined_before = len(integrity.QUARANTINED)
         sweep_lake(the_lake)
         if request.source:
-            resources["repos"].register(the_lake, request.repo, request.source)
+            resources.repos.register(the_lake, request.repo, request.source)
         request = open_comparison(the_lake, request)
         # One engine at a time per comparison (the CLI and the daemon share the lake); held
         # until run() ends. A live holder is waited out, or (lease_wait=False) raises
         # ComparisonBusy naming it.
-        lease = ComparisonLease(the_lake, request, lease_owner)
-        lease.acquire(wait=lease_wait, on_wait=on_lease_wait)
+        lease = ComparisonLease(the_lake, request, options.lease_owner)
+        lease.acquire(wait=options.lease_wait, on_wait=options.on_lease_wait)
         try:
             # A window that failed on infrastructure in an earlier run (an outage since fixed)
             # gets one more try in this one; within this run a failure stops its task.
             retired = (
-                retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha)) if retry_failed else []
+                retire_failures(the_lake, request.repo, (request.base_sha, request.head_sha))
+                if options.retry_failed
+                else []
             )
-            backend = resources["sandbox"].backend(sandbox_context)
+            backend = resources.sandbox.backend(options.sandbox_context)
             backend.preflight()
             runtime = backend.runtime_digest()
-            gateway = start_gateway(_gateway_model(request, resources, the_lake), request.budget_usd, model_gateway)
+            gateway = start_gateway(
+                _gateway_model(request, resources, the_lake), request.budget_usd, options.model_gateway
+            )
             if gateway is not None:
                 if backend.name == "kubernetes":
                     gateway.close()
@@ -400,7 +396,7 @@ class ComparisonEngine:
                 retired=retired,
                 gateway=gateway,
                 quarantined_before=quarantined_before,
-                **options,
+                options=options,
             )
         except BaseException:
             lease.release()
@@ -411,40 +407,35 @@ class ComparisonEngine:
     def __init__(
         self,
         request: ComparisonRequest,
-        resources: dict[str, Any],
+        resources: EngineResources,
         recorder: Recorder,
         *,
-        the_lake: Any,
-        backend: Any,
+        the_lake: Lake,
+        backend: SandboxBackend,
         runtime: str,
         retired: list[str],
         gateway: ModelGateway | None,
         quarantined_before: int,
-        on_step: Callable[[Step, ComparisonDocument | None], None] | None = None,
-        workers: int | None = None,
-        breaker_threshold: int = DEFAULT_BREAKER_THRESHOLD,
-        packed: bool = True,
-        stop: threading.Event | None = None,
-        progress_every_s: float = PROGRESS_EVERY_S,
-        report_at_start: bool = False,
+        options: EngineOptions = EngineOptions(),
     ) -> None:
         self.request, self.resources, self.recorder = request, resources, recorder
         self.lake, self.backend, self.runtime = the_lake, backend, runtime
         self.retired, self.gateway, self.quarantined_before = retired, gateway, quarantined_before
         self.lease: ComparisonLease | None = None  # set by open(); released when run() ends
-        self.on_step, self.progress_every_s = on_step, progress_every_s
-        self.report_at_start = report_at_start
-        sandbox = resources["sandbox"]
+        self.on_step, self.progress_every_s = options.on_step, options.progress_every_s
+        self.report_at_start = options.report_at_start
+        sandbox = resources.sandbox
         self.pool = sandbox.warm_pool()
+        workers = options.workers
         if workers is None:
-            workers = sandbox.worker_count() if hasattr(sandbox, "worker_count") else None
-        self.exports: dict[str, Any] = {}
+            workers = sandbox.worker_count() if isinstance(sandbox, WorkerCounter) else None
+        self.exports: dict[str, RepoExport] = {}
         self.facts: dict[str, Any] = {}
         # Planning runs after every window (and from the progress thread): the cache makes each
         # call cost only the tasks whose batches changed.
         self._assess_cache, self._assess_lock = assess_mod.AssessCache(), threading.Lock()
         self.planning = {"calls": 0, "seconds": 0.0}  # measured, for the execution summary
-        self.stop = stop or threading.Event()
+        self.stop = options.stop or threading.Event()
         self.sigint = SigintCount()  # while run() runs on the main thread, Ctrl-C sets `stop`
         # One document write at a time; once an end is saved (finish), a progress document still
         # being assessed is not saved over it.
@@ -465,9 +456,9 @@ class ComparisonEngine:
             on_done=self.on_done,
             kill_sandboxes=self.kill_sandboxes,
             workers=workers,
-            breaker_threshold=breaker_threshold,
+            breaker_threshold=options.breaker_threshold,
             # A sample budget is spent across tasks in a fixed order: keep the round barrier then.
-            packed=packed and request.budget_samples is None,
+            packed=options.packed and request.budget_samples is None,
             stop=self.stop,
             executor=self.window_threads,
         )
@@ -501,10 +492,10 @@ class ComparisonEngine:
     def saved(self) -> ComparisonDocument | None:
         return assess_mod.load_result(self.lake, self.request.repo, self.request.pr, self.request.head_sha)
 
-    def export(self, ck: str) -> Any:  # on the driving thread: exports are not made concurrently
+    def export(self, ck: str) -> RepoExport:  # on the driving thread: exports are not made concurrently
         if ck not in self.exports:
             repo, sha = parse_commit_key(ck)
-            self.exports[ck] = self.resources["repos"].export(self.lake, repo, sha)
+            self.exports[ck] = self.resources.repos.export(self.lake, repo, sha)
         return self.exports[ck]
 
     def kill_sandboxes(self) -> None:
@@ -613,7 +604,7 @@ class ComparisonEngine:
         ck = commit_key(self.request.repo, sha)
         return Step("manifest", f"manifest:{ck}", commit=ck)
 
-    def settings_for(self, commit: str, export_: Any = None) -> RunSettings:
+    def settings_for(self, commit: str, export_: RepoExport | None = None) -> RunSettings:
         """What ``commit``'s windows run with: the model its agent config names, unless the
         request sets one (``assess.model_choice``). Read from the learnt facts, or from the export
         while the commit is being learnt."""
@@ -622,9 +613,12 @@ class ComparisonEngine:
             return assess_mod.run_settings(self.request, facts.agent_model)
         return assess_mod.run_settings(self.request, read_agent_model(export_.path) if export_ is not None else None)
 
-    def _list_in_warm_sessions(self, export_: Any, cfgs: list, cancel: threading.Event | None) -> dict[str, Any]:
+    def _list_in_warm_sessions(self, export_: RepoExport, cfgs: list, cancel: threading.Event | None) -> dict[str, Any]:
         """Each task's ids, listed in the warm sandbox its windows will run in (opened now, on a
         window thread, several tasks at once)."""
+        pool = self.pool
+        if pool is None:  # learn_commits lists in warm sessions only when there is a pool
+            raise RuntimeError("listing in warm sessions needs the warm pool")
         settings = self.settings_for(commit_key(export_.repo, export_.commit), export_)
 
         def one(cfg: Any) -> Any:
@@ -637,7 +631,7 @@ class ComparisonEngine:
                 env_digest=cfg.env_digest,
                 python_env=cfg.python_env,
             )
-            with self.pool.session(self.backend, export_, session_cfg, cancel) as runner:
+            with pool.session(self.backend, export_, session_cfg, cancel) as runner:
                 return runner.list_ids(cancel=cancel)
 
         futures = {cfg.task: self.window_threads.submit(one, cfg) for cfg in cfgs}
@@ -781,8 +775,7 @@ class ComparisonEngine:
         result = self.saved()
         if result is None:
             raise ComparisonFailed(f"no comparison for {self.request.key} yet", where=step_description(step))
-        github = self.resources.get("github")
-        written = write_report(self.lake, result, github if hasattr(github, "post_report") else None)
+        written = write_report(self.lake, result, self.resources.github)
         self.recorder.report_written(written)
         return written
 

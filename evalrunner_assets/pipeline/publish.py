@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline import assess as assess_mod
@@ -43,6 +43,7 @@ def save_comparison(the_lake: Any, result: ComparisonDocument) -> SavedCompariso
     return SavedComparison(result, url, chart["png"], svg)
 
 
+@runtime_checkable
 class ReportPoster(Protocol):
     """Where a report goes besides the lake (GitHub): ``post_report`` returns the ids it
     created (``github_comment_id``, ``github_check_run_id``) or ``github_error``; an empty

@@ -157,13 +157,10 @@ class KubernetesBackend(SandboxBackend):
         api_client: Any | None = None,
         launcher: PodLauncher | None = None,
         _slots: threading.Semaphore | None = None,
-        **fields: Any,
     ) -> None:
-        # ``make_backend("kubernetes", image=..., namespace=...)`` passes config fields directly.
         if config is None:
-            config = KubernetesSandboxConfig(**fields)
-        elif fields:
-            raise TypeError(f"pass either a KubernetesSandboxConfig or its fields, not both ({sorted(fields)})")
+            # No configuration: validating the empty one raises the error naming what is missing.
+            config = KubernetesSandboxConfig.model_validate({})
         self.config = config
         self._api_client = api_client
         self._launcher = launcher
@@ -495,7 +492,7 @@ class KubernetesBackend(SandboxBackend):
 
     # -- plumbing
 
-    def _core(self):
+    def _core(self) -> Any:  # a kubernetes CoreV1Api (untyped)
         import kubernetes
 
         if self._api_client is None:
@@ -518,7 +515,7 @@ class KubernetesBackend(SandboxBackend):
         )
 
 
-def make_api_client(config: KubernetesSandboxConfig):
+def make_api_client(config: KubernetesSandboxConfig) -> Any:  # a kubernetes ApiClient (untyped)
     """An ApiClient from the in-cluster service account or a kubeconfig, per ``config``."""
     import kubernetes
 

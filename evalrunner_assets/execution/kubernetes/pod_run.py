@@ -588,7 +588,7 @@ class PodRun:
     def _pod_name(self) -> str:
         return self.pod_name
 
-    def _stream(self, method: str, *args: Any, **kwargs: Any):
+    def _stream(self, method: str, *args: Any, **kwargs: Any) -> Any:  # a kubernetes WSClient (untyped)
         """A websocket (attach/exec) opened through a private ApiClient: ``kubernetes.stream``
         swaps the client's ``request`` for the duration of the call, so on a client shared by
         several threads a concurrent REST call would go out as a websocket (and vice versa)."""
@@ -601,7 +601,7 @@ class PodRun:
         finally:
             private.close()  # the returned WSClient holds its own connection
 
-    def _read_pod(self):
+    def _read_pod(self) -> Any:  # a kubernetes V1Pod (untyped), None when gone
         import kubernetes
 
         try:
@@ -611,7 +611,7 @@ class PodRun:
                 return None
             raise
 
-    def _find_pod(self):
+    def _find_pod(self) -> Any:  # a kubernetes V1Pod (untyped), None when not found
         pods = self.core.list_namespaced_pod(
             self.config.namespace, label_selector=f"{SANDBOX_ID_LABEL}={self.sandbox_id}"
         ).items
