@@ -38,9 +38,9 @@ def main(flags: list[str]) -> None:
         redacted.append(out)
         text = json.dumps([m.__dict__ for m in out.messages], default=str) + out.failure
         for p in planted.planted:
-            caught = not leaks(text, [type(planted)(planted.record, [p])])
+            removed = not leaks(text, [type(planted)(planted.record, [p])])
             per_kind.setdefault(p.kind, [0, 0])
-            per_kind[p.kind][0] += int(caught)
+            per_kind[p.kind][0] += int(removed)
             per_kind[p.kind][1] += 1
     elapsed = time.perf_counter() - start
     planted_values = {re.sub(r"[\s().-]", "", p.value).lower() for t in corpus for p in t.planted}

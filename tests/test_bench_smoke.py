@@ -34,6 +34,8 @@ RATIO_LINES: dict[str, str] = {
     "sql_pairing": r"^ratio (\d+\.\d+)x",
     "stats": r"^sequential: worst per-direction false rate (\d+\.\d+)%",
     "swe_pool": r"ratio (\d+\.\d+)x",
+    # Recall is the figure here; 0 would mean nothing planted was removed.
+    "wild_redaction": r"^structured identifiers: recall (\d+\.\d+)",
 }
 # Measured quantities that are 0 only when the bench measured nothing.
 NONZERO = {"sql_pairing": r"results agree: ([\d,]+) pairs"}
