@@ -25,7 +25,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
@@ -438,12 +438,13 @@ class GitHubClient:
         title: str,
         body: str,
         base: str | None = None,
+        labels: Sequence[str] = (),
     ) -> OpenedPullRequest:
         """Open a PR from a new branch ``branch`` off ``base`` (default: the repository's default
         branch) that writes ``files`` (path -> text; one commit per file, the contents API's
-        unit), creating the ones missing at the base and replacing the others. An open PR from
-        ``branch`` is returned as is; a branch that already exists is refused (it may hold
-        someone's work)."""
+        unit), creating the ones missing at the base and replacing the others, and labelled
+        ``labels`` (GitHub creates a label that does not exist yet). An open PR from ``branch`` is
+        returned as is; a branch that already exists is refused (it may hold someone's work)."""
         from github import GithubException, UnknownObjectException
 
         _check_repo(repo)
@@ -495,6 +496,8 @@ class GitHubClient:
                 pull = next(iter(r.get_pulls(state="open", head=f"{owner}:{branch}")), None)
                 if pull is None:
                     raise
+            if labels:
+                pull.add_to_labels(*labels)
             return OpenedPullRequest(
                 repo, int(pull.number), str(pull.html_url or pull.url), branch, base_ref, base_sha, head_sha,
                 ",".join(files), created=True,

@@ -271,6 +271,7 @@ class GitHubStandin:
             "head": {"sha": p["head_sha"], "ref": p["head_ref"], "repo": self._repo_json(repo)},
             "base": {"sha": p["base_sha"], "ref": p["base_ref"], "repo": self._repo_json(repo)},
             "user": self._user("author"),
+            "labels": [{"name": n} for n in p.get("labels", [])],
         }
 
     def _new_comment(self, repo: str, number: int, body: str, login: str) -> dict[str, Any]:
@@ -508,6 +509,12 @@ class GitHubStandin:
             s.state.pulls[(full, number)].update({"title": data.get("title"), "body": data.get("body")})
             return JSONResponse(s._pull_json(full, number), status_code=201)
 
+        def add_labels(request, data, login, owner, name, number):
+            p = s.state.pulls[(f"{owner}/{name}", int(number))]
+            names = data if isinstance(data, list) else data["labels"]
+            p["labels"] = list(dict.fromkeys([*p.get("labels", []), *names]))
+            return JSONResponse([{"name": n} for n in p["labels"]])
+
         def branch(request, data, login, owner, name, branch):
             full = f"{owner}/{name}"
             sha = s._branch_sha(full, branch)
@@ -695,6 +702,7 @@ class GitHubStandin:
             Route(f"{R}/pulls/{{number:int}}/files", endpoint(pull_files), methods=["GET"]),
             Route(f"{R}/issues", endpoint(create_issue), methods=["POST"]),
             Route(f"{R}/issues/{{number:int}}/comments", endpoint(comments), methods=["GET", "POST"]),
+            Route(f"{R}/issues/{{number:int}}/labels", endpoint(add_labels), methods=["POST"]),
             Route(f"{R}/issues/comments/{{cid:int}}", endpoint(comment), methods=["GET", "PATCH"]),
             Route(f"{R}/check-runs", endpoint(create_check_run), methods=["POST"]),
             Route(f"{R}/check-runs/{{rid:int}}", endpoint(check_run), methods=["GET", "PATCH"]),

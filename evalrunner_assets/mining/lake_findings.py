@@ -78,6 +78,25 @@ def trajectories(lake: Lake, repo: str, commit: str, task: str) -> list[Trajecto
     return [Trajectory.from_row(row) for row in rows]
 
 
+def system_prompts(lake: Lake, repo: str, commit: str, task: str, samples: Sequence[str], limit: int = 3) -> list[str]:
+    """The system messages the agent was given on up to ``limit`` of ``samples``, read from the
+    task's raw Inspect logs in the lake (what the fixer uses to tell which skill was loaded)."""
+    from inspect_ai.log import read_eval_log_samples
+
+    wanted, found = set(samples), []
+    for rel in sorted(lake.glob(f"{LAYOUT.task_raw_prefix(repo, commit, task)}/**/*.eval")):
+        for sample in read_eval_log_samples(lake.url(rel), all_samples_required=False):
+            if str(sample.id) not in wanted:
+                continue
+            text = "\n\n".join(m.text for m in sample.messages if m.role == "system")
+            if text:
+                found.append(text)
+                wanted.discard(str(sample.id))
+            if len(found) >= limit:
+                return found
+    return found
+
+
 def _split(found: Sequence[Trajectory], threshold: float) -> tuple[list[Trajectory], list[Trajectory], int]:
     failing, passing, unknown = [], [], 0
     for t in found:
