@@ -255,6 +255,11 @@ class LakeLayout:
     def comparison(self, repo: str, pr: int | str, head: str) -> str:
         return f"comparisons/{check_repo(repo)}/{_pr(pr)}/{check_commit(head)}.json"
 
+    def all_comparisons_glob(self) -> str:
+        """Every comparison document and the artifacts beside it (a document's name has one dot:
+        ``<head>.json``; artifacts are ``<head>.<name>``)."""
+        return "comparisons/*/*/*/*.json"
+
     def comparison_requests_glob(self, repo: str, pr: int | str) -> str:
         """The requests of every head of one pull request (``comparison_artifact(…, "request.json")``)."""
         return f"comparisons/{check_repo(repo)}/{_pr(pr)}/*.request.json"

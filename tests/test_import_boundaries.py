@@ -46,7 +46,7 @@ DAGSTER_HOMES: dict[str, str] = {
 # Folders that must never import Dagster, though they sit next to the layers that do.
 NO_DAGSTER: dict[str, str] = {
     "evalrunner_assets/github/": "the GitHub inbox is domain logic: the receiver and the sensors share it",
-    "evalrunner_assets/http/": "the HTTP apps (webhook receiver, SWE run API) serve requests without Dagster",
+    "evalrunner_assets/http/": "the HTTP apps (webhook receiver, SWE run API, web pages) serve requests without Dagster",
     "evalrunner_assets/wild/": "evals from the wild run in the reporter's environment and its product: no Dagster",
 }
 

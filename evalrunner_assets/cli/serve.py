@@ -87,6 +87,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from evalrunner_assets.driver.swe import api_routes
 
             extra = api_routes(the_lake)
+        from starlette.routing import Mount
+
+        from evalrunner_assets.http.web import create_app
+
+        # The pages people read (pull requests, trajectories) beside the receiver: /web.
+        dagster_url = None if args.webhook_only else f"http://{args.host}:{args.dagster_port}"
+        extra.append(Mount("/web", app=create_app(the_lake, dagster_url=dagster_url)))
         serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)
     finally:
         if dagster is not None:

@@ -1,0 +1,124 @@
+"""Routes of the web app; what they show comes from :mod:`evalrunner_assets.http.web.pages`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from evalrunner_assets.errors import EvalrunnerError
+from evalrunner_assets.http.web import pages
+from lake.layout import LAYOUT
+from lake.storage import Lake
+
+HERE = Path(__file__).parent
+# Pages never run script and never load anything from elsewhere.
+CSP = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'"
+
+
+def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
+    """The web app over ``lake``; ``dagster_url`` (the Dagster UI's base URL) adds links to runs."""
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+    env.globals["tone"] = lambda verdict: pages.STATUS.get(str(verdict), "neutral")
+    env.filters["delta"] = lambda v: "–" if v is None else f"{v:+.2f}"
+    env.filters["score"] = lambda v: "–" if v is None else f"{v:.2f}"
+    env.filters["money"] = lambda v: "unknown" if v is None else f"${v:,.2f}"
+
+    def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        # Links start at the mount point (``evalrunner serve`` mounts the app under /web).
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        html = env.get_template(name).render(dagster_url=dagster_url, root=root, **context)
+        return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP})
+
+    def document(request: Request) -> Any:
+        p = request.path_params
+        try:
+            return pages.comparison(lake, f"{p['owner']}/{p['name']}", p["pr"], p["head"])
+        except FileNotFoundError:
+            raise HTTPException(404, "no such comparison") from None
+        except EvalrunnerError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse(str(request.scope.get("root_path", "")).rstrip("/") + "/prs")
+
+    async def pull_requests(request: Request) -> Response:
+        return render(request, "prs.html", rows=pages.comparisons(lake))
+
+    async def pull_request(request: Request) -> Response:
+        doc = document(request)
+        return render(
+            request, "pr.html", doc=doc, tasks=[(t, doc.tasks[t]) for t in doc.task_order or sorted(doc.tasks)]
+        )
+
+    async def chart(request: Request) -> Response:
+        doc = document(request)
+        rel = LAYOUT.comparison_artifact(doc.repo, doc.pr, doc.head_sha, "chart.svg")
+        if lake.exists(rel):
+            svg = lake.read_bytes(rel)
+        else:
+            from evalrunner_assets.report.chart import render_chart
+
+            svg = render_chart(doc)["svg"]
+        return Response(svg, media_type="image/svg+xml", headers={"Content-Security-Policy": CSP})
+
+    def _where(request: Request) -> tuple[str, str, str]:
+        p = request.path_params
+        return f"{p['owner']}/{p['name']}", p["commit"], p["task"]
+
+    async def trajectory_list(request: Request) -> Response:
+        repo, commit, task = _where(request)
+        try:
+            rows = pages.trajectories(lake, repo, commit, task)
+        except EvalrunnerError as exc:
+            raise HTTPException(400, str(exc)) from None
+        if not rows:
+            raise HTTPException(404, "no trajectories of that task at that commit")
+        return render(request, "trajectories.html", repo=repo, commit=commit, task=task, rows=rows,
+                      base=request.query_params.get("base"))  # fmt: skip
+
+    async def trajectory(request: Request) -> Response:
+        repo, commit, task = _where(request)
+        sample, epoch_text = request.query_params.get("sample"), request.query_params.get("epoch", "1")
+        if not sample or not epoch_text.isdigit():
+            raise HTTPException(400, "?sample=<id>&epoch=<n> names the trajectory")
+        epoch = int(epoch_text)
+        base = request.query_params.get("base")
+        arms = [("head", commit), ("base", base)] if base else [("commit", commit)]
+        shown = []
+        for arm, sha in arms:
+            try:
+                listed = {(r.sample_id, r.epoch): r for r in pages.trajectories(lake, repo, sha, task)}
+            except EvalrunnerError as exc:
+                raise HTTPException(400, str(exc)) from None
+            row = listed.get((sample, epoch))
+            events = pages.trajectory(lake, repo, sha, task, sample, epoch, failed=row is not None and not row.passed)
+            shown.append((arm, sha, row, events))
+        if all(row is None for _, _, row, _ in shown):
+            raise HTTPException(404, "no such trajectory")
+        return render(request, "trajectory.html", repo=repo, task=task, sample=sample, epoch=epoch, arms=shown)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        code = exc.status_code if isinstance(exc, HTTPException) else 500
+        detail = exc.detail if isinstance(exc, HTTPException) else "error"
+        return render(request, "error.html", status=code, code=code, detail=detail)
+
+    P = "/prs/{owner}/{name}/{pr}/{head}"
+    T = "{owner}/{name}/{commit}/{task:path}"
+    routes = [
+        Route("/", home),
+        Route("/prs", pull_requests),
+        Route(P, pull_request),
+        Route(P + "/chart.svg", chart),
+        Route(f"/trajectories/{T}", trajectory_list),
+        Route(f"/trajectory/{T}", trajectory),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})

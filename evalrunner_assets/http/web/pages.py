@@ -1,0 +1,173 @@
+"""What the web pages show, read from the lake: plain Python, no Dagster, no HTTP.
+
+Comparison documents (``comparisons/<repo>/<pr>/<head>.json``) give the pull-request pages;
+the ``samples``, ``events`` and ``annotations`` views give the trajectory pages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalrunner_assets.documents.codec import parse_document
+from evalrunner_assets.documents.comparison import ComparisonDocument
+from lake import duck
+from lake.integrity import task_records
+from lake.layout import LAYOUT
+from lake.storage import Lake
+
+# A status colour per verdict / label (the palette's good / bad / warn / neutral / pending).
+STATUS = {
+    "IMPROVED": "good",
+    "improved": "good",
+    "REGRESSED": "bad",
+    "regressed": "bad",
+    "BROKEN": "bad",
+    "broken": "bad",
+    "INCONCLUSIVE": "warn",
+    "inconclusive": "warn",
+    "UNCHANGED": "neutral",
+    "unchanged": "neutral",
+    "RUNNING": "pending",
+    "continue": "pending",
+}
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    repo: str
+    pr: str
+    head_sha: str
+    base_sha: str
+    head_ref: str
+    verdict: str
+    status: str
+    samples: int
+    tasks: int
+
+    @property
+    def tone(self) -> str:
+        return STATUS.get(self.verdict, "neutral")
+
+
+def comparisons(lake: Lake) -> list[ComparisonRow]:
+    """Every comparison document in the lake, newest head first within a PR."""
+    rows = []
+    for rel in lake.glob(LAYOUT.all_comparisons_glob()):
+        name = rel.rsplit("/", 1)[-1]
+        if name.count(".") != 1:  # artifacts beside the document: .request.json, .check.json, …
+            continue
+        doc = parse_document(ComparisonDocument, lake.read_bytes(rel), rel)
+        rows.append(
+            ComparisonRow(
+                doc.repo,
+                doc.pr,
+                doc.head_sha,
+                doc.base_sha,
+                doc.head_ref,
+                doc.verdict,
+                doc.status,
+                doc.samples_run,
+                len(doc.tasks),
+            )  # fmt: skip
+        )
+    return sorted(rows, key=lambda r: (r.repo, r.pr, r.head_sha))
+
+
+def comparison(lake: Lake, repo: str, pr: str, head: str) -> ComparisonDocument:
+    rel = LAYOUT.comparison(repo, pr, head)
+    return parse_document(ComparisonDocument, lake.read_bytes(rel), rel)
+
+
+@dataclass
+class TrajectoryRow:
+    sample_id: str
+    epoch: int
+    score: float | None
+    error: str | None
+    turns: int
+    tool_calls: int
+    total_tokens: int | None
+    total_time_s: float | None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and self.score is not None and self.score >= 1.0
+
+
+@dataclass
+class EventRow:
+    seq: int
+    kind: str  # user, assistant, tool call, tool result, error, score
+    text: str
+    tool: str | None = None
+    arguments: str | None = None
+    error: str | None = None
+    failing: bool = False  # the turn the trajectory went wrong at
+    notes: list[str] = field(default_factory=list)
+
+
+def _connect(lake: Lake, repo: str, commit: str, task: str) -> Any:
+    records = task_records(lake, repo, commit, task)
+    if not records:
+        return None
+    return duck.connect(lake, records=records, views=("samples_view", "events_view", "annotations"))
+
+
+def trajectories(lake: Lake, repo: str, commit: str, task: str) -> list[TrajectoryRow]:
+    con = _connect(lake, repo, commit, task)
+    if con is None:
+        return []
+    try:
+        rows = duck.query(con, "web_trajectory_list", {"repo": repo, "commit": commit, "task": task}).to_pylist()
+    finally:
+        con.close()
+    return [TrajectoryRow(**row) for row in rows]
+
+
+def trajectory(
+    lake: Lake, repo: str, commit: str, task: str, sample_id: str, epoch: int, *, failed: bool = False
+) -> list[EventRow]:
+    """One trajectory's events as typed rows, the notes attached and, when it ``failed``, the
+    failing turn marked: the first event with an error, else the first a note is on, else the
+    final answer (or, with no model turn, the score)."""
+    con = _connect(lake, repo, commit, task)
+    if con is None:
+        return []
+    params = {"repo": repo, "commit": commit, "task": task, "sample_id": sample_id, "epoch": epoch}
+    try:
+        events = duck.query(con, "web_trajectory_events", params).to_pylist()
+        notes = [(n["seq"], n["note"]) for n in duck.query(con, "web_trajectory_notes", params).to_pylist()]
+    finally:
+        con.close()
+    rows = [_event_row(e) for e in events]
+    by_seq: dict[int | None, list[str]] = {}
+    for seq, note in notes:
+        by_seq.setdefault(seq, []).append(note)
+    for row in rows:
+        row.notes = by_seq.get(row.seq, [])
+    if failed:
+        failing = next((r for r in rows if r.error), None) or next((r for r in rows if r.notes), None)
+        if failing is None:
+            failing = next((r for r in reversed(rows) if r.kind == "assistant"), None) or next(
+                (r for r in reversed(rows) if r.kind == "score"), None
+            )
+        if failing is not None:
+            failing.failing = True
+    if rows and None in by_seq:
+        rows[0].notes = [*by_seq[None], *rows[0].notes]
+    return rows
+
+
+def _event_row(e: dict[str, Any]) -> EventRow:
+    kind = {
+        "sample_init": "user",
+        "model": "tool call" if e["tool_function"] else "assistant",
+        "tool": "tool result",
+        "error": "error",
+        "score": "score",
+    }.get(e["event"], e["event"])
+    text = e["text"] or ""
+    if e["text_truncated"]:
+        text += " …"
+    return EventRow(int(e["seq"]), kind, text, e["tool_function"], e["tool_arguments"], e["error"])

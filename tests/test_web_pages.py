@@ -1,0 +1,158 @@
+"""The web app's pages over lakes that real comparisons wrote (real git, bubblewrap sandboxes,
+Inspect and the lake): the pull-request list and page, the trajectory list and one trajectory's
+event stream with head and base side by side, the failing turn marked and the miner's notes on
+it; repository content that looks like markup is shown as text."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+from test_gate_broken import SOLVE, TASKS
+from test_resume import lake, run_compare
+
+from evalrunner_assets.example_repo import build_example_repo
+from evalrunner_assets.http.web import create_app
+from lake.storage import Lake
+from tests.conftest import commit_files, git
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+HOSTILE = "<script>alert('owned')</script>"
+REPO = "example/support-agent"
+TASK = "triage/runbook_lookup"
+
+
+def _client(home: Path) -> TestClient:
+    return TestClient(create_app(Lake(str(lake(home))), dagster_url="http://dagster.example:3000"))
+
+
+@pytest.fixture(scope="module")
+def hostile_home(tmp_path_factory) -> Path:
+    """A comparison of deterministic tasks (no model) whose inputs carry markup."""
+    root = tmp_path_factory.mktemp("hostile")
+    tasks = TASKS.replace('input=f"say {i}"', f'input=f"{HOSTILE} say {{i}}"')
+    assert tasks != TASKS
+    manifest = (
+        '#!/bin/sh\necho \'{"version": 1, "tasks": [{"id": "qa/kept", "spec": "evals/qa.py@kept", "workdir": "."}]}\'\n'
+    )
+    repo = root / "repo"
+    commit_files(repo, {"evals/qa.py": tasks, ".evals/list": manifest}, "base", executable=(".evals/list",))
+    git(repo, "checkout", "-q", "-b", "head")
+    # The head answers every fourth input wrong the other way round: a change to judge.
+    commit_files(
+        repo, {"evals/qa.py": tasks.replace(SOLVE, SOLVE + "        n = n + 1 if n % 4 == 1 else n\n")}, "head"
+    )
+    home = root / "home"
+    home.mkdir()
+    done = run_compare(home, repo, "--head", "head", timeout=600)
+    assert done.returncode in (0, 4), done.stderr[-2000:]
+    return home
+
+
+def test_pull_request_list_and_page_show_the_verdict_tasks_intervals_and_links(hostile_home):
+    client = _client(hostile_home)
+    listing = client.get("/prs")
+    assert listing.status_code == 200 and "default-src 'none'" in listing.headers["content-security-policy"]
+    [href] = re.findall(r'href="(/prs/[^"]+)"', listing.text)
+    page = client.get(href)
+    assert page.status_code == 200
+    assert re.search(
+        r'class="pill big (good|bad|warn|neutral)">(IMPROVED|REGRESSED|UNCHANGED|INCONCLUSIVE|BROKEN)<', page.text
+    )
+    assert "qa/kept" in page.text and re.search(r"\(([+-]\d\.\d\d|–), ([+-]\d\.\d\d|–)\)", page.text)
+    chart = client.get(href + "/chart.svg")
+    assert chart.status_code == 200 and chart.headers["content-type"].startswith("image/svg+xml")
+    assert chart.content.lstrip().startswith(b"<svg")
+    assert "/trajectories/" in page.text
+    assert client.get("/prs/o/r/1/" + "0" * 40).status_code == 404
+
+
+def test_markup_in_repository_content_is_shown_as_text(hostile_home):
+    client = _client(hostile_home)
+    page = client.get(re.findall(r'href="(/prs/[^"]+)"', client.get("/prs").text)[0])
+    [trajectories] = re.findall(r'href="(/trajectories/[^"]+\?base=[^"]+)"', page.text)
+    listing = client.get(trajectories.replace("&amp;", "&"))
+    assert listing.status_code == 200
+    links = [h.replace("&amp;", "&") for h in re.findall(r'href="(/trajectory/[^"]+)"', listing.text)]
+    assert len(links) == 16
+    shown = client.get(links[0])
+    assert shown.status_code == 200
+    assert HOSTILE not in shown.text and "&lt;script&gt;alert(&#39;owned&#39;)&lt;/script&gt;" in shown.text
+    assert "<script" not in shown.text.lower()
+
+
+@pytest.fixture(scope="module")
+def example_home(tmp_path_factory) -> Path:
+    """The example's improve-runbook PR compared, and the base's runbook_lookup mined."""
+    root = tmp_path_factory.mktemp("example")
+    repo = build_example_repo(root / "repo", variants=("improve-runbook",)).path
+    env = {**os.environ, "EVALRUNNER_HOME": str(root / "home")}
+    exe = shutil.which("evalrunner", path=os.path.dirname(sys.executable)) or "evalrunner"
+
+    def run(*args: str) -> None:
+        done = subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    run("compare", "--repo", str(repo), "--repo-id", REPO, "--base", "main", "--head", "improve-runbook")
+    base = git(repo, "rev-parse", "main").strip()
+    run("mine", "--repo-id", REPO, "--commit", base, "--task", TASK)
+    return root / "home"
+
+
+def test_a_failing_trajectory_shows_its_events_the_failing_turn_and_the_miners_note(example_home):
+    client = _client(example_home)
+    page = client.get(re.findall(r'href="(/prs/[^"]+)"', client.get("/prs").text)[0])
+    base_link = next(h for h in re.findall(r'href="(/trajectories/[^"?]+)"', page.text) if "runbook_lookup" in h)
+    listing = client.get(base_link)
+    assert listing.status_code == 200
+    # A failing base trajectory the miner noted: it answered without calling runbook_search.
+    rows = re.findall(
+        r'<a href="(/trajectory/[^"]+)">[^<]+</a></td>\s*<td class="num">\d+</td>\s*<td><span class="pill (\w+)">',
+        listing.text,
+    )
+    failing = [h.replace("&amp;", "&") for h, tone in rows if tone == "bad"]
+    assert failing
+    noted = [client.get(h).text for h in failing]
+    with_note = [t for t in noted if 'class="note"' in t]
+    assert with_note, "no failing trajectory carries the miner's note"
+    text = with_note[0]
+    assert "never calls runbook_search" in text
+    # It answered from memory: its answer is the failing turn.
+    assert re.search(r'class="event assistant failing"', text) and "failing turn" in text
+    for kind in ("user", "assistant"):
+        assert f'class="event {kind}' in text
+
+
+def test_head_and_base_of_the_same_input_side_by_side(example_home):
+    client = _client(example_home)
+    page = client.get(re.findall(r'href="(/prs/[^"]+)"', client.get("/prs").text)[0])
+    head_link = next(
+        h for h in re.findall(r'href="(/trajectories/[^"]+\?base=[^"]+)"', page.text) if "runbook_lookup" in h
+    )
+    listing = client.get(head_link.replace("&amp;", "&"))
+    first = re.findall(r'href="(/trajectory/[^"]+)"', listing.text)[0].replace("&amp;", "&")
+    shown = client.get(first)
+    assert shown.status_code == 200
+    assert shown.text.count('<section class="arm"') == 2
+    assert 'aria-label="head"' in shown.text and 'aria-label="base"' in shown.text
+    assert 'class="event tool-call' in shown.text
+
+
+def test_mounted_under_a_path_the_links_keep_the_mount_point(hostile_home):
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    app = create_app(Lake(str(lake(hostile_home))))
+    client = TestClient(Starlette(routes=[Mount("/web", app=app)]))
+    listing = client.get("/web/prs")
+    assert listing.status_code == 200
+    hrefs = re.findall(r'(?:href|src)="(/[^"]*)"', listing.text)
+    assert hrefs and all(h.startswith("/web/") for h in hrefs), hrefs
+    assert client.get("/web/static/web.css").status_code == 200
+    assert client.get("/web/", follow_redirects=False).headers["location"] == "/web/prs"
