@@ -256,9 +256,21 @@ class LakeLayout:
         return f"comparisons/{check_repo(repo)}/{_pr(pr)}/{check_commit(head)}.json"
 
     def all_comparisons_glob(self) -> str:
-        """Every comparison document and the artifacts beside it (a document's name has one dot:
-        ``<head>.json``; artifacts are ``<head>.<name>``)."""
+        """Every comparison document and the JSON artifacts beside it; :meth:`parse_comparison`
+        tells them apart."""
         return "comparisons/*/*/*/*.json"
+
+    def parse_comparison(self, rel: str) -> tuple[str, str, str]:
+        """(repo, pr, head) of a document path made by :meth:`comparison`; an artifact beside it
+        (``<head>.<name>``) or any other path raises :class:`LakePathError`."""
+        parts = rel.split("/")
+        head = parts[-1][: -len(".json")] if parts[-1].endswith(".json") else ""
+        try:
+            if len(parts) != 5 or self.comparison(f"{parts[1]}/{parts[2]}", parts[3], head) != rel:
+                raise LakePathError("")
+        except LakePathError:
+            raise LakePathError(f"not a comparison document path: {rel!r}") from None
+        return f"{parts[1]}/{parts[2]}", parts[3], head
 
     def comparison_requests_glob(self, repo: str, pr: int | str) -> str:
         """The requests of every head of one pull request (``comparison_artifact(…, "request.json")``)."""

@@ -35,3 +35,14 @@ def test_a_repositorys_batch_records_lie_under_its_prefix():
     record = LAYOUT.batch_record(REPO, SHA, "triage/t", Window(0, 8), "d" * 16)
     assert record.startswith(LAYOUT.batch_records_prefix(REPO) + "/")
     assert not record.startswith(LAYOUT.batch_records_prefix("acme/agent-two") + "/")
+
+
+def test_a_comparison_document_is_told_apart_from_the_artifacts_beside_it():
+    document = LAYOUT.comparison(REPO, 7, SHA)
+    assert fnmatch.fnmatchcase(document, LAYOUT.all_comparisons_glob())
+    assert LAYOUT.parse_comparison(document) == (REPO, "7", SHA)
+    artifact = LAYOUT.comparison_artifact(REPO, 7, SHA, "request.json")
+    assert fnmatch.fnmatchcase(artifact, LAYOUT.all_comparisons_glob())
+    for other in (artifact, f"comparisons/{REPO}/7/not-a-sha.json", f"comparisons/acme/7/{SHA}.json"):
+        with pytest.raises(LakePathError, match="not a comparison document path"):
+            LAYOUT.parse_comparison(other)

@@ -26,7 +26,7 @@ CSP = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; fo
 def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
     """The web app over ``lake``; ``dagster_url`` (the Dagster UI's base URL) adds links to runs."""
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
-    env.globals["tone"] = lambda verdict: pages.STATUS.get(str(verdict), "neutral")
+    env.globals["tone"] = pages.tone
     env.filters["delta"] = lambda v: "–" if v is None else f"{v:+.2f}"
     env.filters["score"] = lambda v: "–" if v is None else f"{v:.2f}"
     env.filters["money"] = lambda v: "unknown" if v is None else f"${v:,.2f}"

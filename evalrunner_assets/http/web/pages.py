@@ -13,24 +13,24 @@ from evalrunner_assets.documents.codec import parse_document
 from evalrunner_assets.documents.comparison import ComparisonDocument
 from lake import duck
 from lake.integrity import task_records
-from lake.layout import LAYOUT
+from lake.layout import LAYOUT, LakePathError
 from lake.storage import Lake
 
-# A status colour per verdict / label (the palette's good / bad / warn / neutral / pending).
-STATUS = {
+# A status colour per verdict and per task label (the palette's good / bad / warn / neutral /
+# pending); verdicts are upper case, labels lower case.
+_TONE = {
     "IMPROVED": "good",
-    "improved": "good",
     "REGRESSED": "bad",
-    "regressed": "bad",
     "BROKEN": "bad",
-    "broken": "bad",
     "INCONCLUSIVE": "warn",
-    "inconclusive": "warn",
     "UNCHANGED": "neutral",
-    "unchanged": "neutral",
     "RUNNING": "pending",
-    "continue": "pending",
+    "CONTINUE": "pending",
 }
+
+
+def tone(verdict_or_label: object) -> str:
+    return _TONE.get(str(verdict_or_label).upper(), "neutral")
 
 
 @dataclass(frozen=True)
@@ -45,17 +45,14 @@ class ComparisonRow:
     samples: int
     tasks: int
 
-    @property
-    def tone(self) -> str:
-        return STATUS.get(self.verdict, "neutral")
-
 
 def comparisons(lake: Lake) -> list[ComparisonRow]:
     """Every comparison document in the lake, newest head first within a PR."""
     rows = []
     for rel in lake.glob(LAYOUT.all_comparisons_glob()):
-        name = rel.rsplit("/", 1)[-1]
-        if name.count(".") != 1:  # artifacts beside the document: .request.json, .check.json, …
+        try:
+            LAYOUT.parse_comparison(rel)
+        except LakePathError:  # an artifact beside a document: .request.json, .check.json, …
             continue
         doc = parse_document(ComparisonDocument, lake.read_bytes(rel), rel)
         rows.append(
