@@ -15,7 +15,10 @@ Every ``REAPER_INTERVAL_S`` this sensor:
 - lists the runs of this code location's jobs in STARTED (and STARTING past
   ``STARTING_TIMEOUT_S``), reads the processes each names (``pipeline.run_workers``: its run tags
   and Dagster's "Started process for run" event) and marks FAILURE those whose processes are all
-  gone from this host, with a message naming the run, the pid and host and what happens next. A
+  gone from this host, with a message naming the run, the pid and host, how the worker died
+  when that is known, and what happens next. A worker that is a zombie still has a live parent:
+  the tick first gives it ``ZOMBIE_GRACE_S`` to reap it (the code server that launched the run
+  then fails it itself), so one death is reported once, in the best words available. A
   run it cannot judge (no pid or host recorded, another host, a live worker) is left alone and
   the tick's log says why;
 - finds the runs Dagster failed because their worker died (its code server saw the process exit,
@@ -65,6 +68,9 @@ class SensorLog(Protocol):
     def warning(self, msg: str) -> None: ...
 
 
+# How long a tick waits for a zombie worker's parent (Dagster's code server checks its run
+# workers every half second: dagster/_grpc/server.py, CLEANUP_TICK) before failing the run itself.
+ZOMBIE_GRACE_S = 2.0
 # A run stays STARTING while its worker loads the code location: minutes on a loaded machine.
 STARTING_TIMEOUT_S = 300.0
 # How Dagster's run worker announces itself (dagster/_grpc/impl.py, dagster/_cli/api.py).
@@ -173,6 +179,7 @@ def reap(
     host: str | None = None,
     now: float | None = None,
     starting_timeout_s: float = STARTING_TIMEOUT_S,
+    zombie_grace_s: float = ZOMBIE_GRACE_S,
 ) -> list[str]:
     """Fail the runs of this code location's jobs whose run worker is gone from this host;
     returns their run ids. Every run left alone is logged with the reason."""
@@ -186,6 +193,12 @@ def reap(
     by_id = {r.run_id: r for r in runs if r.job_name in ours}
     views = [under_way(instance, r) for r in by_id.values()]
     verdicts = judge(views, table or ProcTable(), host or this_host(), now or time.time(), starting_timeout_s)
+    if any(j.dead and j.awaiting_parent for j in verdicts):
+        # A zombie worker's parent is alive; when it is the code server that launched the run, it
+        # reaps the worker and fails the run within its cleanup tick, saying how the worker died.
+        # Give it that chance: the re-read below then skips the run, and explain_crashed (later
+        # in this tick) explains it. A parent that never reaps leaves the run to us.
+        time.sleep(zombie_grace_s)
     failed = []
     for judgement in verdicts:
         run_id = judgement.run.run_id

@@ -75,7 +75,23 @@ def test_a_killed_worker_not_yet_reaped_by_its_parent_is_dead() -> None:
             assert time.monotonic() < deadline, "the killed process never became a zombie"
             time.sleep(0.05)
         verdict = judge_run(_run(WorkerProcess(proc.pid, "engine event")), ProcTable(), HOST, time.time(), 300)
-        assert verdict.dead and "zombie" in verdict.reason
+        # How it died, in the words Dagster's code server would use had it reaped it first.
+        assert (
+            verdict.dead and verdict.reason == "it was terminated by signal 9 (SIGKILL), a zombie awaiting its parent"
+        )
+    finally:
+        proc.wait(timeout=TIMEOUT)
+
+
+def test_a_worker_that_exited_on_its_own_says_with_which_code() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (ProcTable().lookup(proc.pid) or ProcessInfo(None, False)).zombie:
+            assert time.monotonic() < deadline, "the process never became a zombie"
+            time.sleep(0.05)
+        verdict = judge_run(_run(WorkerProcess(proc.pid, "engine event")), ProcTable(), HOST, time.time(), 300)
+        assert verdict.dead and verdict.reason == "it exited with code 3, a zombie awaiting its parent"
     finally:
         proc.wait(timeout=TIMEOUT)
 

@@ -23,6 +23,7 @@ left alone, with the reason.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -75,6 +76,22 @@ class ProcessInfo:
     started_at: float | None  # epoch seconds, None when the table cannot tell
     zombie: bool  # exited, not yet reaped by its parent: gone for our purposes
     command: str = ""
+    # A zombie's exit status as waitpid(2) reports it, when the table can tell (/proc's
+    # "exit_code"; reads 0 without ptrace access, so 0 is taken as unknown).
+    exit_status: int | None = None
+
+
+def describe_exit(status: int) -> str:
+    """A waitpid(2) status in the words Dagster's code server uses for a run worker that died
+    ("was terminated by signal 9 (SIGKILL)"), so both reporters of one death read alike."""
+    if status & 0x7F:
+        number = status & 0x7F
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was terminated by signal {number} ({name})"
+    return f"exited with code {(status >> 8) & 0xFF}"
 
 
 class ProcessTable(Protocol):
@@ -89,6 +106,9 @@ class Judgement:
     dead: bool
     reason: str  # why it is dead, or why it was left alone
     worker: WorkerProcess | None = None  # the process the reason is about
+    # Dead, but a zombie: its parent lives and reaps it soon; when that parent is the Dagster
+    # code server that launched it, the code server fails the run, with its exit status.
+    awaiting_parent: bool = False
 
 
 def _gone(worker: WorkerProcess, info: ProcessInfo | None) -> str | None:
@@ -96,7 +116,8 @@ def _gone(worker: WorkerProcess, info: ProcessInfo | None) -> str | None:
     if info is None:
         return "no such process"
     if info.zombie:
-        return "it has exited (a zombie awaiting its parent)"
+        how = describe_exit(info.exit_status) if info.exit_status else "has exited"
+        return f"it {how}, a zombie awaiting its parent"
     if info.started_at is not None:
         if worker.started_at is not None and abs(info.started_at - worker.started_at) > START_TIME_SLACK_S:
             return f"the pid now belongs to another process ({info.command or '?'}, started at {info.started_at:.0f})"
@@ -118,14 +139,15 @@ def judge_run(
         return Judgement(run, False, f"the host of its worker (pid {pids}) is not recorded")
     if run.host != this_host:
         return Judgement(run, False, f"its worker runs on {run.host}, not on this host ({this_host})")
-    reasons: list[tuple[WorkerProcess, str]] = []
+    reasons: list[tuple[WorkerProcess, str, bool]] = []
     for worker in run.workers:
-        why = _gone(worker, table.lookup(worker.pid))
+        info = table.lookup(worker.pid)
+        why = _gone(worker, info)
         if why is None:
             return Judgement(run, False, f"its worker pid {worker.pid} ({worker.source}) is alive", worker)
-        reasons.append((worker, why))
-    worker, why = reasons[0]
-    return Judgement(run, True, why, worker)
+        reasons.append((worker, why, info is not None and info.zombie))
+    worker, why, zombie = reasons[0]
+    return Judgement(run, True, why, worker, awaiting_parent=zombie)
 
 
 def judge(
@@ -181,11 +203,15 @@ class ProcTable:
         # "pid (comm) state ppid …": comm may hold spaces and parentheses; the last ")" ends it.
         fields = stat[stat.rindex(")") + 2 :].split()
         state, start_ticks = fields[0], int(fields[19])
+        zombie = state in ("Z", "X")
+        # Field 52, "exit_code" (Linux 3.5+): fields[] starts at field 3.
+        exit_status = int(fields[49]) if zombie and len(fields) > 49 else None
         boot = self.boot_time()
         return ProcessInfo(
             started_at=None if boot is None else boot + start_ticks / self._tick,
-            zombie=state in ("Z", "X"),
+            zombie=zombie,
             command=self._command(pid),
+            exit_status=exit_status or None,
         )
 
     def _command(self, pid: int) -> str:
