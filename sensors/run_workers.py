@@ -16,11 +16,13 @@ Every ``REAPER_INTERVAL_S`` this sensor:
   ``STARTING_TIMEOUT_S``), reads the processes each names (``pipeline.run_workers``: its run tags
   and Dagster's "Started process for run" event) and marks FAILURE those whose processes are all
   gone from this host, with a message naming the run, the pid and host, how the worker died
-  when that is known, and what happens next. A worker that is a zombie still has a live parent:
-  the tick first gives it ``ZOMBIE_GRACE_S`` to reap it (the code server that launched the run
-  then fails it itself), so one death is reported once, in the best words available. A
-  run it cannot judge (no pid or host recorded, another host, a live worker) is left alone and
-  the tick's log says why;
+  when that is known, and what happens next. A dead worker whose launcher lives (a zombie's
+  parent, or the process its tags name as its launcher: the code server that started the run)
+  is left to that launcher for ``LAUNCHER_GRACE_S`` from the tick that first found it dead
+  (remembered in the sensor's cursor): Dagster's code server fails the run itself within a
+  second, and two writers failing one run would report one death twice. A run it cannot judge
+  (no pid or host recorded, another host, a live worker) is left alone and the tick's log says
+  why;
 - finds the runs Dagster failed because their worker died (its code server saw the process exit,
   or its run monitoring found the worker failed), and adds an engine event saying the same
   (pid, host, what happens next).
@@ -35,8 +37,10 @@ monitoring fails for a dead worker are still tagged and explained here.
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -51,6 +55,7 @@ from evalrunner_assets.pipeline.run_workers import (
     RunUnderWay,
     WorkerProcess,
     judge,
+    launcher_from_tags,
     this_host,
     workers_from_tags,
 )
@@ -68,9 +73,10 @@ class SensorLog(Protocol):
     def warning(self, msg: str) -> None: ...
 
 
-# How long a tick waits for a zombie worker's parent (Dagster's code server checks its run
-# workers every half second: dagster/_grpc/server.py, CLEANUP_TICK) before failing the run itself.
-ZOMBIE_GRACE_S = 2.0
+# How long a dead worker's live launcher is left to fail the run before the reaper does, counted
+# from the tick that first found the worker dead: Dagster's code server checks its run workers
+# every half second (dagster/_grpc/server.py, CLEANUP_TICK); the next tick, 10 s on, is due.
+LAUNCHER_GRACE_S = 5.0
 # A run stays STARTING while its worker loads the code location: minutes on a loaded machine.
 STARTING_TIMEOUT_S = 300.0
 # How Dagster's run worker announces itself (dagster/_grpc/impl.py, dagster/_cli/api.py).
@@ -128,7 +134,9 @@ def under_way(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunUnderWay:
     if record is not None:
         since = record.start_time if run.status == dg.DagsterRunStatus.STARTED else None
         since = since or record.update_timestamp.timestamp()
-    return RunUnderWay(run.run_id, run.job_name, run.status.value, since, host, tuple(workers))
+    return RunUnderWay(
+        run.run_id, run.job_name, run.status.value, since, host, tuple(workers), launcher_from_tags(run.tags)
+    )
 
 
 def crash_explanation(instance: dg.DagsterInstance, run_id: str) -> str | None:
@@ -179,10 +187,17 @@ def reap(
     host: str | None = None,
     now: float | None = None,
     starting_timeout_s: float = STARTING_TIMEOUT_S,
-    zombie_grace_s: float = ZOMBIE_GRACE_S,
+    awaiting: MutableMapping[str, float] | None = None,
+    launcher_grace_s: float = LAUNCHER_GRACE_S,
 ) -> list[str]:
     """Fail the runs of this code location's jobs whose run worker is gone from this host;
-    returns their run ids. Every run left alone is logged with the reason."""
+    returns their run ids. Every run left alone is logged with the reason.
+
+    ``awaiting`` is the reaper's memory between ticks: run id -> when a tick first found its
+    worker dead while its launcher lived. Updated in place: a run enters it when first found so
+    and is failed once ``launcher_grace_s`` has passed since; runs no longer under way leave it."""
+    awaiting = {} if awaiting is None else awaiting
+    now = now or time.time()
     runs = instance.get_runs(
         filters=dg.RunsFilter(
             job_name=None,
@@ -192,19 +207,29 @@ def reap(
     ours = {job.name for job in JOBS}
     by_id = {r.run_id: r for r in runs if r.job_name in ours}
     views = [under_way(instance, r) for r in by_id.values()]
-    verdicts = judge(views, table or ProcTable(), host or this_host(), now or time.time(), starting_timeout_s)
-    if any(j.dead and j.awaiting_parent for j in verdicts):
-        # A zombie worker's parent is alive; when it is the code server that launched the run, it
-        # reaps the worker and fails the run within its cleanup tick, saying how the worker died.
-        # Give it that chance: the re-read below then skips the run, and explain_crashed (later
-        # in this tick) explains it. A parent that never reaps leaves the run to us.
-        time.sleep(zombie_grace_s)
+    verdicts = judge(views, table or ProcTable(), host or this_host(), now, starting_timeout_s)
+    for run_id in [r for r in awaiting if r not in by_id]:
+        del awaiting[run_id]
     failed = []
     for judgement in verdicts:
         run_id = judgement.run.run_id
         if not judgement.dead:
+            awaiting.pop(run_id, None)
             log.info(f"run {run_id} ({judgement.run.job_name}, {judgement.run.status}) left alone: {judgement.reason}")
             continue
+        if judgement.awaiting_parent:
+            # The code server that launched the run fails it itself, saying how the worker died
+            # (explain_crashed then tags and explains it): only one of us may fail it. A launcher
+            # that does not (a shell, a test, a command's own parent) leaves it to us.
+            first_found = awaiting.setdefault(run_id, now)
+            if now - first_found < launcher_grace_s:
+                log.info(
+                    f"run {run_id} ({judgement.run.job_name}, {judgement.run.status}) left to its launcher: its "
+                    f"worker is gone ({judgement.reason}) and the process that started it lives; failed here if "
+                    f"still under way {launcher_grace_s:g} s after {first_found:.0f}"
+                )
+                continue
+        awaiting.pop(run_id, None)
         # Read again now that the worker is known to be gone: a worker writes its run's end
         # before it exits, so a run still under way now will never be ended by it.
         current = instance.get_run_by_id(run_id)
@@ -244,6 +269,33 @@ def explain_crashed(instance: dg.DagsterInstance, log: SensorLog, since: float) 
     return explained
 
 
+def read_cursor(cursor: str | None) -> tuple[float | None, dict[str, float]]:
+    """(the previous tick's time, the runs awaiting their launcher) from the sensor's cursor: a
+    JSON object, or the bare timestamp earlier versions wrote. An unreadable cursor starts over."""
+    if not cursor:
+        return None, {}
+    try:
+        value = json.loads(cursor)
+    except ValueError:
+        return None, {}
+    if isinstance(value, int | float):
+        return float(value), {}
+    if not isinstance(value, dict):
+        return None, {}
+    at = value.get("at")
+    awaiting = value.get("awaiting")
+    runs = (
+        {str(k): float(v) for k, v in awaiting.items() if isinstance(v, int | float)}
+        if isinstance(awaiting, dict)
+        else {}
+    )
+    return (float(at) if isinstance(at, int | float) else None), runs
+
+
+def write_cursor(at: float, awaiting: dict[str, float]) -> str:
+    return json.dumps({"at": round(at, 3), "awaiting": awaiting}, sort_keys=True)
+
+
 @dg.sensor(
     minimum_interval_seconds=REAPER_INTERVAL_S,
     default_status=dg.DefaultSensorStatus.RUNNING,
@@ -255,17 +307,22 @@ def run_worker_reaper(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     an instance whose run launcher is the ``DefaultRunLauncher``, which has no health check), and
     tags and explains the runs Dagster failed because their worker died (any launcher)."""
     now = time.time()
-    since = float(context.cursor) - CURSOR_OVERLAP_S if context.cursor else now - LOOK_BACK_S
+    previous, awaiting = read_cursor(context.cursor)
+    since = previous - CURSOR_OVERLAP_S if previous is not None else now - LOOK_BACK_S
     launcher = run_launcher_name(context.instance)
-    failed = reap(context.instance, context.log) if launcher == DEFAULT_LAUNCHER else []
+    failed = reap(context.instance, context.log, now=now, awaiting=awaiting) if launcher == DEFAULT_LAUNCHER else []
     explained = explain_crashed(context.instance, context.log, since)
-    context.update_cursor(f"{now:.3f}")
+    context.update_cursor(write_cursor(now, awaiting))
     said = [
         f"the run launcher is {launcher}, not the {DEFAULT_LAUNCHER}: runs under way are left to Dagster's "
         "run monitoring, which checks its run workers (deploy/dagster.yaml enables it)"
         if launcher != DEFAULT_LAUNCHER
         else "",
         f"marked {len(failed)} run(s) failed whose run worker was gone: {', '.join(failed)}" if failed else "",
+        f"left {len(awaiting)} run(s) whose run worker is gone to the live process that started it: "
+        f"{', '.join(sorted(awaiting))}"
+        if awaiting
+        else "",
         f"explained {len(explained)} run(s) failed when their worker died: {', '.join(explained)}" if explained else "",
     ]
     return dg.SkipReason("; ".join(s for s in said if s) or "no run under way has lost its run worker")

@@ -5,6 +5,8 @@ dagster/_daemon/monitoring/run_monitoring.py), named as such in the test."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +15,8 @@ import dagster as dg
 
 from evalrunner_assets.jobs import SWE_RUN_TAG, swe_run_key
 from evalrunner_assets.pipeline.run_workers import (
+    LAUNCHER_PID_TAG,
+    LAUNCHER_STARTED_TAG,
     WORKER_LOST_TAG,
     WORKER_PID_TAG,
     WORKER_STARTED_TAG,
@@ -21,7 +25,7 @@ from evalrunner_assets.pipeline.run_workers import (
 from evalrunner_assets.swe import RunSpec, SweStore
 from lake import open_lake
 from resources import LakeResource
-from sensors.run_workers import run_worker_reaper
+from sensors.run_workers import LAUNCHER_GRACE_S, run_worker_reaper
 from sensors.swe import MAX_WORKER_LOSS_RELAUNCHES, swe_run_sensor
 
 K8S_LAUNCHER = {
@@ -49,13 +53,74 @@ def _submitted_swe_run(tmp_path) -> tuple[SweStore, str, dict[str, LakeResource]
     return store, record["id"], {"lake": LakeResource(root=str(tmp_path / "lake"))}
 
 
-def _dead_worker_tags() -> dict[str, str]:
+def _dead_worker_tags(launcher: bool = False) -> dict[str, str]:
+    """Tags naming a killed (and reaped) worker; with ``launcher``, naming this test's process,
+    alive, as the process that started it (as a code server is for the runs it launches)."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     tags = {**worker_tags(), WORKER_PID_TAG: str(proc.pid)}
     tags.pop(WORKER_STARTED_TAG)
+    tags.pop(LAUNCHER_PID_TAG, None)
+    tags.pop(LAUNCHER_STARTED_TAG, None)
+    if launcher:
+        tags[LAUNCHER_PID_TAG] = str(os.getpid())
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=300)
     return tags
+
+
+def test_a_dead_worker_whose_launcher_lives_is_left_to_it_for_the_grace_then_failed(tmp_path) -> None:
+    """Dagster's code server fails a run whose worker it saw die; the reaper failing it as well
+    would report one death twice. So the first tick that finds the worker dead remembers it in
+    the cursor and leaves the run; a tick past ``LAUNCHER_GRACE_S`` fails it once."""
+    store, run_id, lake = _submitted_swe_run(tmp_path)
+    with dg.instance_for_test() as instance:
+        run = _swe_run(instance, run_id, run_id, _dead_worker_tags(launcher=True))
+        context = dg.build_sensor_context(instance=instance)
+        skip = str(run_worker_reaper(context).skip_message)
+        assert f"left 1 run(s) whose run worker is gone to the live process that started it: {run.run_id}" in skip
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
+        cursor = json.loads(context.cursor or "")
+        found_at = cursor["awaiting"][run.run_id]
+        # The next tick, as soon as the grace has passed (the cursor aged instead of waiting).
+        aged = {**cursor, "awaiting": {run.run_id: found_at - LAUNCHER_GRACE_S}}
+        context = dg.build_sensor_context(instance=instance, cursor=json.dumps(aged))
+        skip = str(run_worker_reaper(context).skip_message)
+        assert f"marked 1 run(s) failed whose run worker was gone: {run.run_id}" in skip, skip
+        assert json.loads(context.cursor or "")["awaiting"] == {}
+        (failure,) = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert f"swe_run_sensor relaunches SWE run {run_id}" in (failure.message or "")
+
+
+def test_a_launcher_that_fails_the_run_itself_leaves_one_failure_explained(tmp_path) -> None:
+    """Within the grace the launcher (here: this test, as Dagster's code server does) fails the
+    run, with the code server's words; the next tick only explains it, and fails nothing."""
+    store, run_id, lake = _submitted_swe_run(tmp_path)
+    with dg.instance_for_test() as instance:
+        run = _swe_run(instance, run_id, run_id, _dead_worker_tags(launcher=True))
+        context = dg.build_sensor_context(instance=instance)
+        run_worker_reaper(context)
+        pid = run.tags[WORKER_PID_TAG]
+        instance.report_engine_event(
+            f"[DagsterApiServer] Run execution process for {run.run_id} was terminated by signal 9 (SIGKILL).", run
+        )
+        instance.report_run_failed(run, "This run has been marked as failed from outside the execution context.")
+        cursor = json.loads(context.cursor or "")
+        aged = {**cursor, "awaiting": {k: v - LAUNCHER_GRACE_S for k, v in cursor["awaiting"].items()}}
+        context = dg.build_sensor_context(instance=instance, cursor=json.dumps(aged))
+        skip = str(run_worker_reaper(context).skip_message)
+        assert "marked" not in skip and f"explained 1 run(s) failed when their worker died: {run.run_id}" in skip
+        assert len(instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)) == 1
+        said = [e.message or "" for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
+        assert any(f"lost its run worker: pid {pid}" in m and "was terminated by signal 9 (SIGKILL)" in m for m in said)
+        assert json.loads(context.cursor or "")["awaiting"] == {}
+
+
+def test_the_reaper_reads_the_bare_timestamp_cursor_of_earlier_versions() -> None:
+    from sensors.run_workers import read_cursor, write_cursor
+
+    assert read_cursor("1764000000.125") == (1764000000.125, {})
+    assert read_cursor(write_cursor(5.0, {"r": 2.0})) == (5.0, {"r": 2.0})
+    assert read_cursor("not json") == (None, {}) and read_cursor(None) == (None, {})
 
 
 def test_on_a_local_instance_a_dead_workers_run_is_failed_and_the_swe_sensor_relaunches_it(tmp_path) -> None:

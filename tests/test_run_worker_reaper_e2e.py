@@ -41,7 +41,7 @@ from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
 from evalrunner_assets.swe.example import build_tinystats_repo
 from lake import open_lake
 from resources import GitHubResource, LakeResource, RepoResource, SandboxResource
-from sensors.run_workers import reap
+from sensors.run_workers import LAUNCHER_GRACE_S, reap
 from sensors.sampling import sampling_sensor
 
 pytestmark = pytest.mark.slow
@@ -128,10 +128,11 @@ def test_a_swe_run_whose_workers_die_is_failed_relaunched_and_done(tmp_path: Pat
                 dead = served.wait_for(lambda: ended_lost(first.run_id), 120, "the killed run explained", every=0.5)
                 print(f"worker killed: failed and explained {time.monotonic() - killed_at:.1f}s after the kill")
                 assert dead.status == dg.DagsterRunStatus.FAILURE
-                # Two observers race to see the death: the code server that started the worker
-                # (it reaps it within half a second, fails the run, and the reaper explains that
-                # in an engine event) and the reaper's own tick, when it finds the worker a
-                # zombie first (it fails the run itself). Either says how it died and what next.
+                # The code server that started the worker reaps it within half a second and fails
+                # the run; the reaper, finding the worker gone while its launcher lives, leaves the
+                # run to it and explains the failure in an engine event. Only were the code server
+                # to miss its grace would the reaper fail the run itself. One failure either way,
+                # saying how the worker died and what happens next.
                 lost = f"Run {first.run_id} (swe_run_job) lost its run worker: pid {pid} on {host} "
                 relaunch = f"swe_run_sensor relaunches SWE run {run_id} as {run_id}:launch-1"
                 said = [*engine_messages(instance, first.run_id), failure_message(instance, first.run_id)]
@@ -251,11 +252,19 @@ def test_a_comparison_whose_worker_is_killed_is_failed_and_resumed(tmp_path: Pat
             assert reap(instance, log) == [] and f"pid {worker.pid} (run tags) is alive" in log.lines[0]
             assert requested() == []
             worker.send_signal(signal.SIGKILL)
-            # Its parent (this test) does not reap it during the tick: the reaper waits its grace
-            # for the parent, then fails the run itself, saying how the worker died.
+            # Its parent (this test) lives and does not reap it: the first tick leaves the run to
+            # that parent (a code server would fail it itself), a tick past the grace fails it,
+            # saying how the worker died.
             wait_for(lambda: (ProcTable().lookup(worker.pid) or ProcessInfo(None, True)).zombie, 60, "a zombie")
+            awaiting: dict[str, float] = {}
             log = ListLog()
-            assert reap(instance, log) == [run.run_id]
+            found_at = time.time()
+            assert reap(instance, log, now=found_at, awaiting=awaiting) == []
+            assert awaiting == {run.run_id: found_at} and "left to its launcher" in log.lines[0], log.lines
+            assert reap(instance, ListLog(), now=found_at + LAUNCHER_GRACE_S / 2, awaiting=awaiting) == []
+            log = ListLog()
+            assert reap(instance, log, now=found_at + LAUNCHER_GRACE_S, awaiting=awaiting) == [run.run_id]
+            assert awaiting == {}
         finally:
             if worker.poll() is None:
                 worker.kill()

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from evalrunner_assets.pipeline.run_workers import (
+    LAUNCHER_PID_TAG,
     WORKER_HOST_TAG,
     WORKER_PID_TAG,
     WORKER_STARTED_TAG,
@@ -20,6 +21,7 @@ from evalrunner_assets.pipeline.run_workers import (
     RunUnderWay,
     WorkerProcess,
     judge_run,
+    launcher_from_tags,
     this_host,
     worker_tags,
     workers_from_tags,
@@ -159,3 +161,20 @@ def test_worker_tags_are_hidden_from_the_runs_list_and_older_runs_names_still_re
     # Runs tagged before the tags were hidden are judged the same.
     legacy = {tag.removeprefix(".dagster/"): value for tag, value in tags.items()}
     assert workers_from_tags(legacy) == workers_from_tags(tags)
+
+
+def test_a_dead_worker_whose_recorded_launcher_lives_awaits_it(sleeper) -> None:
+    """The launcher recorded in the worker's tags (its parent: the code server for a launched
+    run) is alive: the run is dead, awaiting that launcher; with the launcher gone too, not."""
+    tags = worker_tags()
+    assert tags[LAUNCHER_PID_TAG] == str(os.getppid())
+    assert launcher_from_tags(tags) is not None and launcher_from_tags({}) is None
+    dead = WorkerProcess(_dead_pid(), "run tags")
+    alive_launcher = WorkerProcess(sleeper.pid, "launcher tag")
+    run = RunUnderWay("run-1", "swe_run_job", "STARTED", time.time(), HOST, (dead,), alive_launcher)
+    verdict = judge_run(run, ProcTable(), HOST, time.time(), 300)
+    assert verdict.dead and verdict.awaiting_parent and verdict.reason == "no such process"
+    gone_launcher = WorkerProcess(_dead_pid(), "launcher tag")
+    run = RunUnderWay("run-1", "swe_run_job", "STARTED", time.time(), HOST, (dead,), gone_launcher)
+    verdict = judge_run(run, ProcTable(), HOST, time.time(), 300)
+    assert verdict.dead and not verdict.awaiting_parent

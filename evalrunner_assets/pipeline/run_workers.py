@@ -36,6 +36,10 @@ HIDDEN_TAG_PREFIX = ".dagster/"
 WORKER_PID_TAG = f"{HIDDEN_TAG_PREFIX}evalrunner/worker-pid"
 WORKER_HOST_TAG = f"{HIDDEN_TAG_PREFIX}evalrunner/worker-host"
 WORKER_STARTED_TAG = f"{HIDDEN_TAG_PREFIX}evalrunner/worker-started"  # the process's start time (epoch seconds)
+# The process that started the worker (its parent: Dagster's code server for a launched run)
+# and that process's start time: while it lives, it may end the run itself when the worker dies.
+LAUNCHER_PID_TAG = f"{HIDDEN_TAG_PREFIX}evalrunner/launcher-pid"
+LAUNCHER_STARTED_TAG = f"{HIDDEN_TAG_PREFIX}evalrunner/launcher-started"
 LEGACY_TAGS = {
     tag: tag.removeprefix(HIDDEN_TAG_PREFIX) for tag in (WORKER_PID_TAG, WORKER_HOST_TAG, WORKER_STARTED_TAG)
 }
@@ -67,6 +71,7 @@ class RunUnderWay:
     since: float | None  # when it entered that status (epoch seconds), if known
     host: str | None  # the host of its worker, None when not recorded
     workers: tuple[WorkerProcess, ...]
+    launcher: WorkerProcess | None = None  # the process that started its worker, when recorded
 
 
 @dataclass(frozen=True)
@@ -106,8 +111,10 @@ class Judgement:
     dead: bool
     reason: str  # why it is dead, or why it was left alone
     worker: WorkerProcess | None = None  # the process the reason is about
-    # Dead, but a zombie: its parent lives and reaps it soon; when that parent is the Dagster
-    # code server that launched it, the code server fails the run, with its exit status.
+    # Dead, but the process that started the worker lives (a zombie's parent, or the recorded
+    # launcher): when that is the Dagster code server that launched the run, it fails the run
+    # itself within a second, saying how the worker died. Two writers failing one run would
+    # report one death twice, so the reaper gives it time first (sensors/run_workers.py).
     awaiting_parent: bool = False
 
 
@@ -147,7 +154,8 @@ def judge_run(
             return Judgement(run, False, f"its worker pid {worker.pid} ({worker.source}) is alive", worker)
         reasons.append((worker, why, info is not None and info.zombie))
     worker, why, zombie = reasons[0]
-    return Judgement(run, True, why, worker, awaiting_parent=zombie)
+    launcher_alive = run.launcher is not None and _gone(run.launcher, table.lookup(run.launcher.pid)) is None
+    return Judgement(run, True, why, worker, awaiting_parent=zombie or launcher_alive)
 
 
 def judge(
@@ -169,6 +177,19 @@ def workers_from_tags(tags: Mapping[str, str]) -> tuple[str | None, WorkerProces
     except (KeyError, ValueError):
         started = None
     return host, WorkerProcess(pid, "run tags", started_at=started)
+
+
+def launcher_from_tags(tags: Mapping[str, str]) -> WorkerProcess | None:
+    """The process that started a run's worker, as its tags record it (None when absent)."""
+    try:
+        pid = int(tags[LAUNCHER_PID_TAG])
+    except (KeyError, ValueError):
+        return None
+    try:
+        started = float(tags[LAUNCHER_STARTED_TAG])
+    except (KeyError, ValueError):
+        started = None
+    return WorkerProcess(pid, "launcher tag", started_at=started)
 
 
 # -- this host's process table (Linux /proc) ------------------------------------------------------
@@ -238,9 +259,15 @@ def this_host() -> str:
 
 def worker_tags(table: ProcTable | None = None) -> dict[str, str]:
     """The run tags naming this process as a run's worker (see :data:`WORKER_PID_TAG`)."""
-    pid = os.getpid()
+    table = table or ProcTable()
+    pid, parent = os.getpid(), os.getppid()
     tags = {WORKER_PID_TAG: str(pid), WORKER_HOST_TAG: this_host()}
-    info = (table or ProcTable()).lookup(pid)
+    info = table.lookup(pid)
     if info is not None and info.started_at is not None:
         tags[WORKER_STARTED_TAG] = f"{info.started_at:.2f}"
+    if parent > 1:  # pid 1 (init, a container's entry point) never ends a run
+        tags[LAUNCHER_PID_TAG] = str(parent)
+        launcher = table.lookup(parent)
+        if launcher is not None and launcher.started_at is not None:
+            tags[LAUNCHER_STARTED_TAG] = f"{launcher.started_at:.2f}"
     return tags
