@@ -273,7 +273,7 @@ class GitHubClient:
                 )
                 return int(created.id)
             run = max(runs, key=lambda r: int(r.id))  # the newest, if history left several
-            if _shows(run, status, conclusion, output):
+            if _shows(run, status, conclusion, output) and details_url in (None, run.details_url):
                 return int(run.id)
             run.edit(output=output, **kwargs, **_opt(details_url=details_url))
             return int(run.id)

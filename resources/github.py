@@ -147,6 +147,7 @@ class GitHubResource(dg.ConfigurableResource):
                 title=check["title"],
                 summary=check["summary"],
                 text=body,
+                details_url=check.get("details_url"),
             )
             comment_id = client.upsert_pr_comment(repo, int(pr), body)
         except GitHubError as exc:

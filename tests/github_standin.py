@@ -638,6 +638,7 @@ class GitHubStandin:
                 "output": {"title": None, "summary": None, "text": None, "annotations_count": 0},
                 "url": s._api(f"/repos/{full}/check-runs/{rid}"),
                 "html_url": f"https://github.example/{full}/runs/{rid}",
+                "details_url": None,
                 "app": {"id": s.app_id or 1, "slug": s.app_slug, "name": s.app_slug},
                 "_repo": full,
                 "_history": [],
@@ -756,6 +757,8 @@ def _apply_check(run: dict[str, Any], data: dict[str, Any]) -> None:
         run["completed_at"] = _now()
     if "output" in data:
         run["output"].update({k: data["output"].get(k) for k in ("title", "summary", "text")})
+    if "details_url" in data:
+        run["details_url"] = data["details_url"]
     run["_history"].append((run["status"], run["conclusion"]))
 
 

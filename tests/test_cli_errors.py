@@ -149,6 +149,12 @@ def _case(name: str, tmp_path: Path) -> Case:
         return Case(
             ["serve", "--webhook-only", "--port", str(free_port())], ["EVALRUNNER_WEBHOOK_SECRET", "--insecure"]
         )
+    if name == "serve-with-a-web-url-that-is-no-url":
+        return Case(
+            ["serve", "--webhook-only", "--insecure", "--port", str(free_port())],
+            ["EVALRUNNER_WEB_URL='evalrunner.example.com/web'", "is not an http(s) URL"],
+            env={"EVALRUNNER_WEB_URL": "evalrunner.example.com/web"},
+        )
     raise AssertionError(name)
 
 
@@ -182,6 +188,7 @@ FAST = [
     "sql-on-a-missing-lake",
     "view-on-a-missing-lake",
     "serve-without-a-webhook-secret",
+    "serve-with-a-web-url-that-is-no-url",
 ]
 IN_SANDBOX = [pytest.param(name, marks=pytest.mark.slow) for name in BAD_LISTS]
 

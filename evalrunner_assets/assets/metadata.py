@@ -18,6 +18,7 @@ from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport
 from evalrunner_assets.pipeline.windows import WindowOutcome, batch_state
 from evalrunner_assets.report import render_comment
 from evalrunner_assets.report.chart import render_panel_chart
+from evalrunner_assets.report.links import web_links
 from evalrunner_assets.report.panel import markdown_image
 from lake import LAYOUT, Lake
 from lake.integrity import LakeIntegrityError, load_record, quarantine, verify_record
@@ -194,6 +195,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 def comparison_metadata(saved: SavedComparison) -> dict[str, Any]:
     """What a ``comparison`` materialization shows of one saved comparison document."""
     result = saved.result
+    links = web_links()
     metadata: dict[str, Any] = {
         "verdict": dg.MetadataValue.text(result.verdict),
         "p_improvement": result.final_verdict.p_improvement,
@@ -202,7 +204,7 @@ def comparison_metadata(saved: SavedComparison) -> dict[str, Any]:
         "samples_run": dg.MetadataValue.int(result.samples_run),
         "spend_usd": result.spend_usd,
         "comparison_json": dg.MetadataValue.path(saved.url),
-        "summary": dg.MetadataValue.md(render_comment(result)),
+        "summary": dg.MetadataValue.md(render_comment(result, links=links)),
     }
     if result.tasks:
         # sized for the metadata panel; the full chart is in the lake once the comparison ended
@@ -211,6 +213,8 @@ def comparison_metadata(saved: SavedComparison) -> dict[str, Any]:
         )
     if saved.chart_url is not None:
         metadata["chart_path"] = dg.MetadataValue.path(saved.chart_url)
+    if links is not None:
+        metadata["page"] = dg.MetadataValue.url(links.pull_request(result.repo, result.pr, result.head_sha))
     return metadata
 
 

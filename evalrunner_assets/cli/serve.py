@@ -47,6 +47,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"no webhook secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}) to the secret of the GitHub webhook",
             hint="or pass --insecure to accept unsigned deliveries on loopback (local testing only)",
         )
+    from evalrunner_assets.report.links import web_links
+
+    web_links()  # a bad EVALRUNNER_WEB_URL is said now, not at the first report
     dagster = None
     if not args.webhook_only:
         dagster_home = home.ensure_dagster_home()

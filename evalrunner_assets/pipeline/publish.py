@@ -15,6 +15,7 @@ from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.pipeline import assess as assess_mod
 from evalrunner_assets.report import check_run_state, render_chart, render_comment, render_summary
 from evalrunner_assets.report.checks import broken_detail, broken_on_both_detail, stopped_title
+from evalrunner_assets.report.links import web_links
 from lake import LAYOUT
 
 CHECK_RUN_NAME = "evalrunner / evals"
@@ -100,7 +101,8 @@ def write_report(the_lake: Any, result: ComparisonDocument, poster: ReportPoster
     them when ``poster`` is given (a permanent GitHub error is returned, never raised: the
     report files in the lake are complete either way)."""
     repo, pr, head = result.repo, result.pr, result.head_sha
-    body = render_comment(result, why_regressed=why_regressed(the_lake, result))
+    links = web_links()
+    body = render_comment(result, why_regressed=why_regressed(the_lake, result), links=links)
     status, conclusion, title = check_run_state(
         result.verdict,
         result.samples_run,
@@ -118,6 +120,8 @@ def write_report(the_lake: Any, result: ComparisonDocument, poster: ReportPoster
         "title": title,
         "summary": render_summary(result),
     }
+    if links is not None:
+        check["details_url"] = links.pull_request(repo, pr, head)  # GitHub's "Details" link
     comment_url = the_lake.write_bytes(LAYOUT.comparison_artifact(repo, pr, head, "comment.md"), body.encode())
     the_lake.write_bytes(
         LAYOUT.comparison_artifact(repo, pr, head, "check_run.json"), json.dumps(check, indent=2).encode()

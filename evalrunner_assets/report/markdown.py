@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from evalrunner_assets.documents.comparison import ComparisonDocument, NewTaskResult
+    from evalrunner_assets.report.links import WebLinks
 
 MARKER = "<!-- evalrunner:pr-report -->"
 
@@ -100,11 +101,17 @@ def headline(result: ComparisonDocument) -> str:
 
 
 def render_comment(
-    result: ComparisonDocument, *, marker: str = MARKER, why_regressed: Sequence[tuple[str, str, str]] = ()
+    result: ComparisonDocument,
+    *,
+    marker: str = MARKER,
+    why_regressed: Sequence[tuple[str, str, str]] = (),
+    links: WebLinks | None = None,
 ) -> str:
     """The whole comment body (Markdown), with the hidden marker that makes it updatable.
     ``why_regressed``: (task, evidence, pattern) the trajectory miner found for regressed tasks;
-    the pattern names the repository's tools, so it is shown as code, never as Markdown."""
+    the pattern names the repository's tools, so it is shown as code, never as Markdown.
+    ``links``: where the web pages are (``EVALRUNNER_WEB_URL``); each eval then links to its
+    trajectories and the comment to the comparison's page. Without them the comment has no links."""
     verdict = result.verdict
     tasks = result.tasks
     lines = [marker, f"## {_ICON.get(verdict, '')} evalrunner: {verdict}", "", headline(result), ""]
@@ -144,9 +151,12 @@ def render_comment(
             label = _LABEL.get(d.label, d.label)
             if doc.failures:
                 label += " ⚠"
+            name = _code(task)
+            if links is not None:
+                name = f"[{name}]({links.trajectories(result.repo, result.head_sha, task, result.base_sha)})"
             lines.append(
                 _row(
-                    _code(task),
+                    name,
                     _fmt_rate(d.base_mean),
                     _fmt_rate(d.head_mean),
                     f"{_fmt_delta(d.delta)}{interval}",
@@ -207,6 +217,12 @@ def render_comment(
 
     hints = [(t, doc.more_samples_hint) for t, doc in tasks.items() if doc.more_samples_hint]
     lines += ["", _footer(result)]
+    if links is not None:
+        page = links.pull_request(result.repo, result.pr, result.head_sha)
+        lines += [
+            "",
+            f"[Open this comparison]({page}): the chart, spend, and each sample's trajectory, head beside base.",
+        ]
     if hints and verdict in ("INCONCLUSIVE", "RUNNING"):
         lines.append("")
         for t, hint in hints:
