@@ -156,3 +156,166 @@ def test_mounted_under_a_path_the_links_keep_the_mount_point(hostile_home):
     assert hrefs and all(h.startswith("/web/") for h in hrefs), hrefs
     assert client.get("/web/static/web.css").status_code == 200
     assert client.get("/web/", follow_redirects=False).headers["location"] == "/web/prs"
+
+
+def test_every_link_the_pr_comment_makes_opens_a_page(hostile_home):
+    """The comment's deep links (``EVALRUNNER_WEB_URL`` set) are paths the app serves, and the
+    PR page links back to the comparison's partition in the Dagster UI."""
+    from urllib.parse import urlencode
+
+    from evalrunner_assets.http.web import pages
+    from evalrunner_assets.pipeline.keys import comparison_key
+    from evalrunner_assets.report.links import WebLinks
+    from evalrunner_assets.report.markdown import render_comment
+
+    the_lake = Lake(str(lake(hostile_home)))
+    (row,) = pages.comparisons(the_lake)
+    doc = pages.comparison(the_lake, row.repo, row.pr, row.head_sha)
+    body = render_comment(doc, links=WebLinks("http://evalrunner.example/web"))
+    urls = re.findall(r"\]\((http://evalrunner\.example/web/[^)]+)\)", body)
+    assert len(urls) == len(doc.tasks) + 1, body
+    client = _client(hostile_home)
+    for url in urls:
+        assert client.get(url.removeprefix("http://evalrunner.example/web")).status_code == 200, url
+    page = client.get(urls[-1].removeprefix("http://evalrunner.example/web"))
+    key = urlencode({"partition": comparison_key(doc.repo, doc.pr, doc.head_sha)})
+    assert f'href="http://dagster.example:3000/assets/comparison?view=partitions&amp;{key}"' in page.text
+
+
+# -- in a real browser (Debian's Chromium through Playwright; see tests/web_browser.py) -----------
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    from web_browser import CHROMIUM_ARGS, chromium_or_skip
+
+    executable = chromium_or_skip()
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+class Visit:
+    """A browser page that keeps every console error, page error and dialog it saw."""
+
+    def __init__(self, browser, width: int) -> None:
+        self.context = browser.new_context(viewport={"width": width, "height": 900})
+        self.page = self.context.new_page()
+        self.problems: list[str] = []
+        self.page.on(
+            "console", lambda m: self.problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+        )
+        self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
+        self.page.on("response", lambda r: self.problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        self.page.on("dialog", lambda d: (self.problems.append(f"dialog: {d.message}"), d.dismiss()))
+
+    def open(self, url: str) -> None:
+        response = self.page.goto(url)
+        assert response is not None and response.status == 200, (url, response and response.status)
+        self.page.wait_for_load_state("load")
+
+    def follow(self, selector: str) -> str:
+        """Click the first link matching ``selector`` as a person would; the URL it led to."""
+        with self.page.expect_navigation():
+            self.page.locator(selector).first.click()
+        self.page.wait_for_load_state("load")
+        return self.page.url
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _serious_violations(page, axe: str) -> list[str]:
+    page.evaluate(axe)  # evaluated by the browser's debugger protocol: the page's CSP still holds for the page
+    found = page.evaluate("async () => (await axe.run()).violations.map(v => [v.id, v.impact, v.nodes.length, v.help])")
+    return [f"{i} ({impact}, {n} nodes): {text}" for i, impact, n, text in found if impact in ("serious", "critical")]
+
+
+def test_in_a_real_browser_every_page_loads_cleanly_and_passes_the_accessibility_scan(example_home, browser, tmp_path):
+    """Pull requests → one PR → an eval's trajectories → a failing one and one side by side, each
+    reached by clicking: no console error (a CSP violation is one), the chart image decodes, no
+    serious or critical axe-core violation, and on a phone's width no page-level sideways scroll.
+    Screenshots of each page at both widths are kept as test artifacts."""
+    from web_browser import artifacts_dir, axe_source, served_pages
+
+    axe, shots = axe_source(), artifacts_dir()
+    with served_pages(example_home, tmp_path / "serve.log") as web:
+        for width in (1280, 390):
+            visit = Visit(browser, width)
+            try:
+                visit.open(web + "/prs")
+                pages = [("prs", visit.page.url)]
+                pages.append(("pr", visit.follow('a[href*="/prs/"]')))
+                chart = visit.page.locator("img.chart")
+                assert chart.evaluate("img => img.complete && img.naturalWidth > 0"), "the chart did not decode"
+                pages.append(
+                    ("trajectories", visit.follow(f'a[href*="/trajectories/"][href*="{TASK}"]:not([href*="base="])'))
+                )
+                pages.append(("trajectory-failing", visit.follow('tr:has(.pill.bad) a[href*="/trajectory/"]')))
+                visit.page.go_back()
+                visit.page.wait_for_load_state("load")
+                visit.open(pages[1][1])
+                pages.append(
+                    ("trajectories-head", visit.follow(f'a[href*="/trajectories/"][href*="{TASK}"][href*="base="]'))
+                )
+                pages.append(("trajectory-side-by-side", visit.follow('a[href*="/trajectory/"]')))
+                assert visit.page.locator("section.arm").count() == 2
+                for name, url in pages:
+                    visit.open(url)
+                    visit.page.screenshot(path=str(shots / f"{name}-{width}.png"), full_page=True)
+                    if width == 1280:
+                        assert _serious_violations(visit.page, axe) == [], (name, url)
+                    else:
+                        overflow = visit.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+                        assert overflow <= 1, (name, url, f"{overflow}px wider than the phone")
+                assert visit.problems == [], visit.problems
+            finally:
+                visit.close()
+
+
+def test_in_a_real_browser_the_failing_turn_and_the_miners_note_are_on_screen(example_home, browser, tmp_path):
+    from web_browser import served_pages
+
+    with served_pages(example_home, tmp_path / "serve.log") as web:
+        visit = Visit(browser, 1280)
+        try:
+            visit.open(web + "/prs")
+            visit.follow('a[href*="/prs/"]')
+            visit.follow(f'a[href*="/trajectories/"][href*="{TASK}"]:not([href*="base="])')
+            failing = visit.page.locator('tr:has(.pill.bad) a[href*="/trajectory/"]').evaluate_all(
+                "as => as.map(a => a.href)"
+            )
+            assert failing
+            shown = False
+            for href in failing:
+                visit.open(href)
+                if visit.page.locator(".note").count():
+                    shown = True
+                    break
+            assert shown, "no failing trajectory shows the miner's note"
+            turn = visit.page.locator(".event.failing").first
+            turn.scroll_into_view_if_needed()
+            assert turn.is_visible() and "failing turn" in turn.inner_text().lower()
+            assert "never calls runbook_search" in visit.page.locator(".note").first.inner_text()
+            assert visit.problems == [], visit.problems
+        finally:
+            visit.close()
+
+
+def test_in_a_real_browser_hostile_markup_is_text_and_never_runs(hostile_home, browser, tmp_path):
+    from web_browser import served_pages
+
+    with served_pages(hostile_home, tmp_path / "serve.log") as web:
+        visit = Visit(browser, 1280)
+        try:
+            visit.open(web + "/prs")
+            visit.follow('a[href*="/prs/"]')
+            visit.follow('a[href*="/trajectories/"][href*="base="]')
+            visit.follow('a[href*="/trajectory/"]')
+            assert visit.page.get_by_text(HOSTILE).first.is_visible()
+            assert visit.page.evaluate("document.querySelectorAll('script').length") == 0
+            assert visit.problems == [], visit.problems  # no alert() dialog, no error
+        finally:
+            visit.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -15,6 +16,8 @@ from starlette.staticfiles import StaticFiles
 
 from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.http.web import pages
+from evalrunner_assets.pipeline.keys import comparison_key
+from evalrunner_assets.report import links
 from lake.layout import LAYOUT
 from lake.storage import Lake
 
@@ -23,10 +26,25 @@ HERE = Path(__file__).parent
 CSP = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'"
 
 
+def dagster_comparison_url(dagster_url: str | None, doc: Any) -> str | None:
+    """The Dagster UI's page of the comparison's partition of the ``comparison`` asset: its
+    materializations, their runs and metadata."""
+    if not dagster_url:
+        return None
+    key = comparison_key(doc.repo, doc.pr, doc.head_sha)
+    return f"{dagster_url.rstrip('/')}/assets/comparison?{urlencode({'view': 'partitions', 'partition': key})}"
+
+
 def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
     """The web app over ``lake``; ``dagster_url`` (the Dagster UI's base URL) adds links to runs."""
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
     env.globals["tone"] = pages.tone
+    # One definition of every page's path: the reports' deep links use the same (report.links).
+    env.globals["pr_path"] = links.pull_request_path
+    env.globals["prs_path"] = links.pull_requests_path
+    env.globals["trajectories_path"] = links.trajectories_path
+    env.globals["trajectory_path"] = links.trajectory_path
+    env.globals["dagster_comparison"] = lambda doc: dagster_comparison_url(dagster_url, doc)
     env.filters["delta"] = lambda v: "–" if v is None else f"{v:+.2f}"
     env.filters["score"] = lambda v: "–" if v is None else f"{v:.2f}"
     env.filters["money"] = lambda v: "unknown" if v is None else f"${v:,.2f}"

@@ -1,0 +1,120 @@
+"""A real browser for the web pages' tests: Debian's Chromium driven by Playwright (its own
+browser download is not reachable here, so the system executable is used), axe-core from the npm
+registry for the accessibility scan, and ``evalrunner serve`` serving the pages.
+
+Without Chromium the browser tests skip, except where ``EVALRUNNER_REQUIRE_BROWSER=1`` (set by
+``.ci/run``, which installs it): there a missing browser fails them."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
+AXE_VERSION = "4.14.1"
+AXE_TARBALL = f"https://registry.npmjs.org/axe-core/-/axe-core-{AXE_VERSION}.tgz"
+# The registry's integrity value for that tarball (`npm view axe-core@4.14.1 dist.integrity`).
+AXE_INTEGRITY = "sha512-FHfa+lmNjQZfJz1q8wKqIDwC6DExcHt/pkjNQb09a3NPjCKg2rhu5qb2S4r76ASyFNNtuFooJpZe37OgudVGtQ=="
+# Chromium as root on a closed network: no sandbox, and none of its background connections.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def artifacts_dir() -> Path:
+    """Where screenshots are kept after the run (``EVALRUNNER_TEST_ARTIFACTS``, default
+    ``.evalrunner/test-artifacts/web`` in the checkout)."""
+    where = Path(os.environ.get("EVALRUNNER_TEST_ARTIFACTS") or ROOT / ".evalrunner" / "test-artifacts") / "web"
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def chromium_or_skip() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        message = "no Chromium: install Debian's `chromium` (apt-get install chromium) for the browser tests"
+        if os.environ.get("EVALRUNNER_REQUIRE_BROWSER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def axe_source() -> str:
+    """axe-core's ``axe.min.js``, fetched once from the npm registry, checked against the
+    registry's integrity hash, and cached beside the artifacts."""
+    cache = ROOT / ".evalrunner" / "cache" / f"axe-core-{AXE_VERSION}.tgz"
+    if not cache.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with urllib.request.urlopen(AXE_TARBALL, timeout=60) as response:
+            data = response.read()
+        tmp = cache.with_suffix(".part")
+        tmp.write_bytes(data)
+        tmp.replace(cache)
+    data = cache.read_bytes()
+    digest = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+    if digest != AXE_INTEGRITY:
+        cache.unlink()
+        raise AssertionError(f"{AXE_TARBALL}: integrity {digest}, expected {AXE_INTEGRITY}")
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.extractfile("package/axe.min.js")
+        assert member is not None
+        return member.read().decode()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def served_pages(home: Path, log: Path) -> Iterator[str]:
+    """``evalrunner serve --webhook-only`` on ``home``: yields the pages' base URL (``…/web``)."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALRUNNER_", "DAGSTER_"))}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [EVALRUNNER, "serve", "--webhook-only", "--insecure", "--port", str(port)],
+            env={**env, "EVALRUNNER_HOME": str(home)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
+                        break
+                except OSError:
+                    assert time.monotonic() < deadline, "serve never answered /healthz"
+                    time.sleep(0.2)
+            yield f"http://127.0.0.1:{port}/web"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
