@@ -591,12 +591,32 @@ def land_batch(
                         _remove_quietly(lake, rel)
                 return _reuse_or_conflict(winner, sha, d, src)
             lake.write_bytes(rec_path, record.to_json_bytes())
+        else:
+            _remove_unvouched_tables(lake, key, d, keep={samples_path, events_path})
     except BaseException:
         if not _vouched_elsewhere(lake, rec_path, raw_path):
             for rel in written[1:]:  # the raw log stays (evidence); the tables are never left unvouched
                 _remove_quietly(lake, rel)
         raise
     return record
+
+
+def _remove_unvouched_tables(lake: Lake, key: BatchKey, digest: str, keep: set[str]) -> None:
+    """After this landing committed the batch's record: delete the batch's table files that no
+    record vouches for, left by an earlier landing killed between its files and its record (its
+    log, a rerun's, had another digest, so other names). Only the winner of ``write_once`` does
+    this: any other landing of the key loses the commit and removes its own files anyway."""
+    layout = lake.layout
+    for table in ("samples", "events"):
+        exact = layout.table_file(table, key.repo, key.commit, key.task, key.window, digest)
+        stem = exact[: -len(".parquet")]
+        try:
+            found = lake.glob(stem + ".*.parquet")
+        except Exception:  # unvouched files are invisible to readers: leave them rather than fail a landing
+            continue
+        for rel in found:
+            if rel not in keep and rel.startswith(stem + "."):
+                _remove_quietly(lake, rel)
 
 
 def _vouched_elsewhere(lake: Lake, rec_path: str, raw_path: str) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -207,12 +208,14 @@ def test_not_accepted_nothing_written_and_the_html_preview_removed(tmp_path, mon
     before = _tree(repo)
     path = _write(tmp_path / "t.jsonl", json.dumps(CHAT) + "\n")
     seen = {}
+    # The preview goes to the temporary directory: make it this test's, so no other test's
+    # (or another worker's) preview can be the one found.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     def answer(prompt: str) -> str:
         import glob
-        import tempfile
 
-        [page] = glob.glob(f"{tempfile.gettempdir()}/evalrunner-wild-*.html")
+        [page] = glob.glob(f"{tmp_path}/evalrunner-wild-*.html")
         seen["page"] = Path(page)
         seen["html"] = Path(page).read_text()
         return "n"

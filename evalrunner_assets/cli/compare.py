@@ -27,6 +27,7 @@ from evalrunner_assets.errors import EXIT_BLOCKED, UserError
 
 if TYPE_CHECKING:
     from evalrunner_assets.documents.comparison import ComparisonDocument
+    from evalrunner_assets.pipeline.lease import Lease
 
 
 def _progress_printer() -> Any:
@@ -135,8 +136,8 @@ def _same_comparison_again(request: Any) -> Any:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from evalrunner_assets.driver.comparison import EngineOptions, run_comparison
-    from evalrunner_assets.pipeline.lease import Lease
+    # The driver (Dagster and the pipeline: seconds to import) only once the inputs are known
+    # good, so a mistyped --repo or ref is reported at once.
     from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest
     from lake.batch import RunSettings
 
@@ -188,6 +189,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     # The outage breaker (ComparisonStopped, exit 3), a gateway that cannot start (exit 2) and
     # Ctrl-C (exit 130) end up in main's handler like every other error.
+    from evalrunner_assets.driver.comparison import EngineOptions, run_comparison
+
     def on_lease_wait(holder: Lease) -> None:
         print(
             f"waiting: this comparison is being run by {holder.describe()}; it continues from what that "

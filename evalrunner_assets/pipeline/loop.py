@@ -25,14 +25,23 @@ class Step:
 
 
 def result_changed(result: ComparisonDocument, saved: ComparisonDocument | None) -> bool:
-    """Whether the comparison document moved since it was last materialized."""
+    """Whether the comparison document moved since it was last materialized: its verdict and
+    samples, and also what failed. A window that fails after the last save lands no sample and
+    moves no verdict, yet the document must name it and count what it spent."""
     if saved is None:
         return True
-    return (result.status, result.samples_run, result.verdict, result.params) != (
-        saved.status,
-        saved.samples_run,
-        saved.verdict,
-        saved.params,
+    return _what_moves(result) != _what_moves(saved)
+
+
+def _what_moves(doc: ComparisonDocument) -> tuple[object, ...]:
+    return (
+        doc.status,
+        doc.samples_run,
+        doc.verdict,
+        doc.params,
+        doc.failed_windows,
+        {task: dict(t.failures) for task, t in doc.tasks.items()},
+        {task: (r.status, r.failure) for task, r in doc.new_task_results.items()},
     )
 
 
@@ -68,7 +77,9 @@ def next_steps(assessment: Assessment, saved: ComparisonDocument | None) -> list
         steps.append(
             Step(
                 "compare",
-                f"compare:{key}:{result.status}:{result.samples_run}:{result.params.cap if result.params else None}",
+                f"compare:{key}:{result.status}:{result.samples_run}:"
+                f"{result.failed_windows.windows if result.failed_windows else 0}:"
+                f"{result.params.cap if result.params else None}",
             )
         )
     return steps

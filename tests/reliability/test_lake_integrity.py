@@ -307,6 +307,43 @@ def test_concurrent_landings_of_one_batch_commit_exactly_one_consistent_record(t
     assert len(list((tmp_path / "tables" / "samples").rglob("*.parquet"))) == 1  # the loser's removed
 
 
+_KILLED_BEFORE_ITS_RECORD = """
+import os, signal, sys
+from lake import BatchKey, Window, land_batch, open_lake
+from lake.batch import RunSettings
+from lake.storage import Lake
+
+def die(self, rel, data):  # kill -9 of this process between the landing's files and its record
+    os.kill(os.getpid(), signal.SIGKILL)
+
+Lake.write_once = die
+key = BatchKey(repo="acme/agent", commit="a" * 40, task="qa/probe", spec="evals/probe.py@lake_probe",
+               window=Window(0, 4), config_digest="cfg123", backend="local-unsafe", runtime_digest="rt1",
+               settings=RunSettings(model="lakeprobe/probe-1", seed=7, epochs=2))
+land_batch(open_lake(sys.argv[1]), key, open(sys.argv[2], "rb").read())
+"""
+
+
+def test_a_landing_killed_before_its_record_leaves_no_table_file_once_the_window_lands_again(tmp_path, logs):
+    """kill -9 after a landing wrote its table files and before its record: the rerun of the
+    window (another log, so other file names) commits, and the killed landing's files go."""
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_BEFORE_ITS_RECORD, str(tmp_path), str(logs["base"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    orphans = sorted((tmp_path / "tables").rglob("*.parquet"))
+    assert len(orphans) == 2  # its samples and events files, vouched by no record
+    lake = open_lake(str(tmp_path))
+    record = land_batch(lake, key_for(), logs["head"].read_bytes())
+    left = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "tables").rglob("*.parquet"))
+    assert left == sorted([record.samples_path, record.events_path])
+    forget_verified()
+    verify_record(lake, record, always=True)
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A directory on a 1 MiB tmpfs (mounted when permitted, e.g. as root), else on the normal
