@@ -234,8 +234,8 @@ def _serious_violations(page, axe: str) -> list[str]:
 
 
 def test_in_a_real_browser_every_page_loads_cleanly_and_passes_the_accessibility_scan(example_home, browser, tmp_path):
-    """Pull requests → one PR → an eval's trajectories → a failing one and one side by side, each
-    reached by clicking: no console error (a CSP violation is one), the chart image decodes, no
+    """Pull requests → one PR → an eval's trajectories → a failing one and one side by side, and
+    the PR's samples page, each reached by clicking: no console error (a CSP violation is one), the chart image decodes, no
     serious or critical axe-core violation, and on a phone's width no page-level sideways scroll.
     Screenshots of each page at both widths are kept as test artifacts."""
     from web_browser import artifacts_dir, axe_source, served_pages
@@ -262,6 +262,9 @@ def test_in_a_real_browser_every_page_loads_cleanly_and_passes_the_accessibility
                 )
                 pages.append(("trajectory-side-by-side", visit.follow('a[href*="/trajectory/"]')))
                 assert visit.page.locator("section.arm").count() == 2
+                visit.open(pages[1][1])
+                pages.append(("budget", visit.follow('a[href$="/budget"]')))
+                assert visit.page.locator("meter").count() >= 1
                 for name, url in pages:
                     visit.open(url)
                     visit.page.screenshot(path=str(shots / f"{name}-{width}.png"), full_page=True)

@@ -28,6 +28,11 @@ def pull_request_path(repo: str, pr: int | str, head_sha: str) -> str:
     return f"/prs/{_segment(repo)}/{_segment(str(pr))}/{_segment(head_sha)}"
 
 
+def budget_path(repo: str, pr: int | str, head_sha: str) -> str:
+    """The comparison's "how many samples until we know?" page."""
+    return pull_request_path(repo, pr, head_sha) + "/budget"
+
+
 def pull_requests_path() -> str:
     return "/prs"
 

@@ -42,12 +42,14 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
     # One definition of every page's path: the reports' deep links use the same (report.links).
     env.globals["pr_path"] = links.pull_request_path
     env.globals["prs_path"] = links.pull_requests_path
+    env.globals["budget_path"] = links.budget_path
     env.globals["trajectories_path"] = links.trajectories_path
     env.globals["trajectory_path"] = links.trajectory_path
     env.globals["dagster_comparison"] = lambda doc: dagster_comparison_url(dagster_url, doc)
     env.filters["delta"] = lambda v: "–" if v is None else f"{v:+.2f}"
     env.filters["score"] = lambda v: "–" if v is None else f"{v:.2f}"
     env.filters["money"] = lambda v: "unknown" if v is None else f"${v:,.2f}"
+    env.filters["percent"] = lambda v: "–" if v is None else f"{v:.0%}"
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         # Links start at the mount point (``evalrunner serve`` mounts the app under /web).
@@ -75,6 +77,10 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
         return render(
             request, "pr.html", doc=doc, tasks=[(t, doc.tasks[t]) for t in doc.task_order or sorted(doc.tasks)]
         )
+
+    async def budget(request: Request) -> Response:
+        doc = document(request)
+        return render(request, "budget.html", doc=doc, budget=pages.budget(doc))
 
     async def chart(request: Request) -> Response:
         doc = document(request)
@@ -134,6 +140,7 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
         Route("/", home),
         Route("/prs", pull_requests),
         Route(P, pull_request),
+        Route(P + "/budget", budget),
         Route(P + "/chart.svg", chart),
         Route(f"/trajectories/{T}", trajectory_list),
         Route(f"/trajectory/{T}", trajectory),

@@ -168,3 +168,86 @@ def _event_row(e: dict[str, Any]) -> EventRow:
     if e["text_truncated"]:
         text += " …"
     return EventRow(int(e["seq"]), kind, text, e["tool_function"], e["tool_arguments"], e["error"])
+
+
+# -- "How many samples until we know?" ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BudgetTask:
+    task: str
+    label: str
+    pairs: int
+    pairs_limit: int
+    decided_at: int | None
+    more_pairs_needed: int | None
+    hint: str | None
+    lo: float | None
+    hi: float | None
+    looks: int  # windows the interval was looked at after
+
+    @property
+    def width(self) -> float | None:
+        return None if self.lo is None or self.hi is None else self.hi - self.lo
+
+    @property
+    def share(self) -> float:
+        """Pairs run as a share of the pairs the cap allows (the bar on the page)."""
+        return 0.0 if self.pairs_limit <= 0 else min(1.0, self.pairs / self.pairs_limit)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What sequential sampling spent against a fixed-n run of every input the cap allows, on
+    both arms: samples from the document, dollars at the cost per sample it observed."""
+
+    adaptive_samples: int
+    fixed_samples: int
+    adaptive_usd: float | None
+    cost_per_sample_usd: float | None
+    margin: float
+    alpha: float | None
+    tasks: list[BudgetTask]
+
+    @property
+    def fixed_usd(self) -> float | None:
+        return None if self.cost_per_sample_usd is None else self.cost_per_sample_usd * self.fixed_samples
+
+    @property
+    def saved(self) -> float | None:
+        """The share of the fixed-n samples sequential sampling did not run."""
+        if self.fixed_samples <= 0:
+            return None
+        return max(0.0, 1.0 - self.adaptive_samples / self.fixed_samples)
+
+
+def budget(doc: ComparisonDocument) -> Budget:
+    spend = doc.spend_usd if doc.spend_known else None
+    per_sample = None if spend is None or doc.samples_run <= 0 else spend / doc.samples_run
+    tasks = []
+    for name in doc.task_order or sorted(doc.tasks):
+        t = doc.tasks[name]
+        d = t.decision
+        tasks.append(
+            BudgetTask(
+                name,
+                d.label,
+                d.pairs,
+                t.pairs_limit,
+                d.decided_at,
+                d.more_pairs_needed,
+                t.more_samples_hint,
+                d.anytime_interval.lo,
+                d.anytime_interval.hi,
+                len(t.path),
+            )  # fmt: skip
+        )
+    return Budget(
+        adaptive_samples=doc.samples_run,
+        fixed_samples=max(doc.samples_possible, doc.samples_run),
+        adaptive_usd=spend,
+        cost_per_sample_usd=per_sample,
+        margin=doc.params.margin if doc.params else 0.0,
+        alpha=doc.params.alpha if doc.params else None,
+        tasks=tasks,
+    )

@@ -1,0 +1,75 @@
+"""The "how many samples until we know?" page of one comparison, on a real lake directory holding
+a comparison document: its figures are the document's (samples, spend, per-task pairs and the
+interval at the stop), and fixed n is every input the cap allows on both arms."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from evalrunner_assets.documents.comparison import ComparisonDocument
+from evalrunner_assets.http.web import create_app
+from evalrunner_assets.http.web.pages import budget
+from evalrunner_assets.report import links
+from lake.layout import LAYOUT
+from lake.storage import Lake
+
+FIXTURE = Path(__file__).parent / "fixtures" / "documents-v1" / "comparison.json"
+
+
+def _lake_with(tmp_path: Path, raw: dict) -> Lake:
+    lake = Lake(str(tmp_path / "lake"))
+    lake.write_bytes(LAYOUT.comparison(raw["repo"], raw["pr"], raw["head_sha"]), json.dumps(raw).encode())
+    return lake
+
+
+def test_the_figures_are_the_documents() -> None:
+    raw = json.loads(FIXTURE.read_text())
+    doc = ComparisonDocument.model_validate(raw)
+    b = budget(doc)
+    assert b.adaptive_samples == raw["samples_run"]
+    # every input the cap allows, on both arms, once per epoch
+    assert b.fixed_samples == sum(2 * t["pairs_limit"] for t in raw["tasks"].values()) == raw["samples_possible"]
+    assert b.saved is not None and abs(b.saved - (1 - raw["samples_run"] / raw["samples_possible"])) < 1e-12
+    assert (
+        b.fixed_usd is not None
+        and abs(b.fixed_usd - raw["spend_usd"] * raw["samples_possible"] / raw["samples_run"]) < 1e-9
+    )
+    by_task = {t.task: t for t in b.tasks}
+    for name, t in raw["tasks"].items():
+        d = t["decision"]
+        assert (by_task[name].pairs, by_task[name].decided_at, by_task[name].looks) == (
+            d["pairs"],
+            d["decided_at"],
+            len(t["path"]),
+        )
+        assert by_task[name].width == d["anytime_interval"]["hi"] - d["anytime_interval"]["lo"]
+
+
+def test_unknown_spend_gives_no_dollar_figure_rather_than_a_guess() -> None:
+    raw = json.loads(FIXTURE.read_text())
+    raw["spend_known"], raw["spend_usd"] = False, None
+    b = budget(ComparisonDocument.model_validate(raw))
+    assert b.adaptive_usd is None and b.fixed_usd is None and b.saved is not None
+
+
+def test_the_page_is_linked_from_the_pr_page_and_shows_the_tiles_and_every_task(tmp_path: Path) -> None:
+    raw = json.loads(FIXTURE.read_text())
+    client = TestClient(create_app(_lake_with(tmp_path, raw)))
+    pr = client.get(links.pull_request_path(raw["repo"], raw["pr"], raw["head_sha"]))
+    assert pr.status_code == 200
+    [href] = re.findall(r'href="([^"]+/budget)"', pr.text)
+    assert href == links.budget_path(raw["repo"], raw["pr"], raw["head_sha"])
+    page = client.get(href)
+    assert page.status_code == 200 and "default-src 'none'" in page.headers["content-security-policy"]
+    text = page.text
+    assert f"{raw['samples_possible']:,} samples" in text and f"{raw['samples_run']:,} samples" in text
+    saved = round(100 * (1 - raw["samples_run"] / raw["samples_possible"]))
+    assert f"{saved}%" in text
+    for name, t in raw["tasks"].items():
+        assert name in text and f"{t['decision']['pairs']} / {t['pairs_limit']}" in text
+    assert "/chart.svg" in text and "<script" not in text.lower()
+    assert client.get(links.budget_path(raw["repo"], raw["pr"], "0" * 40)).status_code == 404
