@@ -232,6 +232,37 @@ def test_the_flagged_commit_fails_its_partition_check_and_no_other_does(backfill
     assert "default: triage/escalation_policy dropped -0." in (evaluation.description or "")
 
 
+def test_the_cohorts_pages_show_the_series_its_flagged_commit_and_the_evals_added(backfilled):
+    from starlette.testclient import TestClient
+
+    from evalrunner_assets.http.web import create_app
+    from evalrunner_assets.report import links
+    from lake.storage import Lake
+
+    history = backfilled["history"]
+    client = TestClient(create_app(Lake(str(backfilled["home"].lake_root))))
+    listing = client.get(links.cohorts_path())
+    assert listing.status_code == 200
+    [href] = re.findall(r'href="(/cohorts/[^"]+)"', listing.text)
+    assert href.replace("&amp;", "&") == links.series_path(REPO, "main")
+    assert f'<td class="num">{len(history)}</td>' in listing.text and '<span class="pill bad">1</span>' in listing.text
+    page = client.get(href.replace("&amp;", "&"))
+    assert page.status_code == 200
+    rows = re.findall(
+        r"<tr( class=\"flagged\")?>\s*<td class=\"num\">(\d+)</td>\s*<td><code>([0-9a-f]{7})</code>", page.text
+    )
+    assert [sha for _, _, sha in rows] == [c.sha[:7] for c in reversed(history)]  # newest first
+    regression = next(c.sha for c in history if c.kind == "regression")
+    assert [sha for flagged, _, sha in rows if flagged] == [regression[:7]]
+    added = next(c for c in history if c.kind == "cohort_added")
+    row = page.text.split(f"<code>{added.sha[:7]}</code>", 1)[1].split("</tr>", 1)[0]
+    assert re.search(r"\d+ evals? added \(new cohort ", row), row
+    chart = client.get(links.series_path(REPO) + "/chart.svg", params={"branch": "main"})
+    assert chart.status_code == 200 and chart.content.lstrip().startswith(b"<svg")
+    assert client.get(links.series_path("nobody/else")).status_code == 404
+    assert client.get(links.series_path(REPO, "no-such-branch")).status_code == 404
+
+
 def test_the_regression_check_reads_a_points_flags():
     flag = {"cohort": "hard", "delta": -0.21, "interval": [-0.35, -0.07], "pairs": 48, "label": "regressed"}
     point = {

@@ -33,6 +33,16 @@ def budget_path(repo: str, pr: int | str, head_sha: str) -> str:
     return pull_request_path(repo, pr, head_sha) + "/budget"
 
 
+def cohorts_path() -> str:
+    return "/cohorts"
+
+
+def series_path(repo: str, branch: str | None = None) -> str:
+    """One repository's main-branch series (``branch``: another branch's)."""
+    path = f"/cohorts/{_segment(repo)}"
+    return path if branch is None else f"{path}?{urlencode({'branch': branch})}"
+
+
 def pull_requests_path() -> str:
     return "/prs"
 

@@ -43,6 +43,8 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
     env.globals["pr_path"] = links.pull_request_path
     env.globals["prs_path"] = links.pull_requests_path
     env.globals["budget_path"] = links.budget_path
+    env.globals["cohorts_path"] = links.cohorts_path
+    env.globals["series_path"] = links.series_path
     env.globals["trajectories_path"] = links.trajectories_path
     env.globals["trajectory_path"] = links.trajectory_path
     env.globals["dagster_comparison"] = lambda doc: dagster_comparison_url(dagster_url, doc)
@@ -129,6 +131,32 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
             raise HTTPException(404, "no such trajectory")
         return render(request, "trajectory.html", repo=repo, task=task, sample=sample, epoch=epoch, arms=shown)
 
+    async def cohorts(request: Request) -> Response:
+        return render(request, "cohorts.html", rows=pages.series_list(lake))
+
+    def _series(request: Request) -> tuple[str, str, list[Any]]:
+        p = request.path_params
+        repo, branch = f"{p['owner']}/{p['name']}", request.query_params.get("branch", "main")
+        try:
+            points = pages.series_points(lake, repo, branch)
+        except EvalrunnerError as exc:
+            raise HTTPException(400, str(exc)) from None
+        if not points:
+            raise HTTPException(404, f"no series of {repo} on {branch}")
+        return repo, branch, points
+
+    async def series(request: Request) -> Response:
+        repo, branch, points = _series(request)
+        level = 1 - float((points[-1].get("settings") or {}).get("alpha", 0.05))
+        return render(request, "series.html", repo=repo, branch=branch, rows=pages.series_rows(points), level=level)
+
+    async def series_chart(request: Request) -> Response:
+        from evalrunner_assets.report.series_chart import render_series_chart
+
+        repo, branch, points = _series(request)
+        svg = render_series_chart(points, repo, branch)["svg"]
+        return Response(svg, media_type="image/svg+xml", headers={"Content-Security-Policy": CSP})
+
     async def not_found(request: Request, exc: Exception) -> Response:
         code = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "error"
@@ -142,6 +170,9 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
         Route(P, pull_request),
         Route(P + "/budget", budget),
         Route(P + "/chart.svg", chart),
+        Route("/cohorts", cohorts),
+        Route("/cohorts/{owner}/{name}", series),
+        Route("/cohorts/{owner}/{name}/chart.svg", series_chart),
         Route(f"/trajectories/{T}", trajectory_list),
         Route(f"/trajectory/{T}", trajectory),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

@@ -251,3 +251,96 @@ def budget(doc: ComparisonDocument) -> Budget:
         alpha=doc.params.alpha if doc.params else None,
         tasks=tasks,
     )
+
+
+# -- cohorts: the main-branch series -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeriesSummary:
+    repo: str
+    branch: str
+    points: int
+    flagged: int
+    latest_commit: str
+    latest_at: str
+
+
+@dataclass(frozen=True)
+class SeriesPointRow:
+    position: int
+    commit: str
+    committed_at: str
+    subject: str
+    mean: float | None
+    lo: float | None
+    hi: float | None
+    inputs: int
+    flagged: bool
+    flagged_tasks: list[str]
+    cohorts: list[tuple[str, str]]  # (cohort, its status at this point)
+    annotations: list[str]
+    not_measured: str | None
+
+
+def _all_points(lake: Lake) -> dict[str, list[dict[str, Any]]]:
+    from evalrunner_assets.pipeline.series import load_series
+
+    repos = sorted({rel.split("/")[1] + "/" + rel.split("/")[2] for rel in lake.glob("series/*/*/points/*.json")})
+    return {repo: load_series(lake, repo) for repo in repos}
+
+
+def series_list(lake: Lake) -> list[SeriesSummary]:
+    """Every repository's series, one row per branch."""
+    out = []
+    for repo, points in _all_points(lake).items():
+        for branch in sorted({p["branch"] for p in points}):
+            mine = [p for p in points if p["branch"] == branch]
+            out.append(
+                SeriesSummary(
+                    repo,
+                    branch,
+                    len(mine),
+                    sum(1 for p in mine if p.get("flagged")),
+                    mine[-1]["commit"],
+                    mine[-1]["committed_at"],
+                )  # fmt: skip
+            )
+    return out
+
+
+def series_points(lake: Lake, repo: str, branch: str) -> list[dict[str, Any]]:
+    from evalrunner_assets.pipeline.series import load_series
+
+    LAYOUT.series_points_glob(repo)  # names a bad repository id
+    return load_series(lake, repo, branch)
+
+
+def series_rows(points: list[dict[str, Any]]) -> list[SeriesPointRow]:
+    """The points newest first, each with its combined mean and interval, its cohorts' statuses
+    and its notes (evals added or removed, the regression, not measured)."""
+    from evalrunner_assets.report.series_markdown import not_measured_note
+
+    rows = []
+    for p in reversed(points):
+        pool = p["combined"]
+        lo, hi = (pool.get("interval") or [None, None])[:2]
+        status = p.get("cohort_status") or {}
+        rows.append(
+            SeriesPointRow(
+                position=p["position"],
+                commit=p["commit"],
+                committed_at=p["committed_at"],
+                subject=p.get("subject") or "",
+                mean=pool.get("mean"),
+                lo=lo,
+                hi=hi,
+                inputs=pool.get("inputs") or 0,
+                flagged=bool(p.get("flagged")),
+                flagged_tasks=list(p.get("flagged_tasks") or []),
+                cohorts=[(c, status.get(c) or "") for c in sorted(p["cohorts"])],
+                annotations=[a["text"] for a in p.get("annotations") or []],
+                not_measured=not_measured_note(pool),
+            )
+        )
+    return rows
