@@ -1,18 +1,23 @@
-"""The "how many samples until we know?" page of one comparison, on a real lake directory holding
-a comparison document: its figures are the document's (samples, spend, per-task pairs and the
-interval at the stop), and fixed n is every input the cap allows on both arms."""
+"""The pages of one comparison that read only its document, on a real lake directory holding
+one: "how many samples until we know?" (its figures are the document's: samples, spend,
+per-task pairs and the interval at the stop; fixed n is every input the cap allows on both arms)
+and the run page (windows landed and to run; reloads itself while the comparison runs)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
 
+import pytest
 from starlette.testclient import TestClient
 
 from evalrunner_assets.documents.comparison import ComparisonDocument
+from evalrunner_assets.errors import UserError
 from evalrunner_assets.http.web import create_app
-from evalrunner_assets.http.web.pages import budget
+from evalrunner_assets.http.web.app import run_refresh_seconds
+from evalrunner_assets.http.web.pages import budget, run_tasks
 from evalrunner_assets.report import links
 from lake.layout import LAYOUT
 from lake.storage import Lake
@@ -73,3 +78,39 @@ def test_the_page_is_linked_from_the_pr_page_and_shows_the_tiles_and_every_task(
         assert name in text and f"{t['decision']['pairs']} / {t['pairs_limit']}" in text
     assert "/chart.svg" in text and "<script" not in text.lower()
     assert client.get(links.budget_path(raw["repo"], raw["pr"], "0" * 40)).status_code == 404
+
+
+def running(raw: dict) -> dict:
+    """The fixture as it stood mid-run: one more window of each arm to run on the first task."""
+    raw = copy.deepcopy(raw)
+    task = raw["task_order"][0]
+    raw["status"], raw["verdict"] = "running", "RUNNING"
+    raw["next_windows"] = [
+        {"arm": arm, "commit": raw[f"{arm}_sha"], "task": task, "window": "w000144-000160"} for arm in ("head", "base")
+    ]
+    return raw
+
+
+def test_the_run_page_counts_windows_to_run_per_task_and_reloads_only_while_running(tmp_path: Path) -> None:
+    raw = json.loads(FIXTURE.read_text())
+    tasks = run_tasks(ComparisonDocument.model_validate(running(raw)))
+    first = raw["task_order"][0]
+    assert [(t.task, t.state, t.windows_to_run) for t in tasks][0] == (first, "running", {"head": 1, "base": 1})
+    assert all(t.state == "done" and t.windows_to_run == {"head": 0, "base": 0} for t in tasks[1:])
+    assert [t.samples for t in tasks] == [
+        raw["tasks"][t.task]["head"]["samples"] + raw["tasks"][t.task]["base"]["samples"] for t in tasks
+    ]
+
+    path = links.run_path(raw["repo"], raw["pr"], raw["head_sha"])
+    ended = TestClient(create_app(_lake_with(tmp_path / "ended", raw))).get(path)
+    assert ended.status_code == 200 and 'http-equiv="refresh"' not in ended.text
+    live = TestClient(create_app(_lake_with(tmp_path / "live", running(raw)))).get(path)
+    assert live.status_code == 200 and '<meta http-equiv="refresh" content="5">' in live.text
+    assert "1 · 1" in live.text and f"{raw['samples_run']:,} of {raw['samples_possible']:,}" in live.text
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "2.5"])
+def test_a_bad_refresh_setting_is_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(UserError, match="EVALRUNNER_WEB_REFRESH_S"):
+        run_refresh_seconds({"EVALRUNNER_WEB_REFRESH_S": value})
+    assert run_refresh_seconds({}) == 5 and run_refresh_seconds({"EVALRUNNER_WEB_REFRESH_S": "2"}) == 2

@@ -235,7 +235,7 @@ def _serious_violations(page, axe: str) -> list[str]:
 
 def test_in_a_real_browser_every_page_loads_cleanly_and_passes_the_accessibility_scan(example_home, browser, tmp_path):
     """Pull requests → one PR → an eval's trajectories → a failing one and one side by side, and
-    the PR's samples page, each reached by clicking: no console error (a CSP violation is one), the chart image decodes, no
+    the PR's samples and run pages, each reached by clicking: no console error (a CSP violation is one), the chart image decodes, no
     serious or critical axe-core violation, and on a phone's width no page-level sideways scroll.
     Screenshots of each page at both widths are kept as test artifacts."""
     from web_browser import artifacts_dir, axe_source, served_pages
@@ -265,6 +265,8 @@ def test_in_a_real_browser_every_page_loads_cleanly_and_passes_the_accessibility
                 visit.open(pages[1][1])
                 pages.append(("budget", visit.follow('a[href$="/budget"]')))
                 assert visit.page.locator("meter").count() >= 1
+                visit.open(pages[1][1])
+                pages.append(("run", visit.follow('a[href$="/run"]')))
                 for name, url in pages:
                     visit.open(url)
                     visit.page.screenshot(path=str(shots / f"{name}-{width}.png"), full_page=True)
@@ -320,5 +322,36 @@ def test_in_a_real_browser_hostile_markup_is_text_and_never_runs(hostile_home, b
             assert visit.page.get_by_text(HOSTILE).first.is_visible()
             assert visit.page.evaluate("document.querySelectorAll('script').length") == 0
             assert visit.problems == [], visit.problems  # no alert() dialog, no error
+        finally:
+            visit.close()
+
+
+def test_in_a_real_browser_the_run_page_follows_a_running_comparison_to_its_end(browser, tmp_path):
+    """The run page of a comparison mid-run reloads itself (no script: a meta refresh) and shows
+    the comparison's end once the document in the lake says it ended, with no click."""
+    import json
+
+    from test_web_budget import FIXTURE, running
+    from web_browser import artifacts_dir, served_pages
+
+    from evalrunner_assets.report import links
+    from lake.layout import LAYOUT
+
+    raw = json.loads(FIXTURE.read_text())
+    home = tmp_path / "home"
+    lake_dir = Lake(str(home / "lake"))
+    rel = LAYOUT.comparison(raw["repo"], raw["pr"], raw["head_sha"])
+    lake_dir.write_bytes(rel, json.dumps(running(raw)).encode())
+    with served_pages(home, tmp_path / "serve.log", EVALRUNNER_WEB_REFRESH_S="1") as web:
+        visit = Visit(browser, 1280)
+        try:
+            visit.open(web + links.run_path(raw["repo"], raw["pr"], raw["head_sha"]))
+            assert visit.page.locator("td .pill.pending").count() == 1  # one task still running
+            lake_dir.write_bytes(rel, json.dumps(raw).encode())  # the comparison ends
+            visit.page.wait_for_selector("h1 + p strong:text-is('complete')", timeout=20_000)
+            assert visit.page.locator("td .pill.pending").count() == 0
+            assert visit.page.locator('meta[http-equiv="refresh"]').count() == 0  # an ended run stays put
+            visit.page.screenshot(path=str(artifacts_dir() / "run-1280.png"), full_page=True)
+            assert visit.problems == [], visit.problems
         finally:
             visit.close()

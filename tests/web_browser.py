@@ -89,10 +89,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def served_pages(home: Path, log: Path) -> Iterator[str]:
-    """``evalrunner serve --webhook-only`` on ``home``: yields the pages' base URL (``…/web``)."""
+def served_pages(home: Path, log: Path, **settings: str) -> Iterator[str]:
+    """``evalrunner serve --webhook-only`` on ``home`` (``settings``: more environment, e.g.
+    ``EVALRUNNER_WEB_REFRESH_S``): yields the pages' base URL (``…/web``)."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALRUNNER_", "DAGSTER_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALRUNNER_", "DAGSTER_"))} | settings
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [EVALRUNNER, "serve", "--webhook-only", "--insecure", "--port", str(port)],

@@ -33,6 +33,11 @@ def budget_path(repo: str, pr: int | str, head_sha: str) -> str:
     return pull_request_path(repo, pr, head_sha) + "/budget"
 
 
+def run_path(repo: str, pr: int | str, head_sha: str) -> str:
+    """Where the comparison stands: per task, windows landed and to run; refreshes while it runs."""
+    return pull_request_path(repo, pr, head_sha) + "/run"
+
+
 def cohorts_path() -> str:
     return "/cohorts"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -14,7 +16,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from evalrunner_assets.errors import EvalrunnerError
+from evalrunner_assets.errors import EvalrunnerError, UserError
 from evalrunner_assets.http.web import pages
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.report import links
@@ -24,6 +26,21 @@ from lake.storage import Lake
 HERE = Path(__file__).parent
 # Pages never run script and never load anything from elsewhere.
 CSP = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'"
+
+
+# A running comparison's page reloads itself this often (a meta refresh: the pages run no script).
+RUN_REFRESH_S = 5
+RUN_REFRESH_ENV = "EVALRUNNER_WEB_REFRESH_S"
+
+
+def run_refresh_seconds(environ: Mapping[str, str] | None = None) -> int:
+    """Seconds between reloads of a running comparison's page: ``EVALRUNNER_WEB_REFRESH_S`` or 5."""
+    value = (os.environ if environ is None else environ).get(RUN_REFRESH_ENV, "").strip()
+    if not value:
+        return RUN_REFRESH_S
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"{RUN_REFRESH_ENV}={value!r} is not a whole number of seconds of at least 1")
+    return int(value)
 
 
 def dagster_comparison_url(dagster_url: str | None, doc: Any) -> str | None:
@@ -37,6 +54,7 @@ def dagster_comparison_url(dagster_url: str | None, doc: Any) -> str | None:
 
 def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
     """The web app over ``lake``; ``dagster_url`` (the Dagster UI's base URL) adds links to runs."""
+    refresh_s = run_refresh_seconds()
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
     env.globals["tone"] = pages.tone
     # One definition of every page's path: the reports' deep links use the same (report.links).
@@ -44,6 +62,7 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
     env.globals["prs_path"] = links.pull_requests_path
     env.globals["budget_path"] = links.budget_path
     env.globals["cohorts_path"] = links.cohorts_path
+    env.globals["run_path"] = links.run_path
     env.globals["series_path"] = links.series_path
     env.globals["trajectories_path"] = links.trajectories_path
     env.globals["trajectory_path"] = links.trajectory_path
@@ -83,6 +102,10 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
     async def budget(request: Request) -> Response:
         doc = document(request)
         return render(request, "budget.html", doc=doc, budget=pages.budget(doc))
+
+    async def run(request: Request) -> Response:
+        doc = document(request)
+        return render(request, "run.html", doc=doc, tasks=pages.run_tasks(doc), refresh_s=refresh_s)
 
     async def chart(request: Request) -> Response:
         doc = document(request)
@@ -169,6 +192,7 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
         Route("/prs", pull_requests),
         Route(P, pull_request),
         Route(P + "/budget", budget),
+        Route(P + "/run", run),
         Route(P + "/chart.svg", chart),
         Route("/cohorts", cohorts),
         Route("/cohorts/{owner}/{name}", series),

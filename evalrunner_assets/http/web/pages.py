@@ -344,3 +344,52 @@ def series_rows(points: list[dict[str, Any]]) -> list[SeriesPointRow]:
             )
         )
     return rows
+
+
+# -- runs: where a comparison stands ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunTask:
+    task: str
+    label: str
+    windows_done: int  # windows landed on both arms
+    windows_to_run: dict[str, int]  # per arm, windows planned next (queued or running)
+    pairs: int
+    pairs_limit: int
+    samples: int  # both arms
+    spend_usd: float | None
+    failures: dict[str, str]  # per arm (head, base)
+
+    @property
+    def state(self) -> str:
+        if self.failures:
+            return "failed"
+        return "running" if any(self.windows_to_run.values()) else "done"
+
+
+def run_tasks(doc: ComparisonDocument) -> list[RunTask]:
+    """Per compared task of a (running or ended) comparison: windows landed and still to run
+    per arm, pairs of the cap, samples and spend so far, infrastructure failures."""
+    to_run: dict[str, dict[str, int]] = {}
+    for w in doc.next_windows:
+        arms = to_run.setdefault(w.task, {"head": 0, "base": 0})
+        arms[w.arm] = arms.get(w.arm, 0) + 1
+    out = []
+    for name in doc.task_order or sorted(doc.tasks):
+        t = doc.tasks[name]
+        costs = [t.head.cost_usd, t.base.cost_usd]
+        out.append(
+            RunTask(
+                name,
+                t.decision.label,
+                t.windows,
+                to_run.get(name, {"head": 0, "base": 0}),
+                t.decision.pairs,
+                t.pairs_limit,
+                t.head.samples + t.base.samples,
+                None if any(c is None for c in costs) else sum(c for c in costs if c is not None),
+                {str(arm): cause for arm, cause in t.failures.items()},
+            )  # fmt: skip
+        )
+    return out
