@@ -355,6 +355,17 @@ class LakeLayout:
     def series_points_glob(self, repo: str) -> str:
         return f"series/{check_repo(repo)}/points/*.json"
 
+    def every_series_points_glob(self) -> str:
+        """Every repository's series points (``series_repo`` reads the repository off a match)."""
+        return "series/*/*/points/*.json"
+
+    def series_repo(self, rel: str) -> str:
+        """The repository (``owner/name``) a path under ``series/`` belongs to."""
+        parts = rel.split("/")
+        if len(parts) < 4 or parts[0] != "series":
+            raise LakePathError(f"{rel!r} is not a path of a repository's series")
+        return check_repo(f"{parts[1]}/{parts[2]}")
+
     def series_chart(self, repo: str, branch: str, ext: str) -> str:
         """The repository's cohort-series chart (``png`` or ``svg``) for one branch."""
         _check_segments("branch", branch)

@@ -46,3 +46,11 @@ def test_a_comparison_document_is_told_apart_from_the_artifacts_beside_it():
     for other in (artifact, f"comparisons/{REPO}/7/not-a-sha.json", f"comparisons/acme/7/{SHA}.json"):
         with pytest.raises(LakePathError, match="not a comparison document path"):
             LAYOUT.parse_comparison(other)
+
+
+def test_the_repository_of_a_series_path_is_read_off_the_layouts_own_paths():
+    point = LAYOUT.series_point("acme/agent", "a" * 40)
+    assert LAYOUT.series_repo(point) == "acme/agent"
+    assert fnmatch.fnmatch(point, LAYOUT.every_series_points_glob())
+    with pytest.raises(LakePathError, match="not a path of a repository's series"):
+        LAYOUT.series_repo("comparisons/acme/agent/1/x.json")

@@ -286,7 +286,7 @@ class SeriesPointRow:
 def _all_points(lake: Lake) -> dict[str, list[dict[str, Any]]]:
     from evalrunner_assets.pipeline.series import load_series
 
-    repos = sorted({rel.split("/")[1] + "/" + rel.split("/")[2] for rel in lake.glob("series/*/*/points/*.json")})
+    repos = sorted({LAYOUT.series_repo(rel) for rel in lake.glob(LAYOUT.every_series_points_glob())})
     return {repo: load_series(lake, repo) for repo in repos}
 
 
