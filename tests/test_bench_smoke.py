@@ -34,6 +34,7 @@ RATIO_LINES: dict[str, str] = {
     "sql_pairing": r"^ratio (\d+\.\d+)x",
     "stats": r"^sequential: worst per-direction false rate (\d+\.\d+)%",
     "swe_pool": r"ratio (\d+\.\d+)x",
+    "web_pages": r"pr page .* = (\d+\.\d+)x the baseline",
     # Recall is the figure here; 0 would mean nothing planted was removed.
     "wild_redaction": r"^structured identifiers: recall (\d+\.\d+)",
 }
