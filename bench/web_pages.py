@@ -91,30 +91,33 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 
-def _accounting(rng: np.random.Generator, n: int, errors: int, price_per_token: float) -> dict[str, Any]:
+def _usage(rng: np.random.Generator, n: int, price_per_token: float) -> list[dict[str, Any]]:
+    """Per-sample tokens, cost and time columns as the lake's ``samples`` rows carry them."""
     inp = rng.integers(900, 2_400, n)
     out = rng.integers(40, 400, n)
-    cost = float(((inp + out) * price_per_token).sum())
-    return {
-        "samples": n,
-        "errors": errors,
-        "input_tokens": int(inp.sum()),
-        "output_tokens": int(out.sum()),
-        "total_tokens": int(inp.sum() + out.sum()),
-        "cost_usd": round(cost, 6),
-        "cost_per_sample_usd": cost / n,
-        "latency_p50_s": round(float(np.median(rng.gamma(4.0, 0.6, n))), 3),
-    }
+    seconds = rng.gamma(4.0, 0.6, n)
+    return [
+        {
+            "input_tokens": int(i),
+            "output_tokens": int(o),
+            "total_tokens": int(i + o),
+            "cost_usd": float((i + o) * price_per_token),
+            "total_time_s": round(float(t), 3),
+        }
+        for i, o, t in zip(inp, out, seconds, strict=True)
+    ]
 
 
 def build_comparison(lake: Lake, seed: int) -> ComparisonDocument:
     """A running comparison of ``TASKS`` tasks and ``SAMPLES`` samples, decided by the stats."""
     from evalrunner_assets import stats
     from evalrunner_assets.documents.comparison import ComparisonDocument
+    from evalrunner_assets.pricing import PriceTable, sample_accounting, usage_accounting
     from lake.layout import LAYOUT, Window
 
     rng = np.random.default_rng(seed)
     params = stats.StatsParams(cap=CAP)
+    prices = PriceTable()  # every row carries its logged cost
     schedule = stats.window_schedule(CAP)
     ends = [stop for _, stop in schedule]
     pairs = _pairs_per_task(rng, ends, TASKS, SAMPLES // 2)
@@ -136,15 +139,16 @@ def build_comparison(lake: Lake, seed: int) -> ComparisonDocument:
                     "epoch": 1,
                     "score": None if e else float(c),
                     "error": "RuntimeError('tool timed out')" if e else None,
+                    **usage,
                 }
-                for sid, c, e in zip(ids, correct, errored, strict=True)
+                for sid, c, e, usage in zip(ids, correct, errored, _usage(rng, n, 3e-6), strict=True)
             ]
         pairing = stats.pair_task(arms["head"], arms["base"])
         decision = stats.decide_task(pairing, params, TASKS, at_cap=n >= CAP, breakage=True, dataset_size=CAP + 88)
         decisions[name] = decision
         windows = sum(1 for _, stop in schedule if stop <= n)
-        head = _accounting(rng, n, sum(1 for r in arms["head"] if r["error"]), 3e-6)
-        base = _accounting(rng, n, sum(1 for r in arms["base"] if r["error"]), 3e-6)
+        head = sample_accounting(arms["head"], prices)
+        base = sample_accounting(arms["base"], prices)
         per_pair = (head["cost_per_sample_usd"] + base["cost_per_sample_usd"]) / 2
         tasks[name] = {
             "decision": decision.to_dict(),
@@ -198,15 +202,7 @@ def build_comparison(lake: Lake, seed: int) -> ComparisonDocument:
         "samples_possible": 2 * CAP * TASKS,
         "spend_usd": spend,
         "spend_known": True,
-        "failed_windows": {
-            "windows": 0,
-            "samples": 0,
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "total_tokens": 0,
-            "cost_usd": 0.0,
-            "unknown_windows": 0,
-        },
+        "failed_windows": usage_accounting([], prices),
         "next_windows": next_windows,
         "trajectories": {arm: lake.url(LAYOUT.raw_prefix(REPO, sha)) for arm, sha in (("head", HEAD), ("base", BASE))},
         "arm_models": {

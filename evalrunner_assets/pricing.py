@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,28 @@ class PriceTable:
         if price is None or row.get("input_tokens") is None or row.get("output_tokens") is None:
             return None
         return (row["input_tokens"] * price[0] + row["output_tokens"] * price[1]) / 1e6
+
+
+def sample_accounting(rows: Iterable[Mapping[str, Any]], prices: PriceTable) -> dict[str, Any]:
+    """Samples, errors, tokens, cost and median latency of one arm's sample rows (the lake's
+    ``samples`` columns). A sample whose cost is unknown makes the arm's cost unknown (None),
+    never $0.00."""
+    rows = list(rows)
+    costs = [prices.cost(r) for r in rows]
+    known = [c for c in costs if c is not None]
+    samples = len(rows)
+    cost_known = bool(samples) and len(known) == samples
+    times = [r["total_time_s"] for r in rows if r.get("total_time_s") is not None]
+    return {
+        "samples": samples,
+        "errors": sum(1 for r in rows if r.get("error")),
+        "input_tokens": sum(r.get("input_tokens") or 0 for r in rows),
+        "output_tokens": sum(r.get("output_tokens") or 0 for r in rows),
+        "total_tokens": sum(r.get("total_tokens") or 0 for r in rows),
+        "cost_usd": round(sum(known), 6) if cost_known else None,
+        "cost_per_sample_usd": (sum(known) / samples) if cost_known else None,
+        "latency_p50_s": statistics.median(times) if times else None,
+    }
 
 
 def usage_accounting(usages: Iterable[Mapping[str, Any] | None], prices: PriceTable) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import fnmatch
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from evalrunner_assets.execution.inspect_runner import sample_order
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, load_facts
 from evalrunner_assets.pipeline.spec import ComparisonRequest
 from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, batch_state, read_failure
-from evalrunner_assets.pricing import PriceTable, usage_accounting
+from evalrunner_assets.pricing import PriceTable, sample_accounting, usage_accounting
 from evalrunner_assets.stats import ARMS
 from lake import LAYOUT, Lake, Window
 from lake.batch import BatchKey
@@ -168,28 +167,6 @@ def _unscored_reasons(task: str, pairing: stats.Pairing, rows: dict[str, list[di
             "the pairing; a scorer must return a number in [0, 1], a boolean or C/P/I/N"
         )
     return out
-
-
-def _p50(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
-
-
-def _arm_accounting(rows: list[dict[str, Any]], prices: PriceTable) -> dict[str, Any]:
-    costs = [prices.cost(r) for r in rows]
-    known = [c for c in costs if c is not None]
-    samples = len(rows)
-    return {
-        "samples": samples,
-        "errors": sum(1 for r in rows if r.get("error")),
-        "input_tokens": sum(r.get("input_tokens") or 0 for r in rows),
-        "output_tokens": sum(r.get("output_tokens") or 0 for r in rows),
-        "total_tokens": sum(r.get("total_tokens") or 0 for r in rows),
-        # Unknown cost stays unknown: never shown as $0.00.
-        "cost_usd": round(sum(known), 6) if samples and len(known) == samples else None,
-        "cost_per_sample_usd": (sum(known) / samples) if samples and len(known) == samples else None,
-        "latency_p50_s": _p50([r.get("total_time_s") for r in rows]),
-    }
 
 
 def _delta(a: float | None, b: float | None) -> float | None:
@@ -697,7 +674,7 @@ def _measure_new_task(
         "limit": p.limit,
         "error_cause": m.error_cause,
         "failure": failure,
-        "head": _arm_accounting(rows, prices),
+        "head": sample_accounting(rows, prices),
         "batches": [k.digest for k in p.keys["head"]],
     }
 
@@ -745,8 +722,8 @@ def _assess_task(
         dataset_size=p.n_samples,
         budget_samples=budget_samples,
     )
-    head_acc = _arm_accounting(batches.arm_rows(p.keys["head"]), prices)
-    base_acc = _arm_accounting(batches.arm_rows(p.keys["base"]), prices)
+    head_acc = sample_accounting(batches.arm_rows(p.keys["head"]), prices)
+    base_acc = sample_accounting(batches.arm_rows(p.keys["base"]), prices)
     cost_per_pair = None
     if head_acc["cost_per_sample_usd"] is not None and base_acc["cost_per_sample_usd"] is not None:
         cost_per_pair = (head_acc["cost_per_sample_usd"] + base_acc["cost_per_sample_usd"]) / 2
