@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from urllib.parse import quote
 
+from lake.layout import LAYOUT
 from lake.storage import Lake
 
 
@@ -35,3 +37,14 @@ def view_command(lake: Lake, *, host: str | None = None, port: int | None = None
     if port:
         cmd += ["--port", str(port)]
     return cmd
+
+
+def sample_url(view_url: str, raw_log: str, sample_id: str, epoch: int) -> str:
+    """Where Inspect's viewer (started by :func:`view_command`, reachable at ``view_url``) shows
+    one sample of the raw log at lake path ``raw_log``: its routes are in the URL's fragment,
+    ``#/logs/<log path under the log dir>/samples/sample/<id>/<epoch>/``."""
+    prefix = LAYOUT.raw_prefix() + "/"
+    if not raw_log.startswith(prefix):
+        raise ValueError(f"{raw_log!r} is not a raw log of the lake (under {prefix})")
+    log_path = "/".join(quote(part, safe="") for part in raw_log[len(prefix) :].split("/"))
+    return f"{view_url.rstrip('/')}/#/logs/{log_path}/samples/sample/{quote(sample_id, safe='')}/{int(epoch)}/"

@@ -103,7 +103,8 @@ class ServedEvalrunner:
         log = home / "serve.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [EVALRUNNER, "serve", "--port", str(port), "--dagster-port", str(dagster_port)],
+                [EVALRUNNER, "serve", "--port", str(port), "--dagster-port", str(dagster_port)]
+                + ["--inspect-view-port", "0"],  # no viewer: these tests read no raw log in one
                 env=env,
                 # Not the home itself: its `lake/` directory would shadow the `lake` package for
                 # the code server, which puts its working directory on the import path.

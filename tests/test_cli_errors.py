@@ -155,6 +155,17 @@ def _case(name: str, tmp_path: Path) -> Case:
             ["EVALRUNNER_WEB_URL='evalrunner.example.com/web'", "is not an http(s) URL"],
             env={"EVALRUNNER_WEB_URL": "evalrunner.example.com/web"},
         )
+    if name == "serve-with-an-inspect-view-url-that-is-no-url":
+        return Case(
+            ["serve", "--webhook-only", "--insecure", "--port", str(free_port())],
+            ["EVALRUNNER_INSPECT_VIEW_URL='127.0.0.1:7575'", "is not an http(s) URL"],
+            env={"EVALRUNNER_INSPECT_VIEW_URL": "127.0.0.1:7575"},
+        )
+    if name == "serve-with-an-inspect-view-port-that-is-no-port":
+        return Case(
+            ["serve", "--webhook-only", "--insecure", "--port", str(free_port()), "--inspect-view-port", "70000"],
+            ["--inspect-view-port 70000 is not a port"],
+        )
     raise AssertionError(name)
 
 
@@ -189,6 +200,8 @@ FAST = [
     "view-on-a-missing-lake",
     "serve-without-a-webhook-secret",
     "serve-with-a-web-url-that-is-no-url",
+    "serve-with-an-inspect-view-url-that-is-no-url",
+    "serve-with-an-inspect-view-port-that-is-no-port",
 ]
 IN_SANDBOX = [pytest.param(name, marks=pytest.mark.slow) for name in BAD_LISTS]
 
@@ -263,7 +276,8 @@ def test_serve_starts_dagster_from_its_own_environment_without_it_on_path(tmp_pa
     env = _env(tmp_path / "home", PATH="/usr/bin:/bin")  # the venv's bin/ is not on PATH
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [EVALRUNNER, "serve", "--insecure", "--port", str(port), "--dagster-port", str(dagster_port)],
+        [EVALRUNNER, "serve", "--insecure", "--port", str(port), "--dagster-port", str(dagster_port)]
+        + ["--inspect-view-port", str(free_port())],
         env=env,
         cwd=tmp_path,
         stdout=log,

@@ -133,6 +133,17 @@ def test_view_command_opens_inspect_view_on_raw_logs(tmp_path):
     assert "--recursive" in cmd and "--no-trust-content" in cmd and cmd[-2:] == ["--port", "7999"]
 
 
+def test_a_samples_address_in_inspects_viewer_is_its_log_under_raw_and_its_id_and_epoch():
+    from lake.viewer import sample_url
+
+    url = sample_url("http://view.example:7575/", "raw/acme/agent/" + HEAD + "/qa/a b/w0/x#1.eval", "id/1 ?", 2)
+    assert url == (
+        "http://view.example:7575/#/logs/acme/agent/" + HEAD + "/qa/a%20b/w0/x%231.eval/samples/sample/id%2F1%20%3F/2/"
+    )
+    with pytest.raises(ValueError, match="not a raw log"):
+        sample_url("http://v", "tables/samples/x.parquet", "s", 1)
+
+
 def test_paired_samples_and_the_engine_share_one_rule_on_digests_and_errors():
     # The lake's query over every row of two commits (sql/paired_samples.sql, through the
     # paired_inputs view) and the engine's pairing of the same rows (stats.pair_task) apply one

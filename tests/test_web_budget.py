@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.errors import UserError
 from evalrunner_assets.http.web import create_app
-from evalrunner_assets.http.web.app import run_refresh_seconds
+from evalrunner_assets.http.web.app import inspect_view_url_from_env, run_refresh_seconds
 from evalrunner_assets.http.web.pages import budget, run_tasks
 from evalrunner_assets.report import links
 from lake.layout import LAYOUT
@@ -114,3 +114,19 @@ def test_a_bad_refresh_setting_is_refused_naming_the_variable(value: str) -> Non
     with pytest.raises(UserError, match="EVALRUNNER_WEB_REFRESH_S"):
         run_refresh_seconds({"EVALRUNNER_WEB_REFRESH_S": value})
     assert run_refresh_seconds({}) == 5 and run_refresh_seconds({"EVALRUNNER_WEB_REFRESH_S": "2"}) == 2
+
+
+@pytest.mark.parametrize(
+    "value", ["127.0.0.1:7575", "ftp://h:7575", "http://", "http://h:7575/?x=1", "http://h:7575/#/logs"]
+)
+def test_a_bad_inspect_view_url_is_refused_naming_the_variable(value):
+    with pytest.raises(UserError, match="EVALRUNNER_INSPECT_VIEW_URL"):
+        inspect_view_url_from_env({"EVALRUNNER_INSPECT_VIEW_URL": value})
+
+
+def test_the_inspect_view_url_is_optional_and_loses_its_trailing_slash():
+    assert (
+        inspect_view_url_from_env({}) is None
+        and inspect_view_url_from_env({"EVALRUNNER_INSPECT_VIEW_URL": " "}) is None
+    )
+    assert inspect_view_url_from_env({"EVALRUNNER_INSPECT_VIEW_URL": "https://h/view/"}) == "https://h/view"

@@ -183,6 +183,35 @@ def test_every_link_the_pr_comment_makes_opens_a_page(hostile_home):
 
 
 # -- in a real browser (Debian's Chromium through Playwright; see tests/web_browser.py) -----------
+def test_with_inspects_viewer_configured_each_trajectory_links_to_its_raw_log_there(example_home):
+    from lake.layout import LAYOUT
+
+    viewer = "http://viewer.example:7575"
+    app = create_app(Lake(str(lake(example_home))), inspect_view_url=viewer)
+    client = TestClient(app)
+    page = client.get(re.findall(r'href="(/prs/[^"]+)"', client.get("/prs").text)[0])
+    head_link = next(
+        h for h in re.findall(r'href="(/trajectories/[^"]+\?base=[^"]+)"', page.text) if "runbook_lookup" in h
+    )
+    listing = client.get(head_link.replace("&amp;", "&"))
+    assert '<th scope="col">Raw log</th>' in listing.text
+    samples = re.findall(r'href="/trajectory/[^"]+\?sample=([^"&]+)&amp;epoch=(\d+)', listing.text)
+    raw = re.findall(r'href="(http://viewer\.example:7575/#/logs/[^"]+)"', listing.text)
+    assert samples and len(raw) == len(samples)
+    # Each link names a raw log of that commit and task, and the sample and epoch of its row.
+    commit = head_link.split("/")[4]
+    prefix = f"{viewer}/#/logs/{LAYOUT.raw_prefix(REPO, commit)[len('raw/') :]}/{TASK}/"
+    for (sample, epoch), href in zip(samples, raw, strict=True):
+        assert href.startswith(prefix) and href.endswith(f".eval/samples/sample/{sample}/{epoch}/"), href
+    first = re.findall(r'href="(/trajectory/[^"]+)"', listing.text)[0].replace("&amp;", "&")
+    shown = client.get(first)
+    assert shown.text.count("Raw log in Inspect's viewer") == 2  # head's and base's
+
+    plain = _client(example_home)
+    assert "Raw log" not in plain.get(head_link.replace("&amp;", "&")).text
+    assert "Inspect's viewer" not in plain.get(first).text
+
+
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
@@ -355,3 +384,33 @@ def test_in_a_real_browser_the_run_page_follows_a_running_comparison_to_its_end(
             assert visit.problems == [], visit.problems
         finally:
             visit.close()
+
+
+def test_in_a_real_browser_a_trajectorys_raw_log_link_opens_the_sample_in_inspects_viewer(
+    example_home, browser, tmp_path
+):
+    """``serve`` starts Inspect's viewer over the lake beside the pages; the trajectory page's
+    link opens that sample there, and stopping ``serve`` stops the viewer."""
+    import urllib.request
+
+    from web_browser import artifacts_dir, free_port, served_pages, wait_until_answering
+
+    port = free_port()
+    with served_pages(example_home, tmp_path / "serve.log", serve_args=("--inspect-view-port", str(port))) as web:
+        wait_until_answering(f"http://127.0.0.1:{port}/", "Inspect's viewer")
+        visit = Visit(browser, 1280)
+        try:
+            visit.open(web + "/prs")
+            visit.follow('a[href*="/prs/"]')
+            visit.follow(f'a[href*="/trajectories/"][href*="{TASK}"]:not([href*="base="])')
+            visit.follow('tr:has(.pill.bad) a[href*="/trajectory/"]')
+            sample = visit.page.url.split("sample=")[1].split("&")[0]
+            assert visit.problems == [], visit.problems
+            visit.follow("text=Raw log in Inspect's viewer")
+            assert visit.page.url.startswith(f"http://127.0.0.1:{port}/#/logs/")
+            visit.page.get_by_text(sample).first.wait_for(timeout=60_000)
+            visit.page.screenshot(path=str(artifacts_dir() / "inspect-view-sample-1280.png"), full_page=True)
+        finally:
+            visit.close()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)

@@ -82,35 +82,43 @@ def axe_source() -> str:
         return member.read().decode()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+def wait_until_answering(url: str, what: str, *, alive=lambda: True, log: Path | None = None) -> None:
+    """Poll ``url`` until it answers (at most 120 s), failing early if ``alive()`` turns false."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert alive(), log.read_text()[-3000:] if log else f"{what} exited"
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, f"{what} never answered {url}"
+            time.sleep(0.2)
+
+
 @contextlib.contextmanager
-def served_pages(home: Path, log: Path, **settings: str) -> Iterator[str]:
-    """``evalrunner serve --webhook-only`` on ``home`` (``settings``: more environment, e.g.
-    ``EVALRUNNER_WEB_REFRESH_S``): yields the pages' base URL (``…/web``)."""
-    port = _free_port()
+def served_pages(home: Path, log: Path, *, serve_args: tuple[str, ...] = (), **settings: str) -> Iterator[str]:
+    """``evalrunner serve --webhook-only`` on ``home`` (``serve_args``: more options;
+    ``settings``: more environment, e.g. ``EVALRUNNER_WEB_REFRESH_S``): yields the pages' base
+    URL (``…/web``)."""
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALRUNNER_", "DAGSTER_"))} | settings
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [EVALRUNNER, "serve", "--webhook-only", "--insecure", "--port", str(port)],
+            [EVALRUNNER, "serve", "--webhook-only", "--insecure", "--port", str(port), *serve_args],
             env={**env, "EVALRUNNER_HOME": str(home)},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, log.read_text()[-3000:]
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
-                        break
-                except OSError:
-                    assert time.monotonic() < deadline, "serve never answered /healthz"
-                    time.sleep(0.2)
+            wait_until_answering(
+                f"http://127.0.0.1:{port}/healthz", "serve", alive=lambda: proc.poll() is None, log=log
+            )
             yield f"http://127.0.0.1:{port}/web"
         finally:
             proc.terminate()

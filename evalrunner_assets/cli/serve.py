@@ -11,12 +11,15 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from evalrunner_assets import home
 from evalrunner_assets.cli.options import Add
 from evalrunner_assets.errors import UserError
+
+DEFAULT_INSPECT_VIEW_PORT = 7575  # Inspect's own default
 
 # The module holding the Definitions (``defs``); pyproject.toml names the same one.
 CODE_LOCATION_MODULE = "evalrunner_assets.definitions"
@@ -47,9 +50,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"no webhook secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}) to the secret of the GitHub webhook",
             hint="or pass --insecure to accept unsigned deliveries on loopback (local testing only)",
         )
+    from evalrunner_assets.http.web.app import inspect_view_url_from_env
     from evalrunner_assets.report.links import web_links
 
     web_links()  # a bad EVALRUNNER_WEB_URL is said now, not at the first report
+    inspect_view_url = inspect_view_url_from_env()
+    # Inspect's viewer beside the pages (their links to raw logs open it), unless one is
+    # published elsewhere (EVALRUNNER_INSPECT_VIEW_URL) or this is the receiver alone.
+    view_port = args.inspect_view_port
+    if view_port is None:
+        view_port = 0 if args.webhook_only else DEFAULT_INSPECT_VIEW_PORT
+    if view_port < 0 or view_port > 65535:
+        raise UserError(f"--inspect-view-port {view_port} is not a port (0 starts no viewer)")
+    start_viewer = inspect_view_url is None and view_port > 0
     dagster = None
     if not args.webhook_only:
         dagster_home = home.ensure_dagster_home()
@@ -82,9 +95,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _stop)
+    viewer = None
+    stopping = threading.Event()
     try:
         # The receiver writes the inbox of the same lake the sensors read.
         the_lake = open_lake(home.lake_root())
+        if start_viewer:
+            from lake.viewer import view_command
+
+            viewer = subprocess.Popen(
+                view_command(the_lake, host=args.host, port=view_port),
+                stdout=subprocess.DEVNULL,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )
+            threading.Thread(target=_say_if_viewer_exits, args=(viewer, view_port, stopping), daemon=True).start()
+            inspect_view_url = f"http://{args.host}:{view_port}"
         extra: list[Any] = []
         if not args.no_run_api:
             from evalrunner_assets.driver.swe import api_routes
@@ -96,9 +121,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         # The pages people read (pull requests, trajectories) beside the receiver: /web.
         dagster_url = None if args.webhook_only else f"http://{args.host}:{args.dagster_port}"
-        extra.append(Mount("/web", app=create_app(the_lake, dagster_url=dagster_url)))
+        pages = create_app(the_lake, dagster_url=dagster_url, inspect_view_url=inspect_view_url)
+        extra.append(Mount("/web", app=pages))
         serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)
     finally:
+        stopping.set()
+        if viewer is not None:
+            viewer.terminate()
+            try:
+                viewer.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                viewer.kill()
         if dagster is not None:
             # SIGINT, not SIGTERM: `dagster dev` stops its webserver, daemon and code servers on
             # an interrupt; terminated, it leaves them running.
@@ -108,6 +141,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 dagster.kill()
     return 0
+
+
+def _say_if_viewer_exits(viewer: subprocess.Popen[bytes], port: int, stopping: threading.Event) -> None:
+    # The pages keep running without it; their raw-log links then lead nowhere, so say why.
+    code = viewer.wait()
+    if not stopping.is_set():
+        print(
+            f"evalrunner serve: Inspect's viewer on port {port} exited ({code}): the pages' raw-log links will "
+            "not open (is the port taken? --inspect-view-port picks another, 0 starts none)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def add_parsers(add: Add) -> None:
@@ -122,6 +167,14 @@ def add_parsers(add: Add) -> None:
     p.add_argument("--port", type=int, default=8787, help="port of the webhook receiver")
     p.add_argument("--dagster-port", type=int, default=3000, help="port of the Dagster UI")
     p.add_argument("--webhook-only", action="store_true", help="only the receiver (e.g. in Kubernetes)")
+    p.add_argument(
+        "--inspect-view-port",
+        type=int,
+        default=None,
+        help=f"port of Inspect's log viewer over the lake, which the trajectory pages link to "
+        f"(default {DEFAULT_INSPECT_VIEW_PORT}, none with --webhook-only; 0 starts none; "
+        "EVALRUNNER_INSPECT_VIEW_URL links to a viewer published elsewhere instead)",
+    )
     p.add_argument(
         "--no-run-api",
         action="store_true",

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -22,6 +22,7 @@ from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.report import links
 from lake.layout import LAYOUT
 from lake.storage import Lake
+from lake.viewer import sample_url
 
 HERE = Path(__file__).parent
 # Pages never run script and never load anything from elsewhere.
@@ -31,6 +32,10 @@ CSP = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; fo
 # A running comparison's page reloads itself this often (a meta refresh: the pages run no script).
 RUN_REFRESH_S = 5
 RUN_REFRESH_ENV = "EVALRUNNER_WEB_REFRESH_S"
+
+# Where people reach Inspect's log viewer over this lake (`evalrunner view`, or the one `serve`
+# starts); the trajectory pages link each sample to its raw log there.
+INSPECT_VIEW_URL_ENV = "EVALRUNNER_INSPECT_VIEW_URL"
 
 
 def run_refresh_seconds(environ: Mapping[str, str] | None = None) -> int:
@@ -43,6 +48,21 @@ def run_refresh_seconds(environ: Mapping[str, str] | None = None) -> int:
     return int(value)
 
 
+def inspect_view_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """``EVALRUNNER_INSPECT_VIEW_URL`` checked (an http(s) URL with a host and no query or
+    fragment: the viewer's routes go in the fragment), or None when unset."""
+    value = (os.environ if environ is None else environ).get(INSPECT_VIEW_URL_ENV, "").strip()
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise UserError(
+            f"{INSPECT_VIEW_URL_ENV}={value!r} is not an http(s) URL with a host and no query or fragment",
+            hint="set it to where Inspect's viewer over this lake is reached, e.g. http://127.0.0.1:7575",
+        )
+    return value.rstrip("/")
+
+
 def dagster_comparison_url(dagster_url: str | None, doc: Any) -> str | None:
     """The Dagster UI's page of the comparison's partition of the ``comparison`` asset: its
     materializations, their runs and metadata."""
@@ -52,8 +72,9 @@ def dagster_comparison_url(dagster_url: str | None, doc: Any) -> str | None:
     return f"{dagster_url.rstrip('/')}/assets/comparison?{urlencode({'view': 'partitions', 'partition': key})}"
 
 
-def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
-    """The web app over ``lake``; ``dagster_url`` (the Dagster UI's base URL) adds links to runs."""
+def create_app(lake: Lake, *, dagster_url: str | None = None, inspect_view_url: str | None = None) -> Starlette:
+    """The web app over ``lake``; ``dagster_url`` (the Dagster UI's base URL) adds links to runs,
+    ``inspect_view_url`` (Inspect's log viewer over the same lake) links to each sample's raw log."""
     refresh_s = run_refresh_seconds()
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
     env.globals["tone"] = pages.tone
@@ -67,6 +88,13 @@ def create_app(lake: Lake, *, dagster_url: str | None = None) -> Starlette:
     env.globals["trajectories_path"] = links.trajectories_path
     env.globals["trajectory_path"] = links.trajectory_path
     env.globals["dagster_comparison"] = lambda doc: dagster_comparison_url(dagster_url, doc)
+
+    def inspect_view_sample(row: Any) -> str | None:
+        if not inspect_view_url or row is None or not row.raw_log:
+            return None
+        return sample_url(inspect_view_url, row.raw_log, row.sample_id, row.epoch)
+
+    env.globals["inspect_view_sample"] = inspect_view_sample
     env.filters["delta"] = lambda v: "–" if v is None else f"{v:+.2f}"
     env.filters["score"] = lambda v: "–" if v is None else f"{v:.2f}"
     env.filters["money"] = lambda v: "unknown" if v is None else f"${v:,.2f}"

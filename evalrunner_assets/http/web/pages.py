@@ -86,6 +86,7 @@ class TrajectoryRow:
     tool_calls: int
     total_tokens: int | None
     total_time_s: float | None
+    raw_log: str | None = None  # the lake path of the Inspect log the sample is in
 
     @property
     def passed(self) -> bool:
@@ -112,14 +113,20 @@ def _connect(lake: Lake, repo: str, commit: str, task: str) -> Any:
 
 
 def trajectories(lake: Lake, repo: str, commit: str, task: str) -> list[TrajectoryRow]:
-    con = _connect(lake, repo, commit, task)
-    if con is None:
+    records = task_records(lake, repo, commit, task)
+    if not records:
         return []
+    con = duck.connect(lake, records=records, views=("samples_view", "events_view"))
     try:
         rows = duck.query(con, "web_trajectory_list", {"repo": repo, "commit": commit, "task": task}).to_pylist()
     finally:
         con.close()
-    return [TrajectoryRow(**row) for row in rows]
+    raw_logs = {r.batch: r.raw_path for r in records}
+    found = []
+    for row in rows:
+        batch = row.pop("batch")
+        found.append(TrajectoryRow(**row, raw_log=raw_logs.get(batch)))
+    return found
 
 
 def trajectory(
