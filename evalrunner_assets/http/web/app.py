@@ -95,6 +95,7 @@ def create_app(lake: Lake, *, dagster_url: str | None = None, inspect_view_url: 
         return sample_url(inspect_view_url, row.raw_log, row.sample_id, row.epoch)
 
     env.globals["inspect_view_sample"] = inspect_view_sample
+    env.globals["inspect_view"] = inspect_view_url is not None
     env.filters["delta"] = lambda v: "–" if v is None else f"{v:+.2f}"
     env.filters["score"] = lambda v: "–" if v is None else f"{v:.2f}"
     env.filters["money"] = lambda v: "unknown" if v is None else f"${v:,.2f}"
