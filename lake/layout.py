@@ -103,6 +103,14 @@ class Window:
         return cls(int(m.group(1)), int(m.group(2)))
 
 
+def _repo_under(rel: str, top: str, what: str) -> str:
+    """The ``owner/name`` of a path ``<top>/<owner>/<name>/…``."""
+    parts = rel.split("/")
+    if len(parts) < 4 or parts[0] != top:
+        raise LakePathError(f"{rel!r} is not a path of a repository's {what}")
+    return check_repo(f"{parts[1]}/{parts[2]}")
+
+
 @dataclass(frozen=True)
 class LakeLayout:
     """Relative paths of every lake object (docs/architecture.md, "The lake")."""
@@ -361,10 +369,7 @@ class LakeLayout:
 
     def series_repo(self, rel: str) -> str:
         """The repository (``owner/name``) a path under ``series/`` belongs to."""
-        parts = rel.split("/")
-        if len(parts) < 4 or parts[0] != "series":
-            raise LakePathError(f"{rel!r} is not a path of a repository's series")
-        return check_repo(f"{parts[1]}/{parts[2]}")
+        return _repo_under(rel, "series", "series")
 
     def series_chart(self, repo: str, branch: str, ext: str) -> str:
         """The repository's cohort-series chart (``png`` or ``svg``) for one branch."""
@@ -415,6 +420,14 @@ class LakeLayout:
         if ext not in ("json", "png", "svg", "md"):
             raise LakePathError(f"frontier format {ext!r} is not 'json', 'png', 'svg' or 'md'")
         return f"candidates/{check_repo(repo)}/frontier/frontier.{ext}"
+
+    def every_frontier_glob(self) -> str:
+        """Every repository's frontier document (``candidates_repo`` reads the repository off a match)."""
+        return "candidates/*/*/frontier/frontier.json"
+
+    def candidates_repo(self, rel: str) -> str:
+        """The repository (``owner/name``) a path under ``candidates/`` belongs to."""
+        return _repo_under(rel, "candidates", "candidates")
 
     def promotion(self, repo: str) -> str:
         """The promotion gate's decision and its reasons."""

@@ -32,11 +32,14 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 from _pipeline_fixtures import evalrunner_home
+from starlette.testclient import TestClient
 
 from evalrunner_assets.driver.candidates import add_candidate, measure_candidates
 from evalrunner_assets.example_repo import build_example_candidates
+from evalrunner_assets.http.web import create_app
 from evalrunner_assets.pipeline import candidates as cands
 from evalrunner_assets.pipeline import series
+from evalrunner_assets.report import links
 from evalrunner_assets.report.panel import PANEL_WIDTH, png_size
 from evalrunner_assets.simagent import SIMAGENT_PRICE, simulated_model
 from lake import LAYOUT
@@ -187,6 +190,64 @@ def test_the_chart_and_the_asset_metadata_land(measured):
     for rec in records:
         assert rec.status.value == "SUCCEEDED"
         assert rec.event.dagster_event.event_specific_data.passed  # type: ignore[union-attr]
+
+
+def test_the_continuum_page_shows_the_frontier_each_candidates_place_and_the_promotion(measured):
+    client = TestClient(create_app(measured["home"].lake()))
+    listing = client.get("/continuum")
+    assert listing.status_code == 200
+    [href] = re.findall(r'href="(/continuum/[^"]+)"', listing.text)
+    assert href == links.continuum_path(REPO) and "promote runbook-skill-large" in listing.text
+    page = client.get(href)
+    assert page.status_code == 200
+    assert re.search(r'class="pill big good">Promote runbook-skill-large<', page.text)
+    assert "fine-tune: not shown better than runbook-skill" in page.text  # the decision's reasons
+    body = page.text.split("<h2>Candidates, cheapest first</h2>", 1)[1].split("</table>", 1)[0]
+    shown = {
+        name: (status, rest)
+        for name, rest, status in re.findall(
+            r'<tr>\s*<td><code>([^<]+)</code>(.*?)<span class="pill \w+">(frontier|dominated|uncertain|cost unknown)</span>',
+            body,
+            re.S,
+        )
+    }
+    assert list(shown) == ["main", "runbook-skill", "fine-tune", "runbook-skill-large"]  # cheapest first
+    assert {n for n, (status, _) in shown.items() if status == "frontier"} == {
+        "main",
+        "runbook-skill",
+        "runbook-skill-large",
+    }
+    assert shown["fine-tune"][0] == "dominated" and "by runbook-skill" in body
+    assert "reference" in shown["main"][1] and "promoted" in shown["runbook-skill-large"][1]
+    steps = page.text.split("<h2>Steps up the frontier</h2>", 1)[1]
+    assert re.search(r"<code>main</code></td>\s*<td><code>runbook-skill</code>", steps)
+    chart = client.get(href + "/chart.svg")
+    assert chart.status_code == 200 and chart.content.lstrip().startswith(b"<svg")
+    assert client.get("/continuum/nobody/here").status_code == 404
+
+
+def test_in_a_real_browser_the_continuum_pages_load_cleanly_and_pass_the_accessibility_scan(measured):
+    """Chromium on the served pages: Continuum → the repository's page, reached by clicking; the
+    chart decodes; no console error or failed request; no serious or critical axe-core
+    violation at 1280 px; no page-level sideways scroll on a phone. Screenshots kept."""
+    from github_standin import LoopbackServer
+    from web_browser import Visit, artifacts_dir, axe_source, launched_chromium
+
+    axe, shots = axe_source(), artifacts_dir()
+    with launched_chromium() as browser, LoopbackServer(create_app(measured["home"].lake())) as served:
+        for width in (1280, 390):
+            visit = Visit(browser, width)
+            try:
+                visit.open(f"{served.url}/prs")
+                visit.follow('nav a[href="/continuum"]')
+                shown = [("continuum", visit.page.url), ("continuum-repo", visit.follow('a[href^="/continuum/"]'))]
+                chart = visit.page.locator("img.chart")
+                assert chart.evaluate("img => img.complete && img.naturalWidth > 0"), "the chart did not decode"
+                for name, url in shown:
+                    visit.check(name, url, axe=axe, shots=shots)
+                assert visit.problems == [], visit.problems
+            finally:
+                visit.close()
 
 
 def test_a_second_measure_starts_no_sandbox_and_records_defined_jobs(measured):

@@ -117,3 +117,17 @@ def test_series_and_frontier_panels_fit():
         ]
     ]
     assert png_size(render_frontier_panel(rows, "acme/agent"))[0] <= PANEL_WIDTH
+
+
+def test_the_frontier_legend_lists_only_the_places_some_candidate_is_in():
+    from evalrunner_assets.report.frontier_chart import COLOURS, STATUSES, frontier_chart
+
+    def row(name: str, cost: float, score: float, status: str) -> dict:
+        return {"candidate": name, "cost_per_sample": cost, "score": score, "lo": score - 0.05,
+                "hi": score + 0.05, "status": status, "model": "m", "is_reference": name == "a"}  # fmt: skip
+
+    rows = [row("a", 0.001, 0.6, "frontier"), row("b", 0.002, 0.5, "dominated"), row("c", 0.003, 0.8, "frontier")]
+    spec = frontier_chart(rows, "o/r").to_dict()
+    scales = [layer["encoding"]["color"]["scale"] for layer in spec["layer"] if "color" in layer.get("encoding", {})]
+    assert scales and all(s["domain"] == ["frontier", "dominated"] for s in scales)
+    assert all(s["range"] == [COLOURS[0], COLOURS[STATUSES.index("dominated")]] for s in scales)

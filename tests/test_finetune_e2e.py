@@ -19,6 +19,7 @@ elsewhere) at twice the standard price (tests/test_candidates_frontier.py has th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -124,6 +125,8 @@ def registered(tmp_path_factory):
             "answer": answer,
             "outcomes": pr_outcomes + sampling_outcomes,
             "pr_runs": pr_runs,
+            "resources": resources,
+            "root": root,
         }
 
 
@@ -234,3 +237,108 @@ def test_the_pr_pipeline_judges_the_activation_pr_and_the_verdict_shows_the_fine
     (comment,) = registered["standin"].comments_on(REPO, opened.number)
     assert comment["body"].startswith(MARKER) and "IMPROVED" in comment["body"]
     assert f"base ran `{BASE_MODEL}` (agent config (agent.yaml)), this PR runs `{FT_MODEL}`" in comment["body"]
+
+
+# -- the fine-tune page and its "Open PR to activate" action ------------------------------------
+
+ACTION_TOKEN = "web-action-token"
+
+
+@pytest.fixture(scope="module")
+def second_finetune(registered):
+    """A second fine-tune of the same trained model (``--model`` given: no trainer), registered
+    without activation: the one the page's action activates. Its measurement reuses the first's
+    windows (same commit, same model)."""
+    done = finetune_run.register(
+        registered["resources"],
+        REPO,
+        f"file://{registered['root'] / 'github.example' / 'support-agent.git'}",
+        "runbook-v2",
+        base_model=BASE_MODEL,
+        model=FT_MODEL,
+        training_set=registered["training_set"],
+        instance=registered["instance"],
+    )
+    assert done.activation is None
+    return done
+
+
+def _pages(registered, *, token: str | None = ACTION_TOKEN, github: bool = True):
+    from evalrunner_assets.http.web import create_app
+
+    resources = registered["resources"]
+    return create_app(
+        registered["lake"],
+        action_token=token,
+        activate_finetune=(lambda repo, name: finetune_run.activate_finetune(resources, repo, name))
+        if github
+        else None,
+    )
+
+
+def test_the_fine_tune_page_shows_each_fine_tune_its_measurement_and_its_activation_pr(registered, second_finetune):
+    from starlette.testclient import TestClient
+
+    page = TestClient(_pages(registered)).get("/finetunes")
+    assert page.status_code == 200
+    first, second = page.text.split('<section class="finetune"')[1:]
+    assert "<code>runbook-v1</code>" in first and "<code>runbook-v2</code>" in second
+    opened = registered["done"].activation
+    assert f'href="{opened.url}">#{opened.number}</a>' in first and "Open PR to activate" not in first
+    assert "Open PR to activate" in second
+    # The measurement against the reference: runbook_lookup improved, the others unchanged.
+    rows = dict(re.findall(r"<td>([a-z/_]+)</td>.*?<span class=\"pill \w+\">(\w+)</span>", first, re.S))
+    assert rows[RUNBOOK] == "improved"
+    assert {rows[t] for t in TASKS if t != RUNBOOK} == {"unchanged"}
+    assert "<strong>suite</strong>" in first and "Promotion gate" in first
+
+
+def test_the_activate_action_needs_the_run_apis_token(registered, second_finetune):
+    from starlette.testclient import TestClient
+
+    url = "/finetunes/example/support-agent/runbook-v2/activate"
+    client = TestClient(_pages(registered), follow_redirects=False)
+    assert client.post(url, data={"token": ""}).status_code == 401
+    assert client.post(url, data={"token": "wrong"}).status_code == 401
+    assert client.get(url).status_code == 405  # a link or a crawler never activates anything
+    off = TestClient(_pages(registered, token=None), follow_redirects=False).post(url, data={"token": ACTION_TOKEN})
+    assert off.status_code == 503 and "EVALRUNNER_API_TOKEN" in off.text
+    no_github = TestClient(_pages(registered, github=False), follow_redirects=False)
+    assert no_github.post(url, data={"token": ACTION_TOKEN}).status_code == 503
+    assert "Open PR to activate" not in no_github.get("/finetunes").text.split('<section class="finetune"')[2]
+    unknown = client.post("/finetunes/example/support-agent/nope/activate", data={"token": ACTION_TOKEN})
+    assert unknown.status_code == 400 and "has no fine-tune named" in unknown.text
+    assert ft.load_finetune(registered["lake"], REPO, "runbook-v2").activation is None  # nothing opened
+
+
+def test_in_a_real_browser_open_pr_to_activate_opens_the_pr_on_the_github_com_mock(registered, second_finetune):
+    """Chromium on the served pages: the fine-tune page passes the accessibility scan, the
+    token is typed and the button clicked; the page then names the PR the mock opened, whose
+    one commit changes only the model line."""
+    from github_standin import LoopbackServer
+    from web_browser import Visit, artifacts_dir, axe_source, launched_chromium, serious_violations
+
+    standin = registered["standin"]
+    before = {p["number"] for p in standin.pulls_on(REPO)}
+    with launched_chromium() as browser, LoopbackServer(_pages(registered)) as served:
+        visit = Visit(browser, 1280)
+        try:
+            visit.open(f"{served.url}/finetunes")
+            assert serious_violations(visit.page, axe_source()) == []
+            form = visit.page.locator('form.action[action$="/runbook-v2/activate"]')
+            form.locator('input[name="token"]').fill(ACTION_TOKEN)
+            with visit.page.expect_navigation():
+                form.locator("button").click()
+            visit.page.wait_for_load_state("load")
+            banner = visit.page.locator(".banner").inner_text()
+            visit.page.screenshot(path=str(artifacts_dir() / "finetunes-activated-1280.png"), full_page=True)
+            assert visit.problems == [], visit.problems
+        finally:
+            visit.close()
+    (new,) = [p for p in standin.pulls_on(REPO) if p["number"] not in before]
+    assert f"#{new['number']}" in banner and "eval-runner/activate-runbook-v2" in banner
+    assert new["head"]["ref"] == "eval-runner/activate-runbook-v2"
+    diff = standin.git(REPO, "diff", "--numstat", new["base"]["sha"], new["head"]["sha"])
+    assert diff == "1\t1\tagent.yaml"
+    record = ft.load_finetune(registered["lake"], REPO, "runbook-v2")
+    assert record.activation is not None and record.activation["number"] == new["number"]

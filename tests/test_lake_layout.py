@@ -54,3 +54,11 @@ def test_the_repository_of_a_series_path_is_read_off_the_layouts_own_paths():
     assert fnmatch.fnmatch(point, LAYOUT.every_series_points_glob())
     with pytest.raises(LakePathError, match="not a path of a repository's series"):
         LAYOUT.series_repo("comparisons/acme/agent/1/x.json")
+
+
+def test_the_repository_of_a_candidates_path_is_read_off_the_layouts_own_paths():
+    frontier = LAYOUT.continuum_frontier("acme/agent", "json")
+    assert LAYOUT.candidates_repo(frontier) == "acme/agent"
+    assert fnmatch.fnmatch(frontier, LAYOUT.every_frontier_glob())
+    with pytest.raises(LakePathError, match="not a path of a repository's candidates"):
+        LAYOUT.candidates_repo("series/acme/agent/points/x.json")

@@ -122,6 +122,7 @@ def test_api_runs_are_launched_by_the_daemon_graded_and_ranked(tmp_path, bwrap_b
             assert lo <= paired["delta"] <= hi
             assert entries["cheating"]["policy_failed"] >= 2
             assert entries["better"]["cost_per_task_usd"] > 0
+            _the_leaderboard_page_shows_the_same_board(served, board)
 
             # Resubmitting a finished run launches nothing and adds no sample, even after the
             # sensor has ticked again.
@@ -147,3 +148,36 @@ def test_api_runs_are_launched_by_the_daemon_graded_and_ranked(tmp_path, bwrap_b
             assert "Traceback" not in served.log_text(), served.log_text()[-3000:]
         finally:
             served.stop()
+
+
+def _the_leaderboard_page_shows_the_same_board(served: ServedEvalrunner, board: dict[str, Any]) -> None:
+    """The web app's leaderboard (served beside the API, no token: pages are read-only) ranks
+    the versions as the API does, with their policy failures, paired intervals against the
+    reference and the flaky task excluded with its reason."""
+    import urllib.request
+
+    from markupsafe import escape
+
+    web = f"http://127.0.0.1:{served.port}/web"
+    with urllib.request.urlopen(f"{web}/leaderboard", timeout=30) as resp:
+        listing = resp.read().decode()
+    assert 'href="/web/leaderboard/tinystats-bugs"' in listing
+    with urllib.request.urlopen(f"{web}/leaderboard/tinystats-bugs", timeout=30) as resp:
+        assert resp.status == 200
+        page = resp.read().decode()
+    body = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    shown = re.findall(r'<td class="num">(\d+)</td>\s*<td><code>([^<]+)</code>', body)
+    assert shown == [(str(e["rank"]), e["agent_version"]) for e in board["entries"]]
+    rows = dict(zip([v for _, v in shown], body.split("<tr>")[1:], strict=True))
+    cheating = next(e for e in board["entries"] if e["agent_version"] == "cheating")
+    assert f'<span class="pill bad">{cheating["policy_failed"]}</span>' in rows["cheating"]
+    better = next(e for e in board["entries"] if e["agent_version"] == "better")["paired_vs_reference"]
+    lo, hi = better["anytime_interval"]
+    assert f"({lo:+.2f}, {hi:+.2f})" in rows["better"] and f">{better['label']}</span>" in rows["better"]
+    assert "reference" in rows["baseline"]
+    excluded = page.split("<h2>Excluded from the headline</h2>", 1)[1]
+    (flaky,) = board["excluded_tasks"]
+    assert f"<code>{flaky['task_id']}</code></td><td>{escape(flaky['reason'])}</td>" in excluded
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"{web}/leaderboard/no-such-set", timeout=30)
+    assert missing.value.code == 404

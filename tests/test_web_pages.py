@@ -16,6 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 from test_gate_broken import SOLVE, TASKS
 from test_resume import lake, run_compare
+from web_browser import Visit
 
 from evalrunner_assets.example_repo import build_example_repo
 from evalrunner_assets.http.web import create_app
@@ -212,54 +213,53 @@ def test_with_inspects_viewer_configured_each_trajectory_links_to_its_raw_log_th
     assert "Inspect's viewer" not in plain.get(first).text
 
 
+def test_while_a_comparison_runs_its_run_page_shows_the_sandboxes_running_its_windows(tmp_path):
+    """A real `evalrunner compare` of the example: while it runs, the run page counts the
+    sandboxes running windows (the tile, and per task and arm, summing to it); once it ended,
+    the live record says so and the page shows no sandbox."""
+    import time
+
+    from test_resume import start_compare
+
+    from evalrunner_assets.pipeline.live import read_live
+
+    repo = tmp_path / "repo"
+    build_example_repo(repo, ["improve-runbook"])
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = start_compare(home, repo)
+    client = _client(home)
+    seen, deadline = None, time.monotonic() + 240
+    try:
+        while seen is None and proc.poll() is None and time.monotonic() < deadline:
+            prs = re.findall(r'href="(/prs/[^"]+)"', client.get("/prs").text)
+            page = client.get(prs[0] + "/run").text if prs else ""
+            tile = re.search(r"Sandboxes running windows</span><strong>(\d+)</strong>", page)
+            if tile and int(tile.group(1)) >= 1:
+                seen = (int(tile.group(1)), page, prs[0])
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert seen is not None, "the run page never showed a sandbox running while the comparison ran"
+    count, page, href = seen
+    cells = [(int(h), int(b)) for h, b in re.findall(r'<td class="num sandboxes">(\d+) · (\d+)</td>', page)]
+    assert len(cells) == 3 and sum(h + b for h, b in cells) == count
+    ended = client.get(href + "/run").text
+    assert "Sandboxes running windows" not in ended and 'class="num sandboxes"' not in ended
+    _, _, owner, name, pr, head = href.split("/")
+    record = read_live(Lake(str(lake(home))), f"{owner}/{name}", pr, head)
+    assert record is not None and record.ended and record.steps == []
+
+
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-    from web_browser import CHROMIUM_ARGS, chromium_or_skip
+    from web_browser import launched_chromium
 
-    executable = chromium_or_skip()
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-class Visit:
-    """A browser page that keeps every console error, page error and dialog it saw."""
-
-    def __init__(self, browser, width: int) -> None:
-        self.context = browser.new_context(viewport={"width": width, "height": 900})
-        self.page = self.context.new_page()
-        self.problems: list[str] = []
-        self.page.on(
-            "console", lambda m: self.problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None
-        )
-        self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
-        self.page.on("response", lambda r: self.problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-        self.page.on("dialog", lambda d: (self.problems.append(f"dialog: {d.message}"), d.dismiss()))
-
-    def open(self, url: str) -> None:
-        response = self.page.goto(url)
-        assert response is not None and response.status == 200, (url, response and response.status)
-        self.page.wait_for_load_state("load")
-
-    def follow(self, selector: str) -> str:
-        """Click the first link matching ``selector`` as a person would; the URL it led to."""
-        with self.page.expect_navigation():
-            self.page.locator(selector).first.click()
-        self.page.wait_for_load_state("load")
-        return self.page.url
-
-    def close(self) -> None:
-        self.context.close()
-
-
-def _serious_violations(page, axe: str) -> list[str]:
-    page.evaluate(axe)  # evaluated by the browser's debugger protocol: the page's CSP still holds for the page
-    found = page.evaluate("async () => (await axe.run()).violations.map(v => [v.id, v.impact, v.nodes.length, v.help])")
-    return [f"{i} ({impact}, {n} nodes): {text}" for i, impact, n, text in found if impact in ("serious", "critical")]
+    with launched_chromium() as launched:
+        yield launched
 
 
 def test_in_a_real_browser_every_page_loads_cleanly_and_passes_the_accessibility_scan(example_home, browser, tmp_path):
@@ -297,13 +297,7 @@ def test_in_a_real_browser_every_page_loads_cleanly_and_passes_the_accessibility
                 visit.open(pages[1][1])
                 pages.append(("run", visit.follow('a[href$="/run"]')))
                 for name, url in pages:
-                    visit.open(url)
-                    visit.page.screenshot(path=str(shots / f"{name}-{width}.png"), full_page=True)
-                    if width == 1280:
-                        assert _serious_violations(visit.page, axe) == [], (name, url)
-                    else:
-                        overflow = visit.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-                        assert overflow <= 1, (name, url, f"{overflow}px wider than the phone")
+                    visit.check(name, url, axe=axe, shots=shots)
                 assert visit.problems == [], visit.problems
             finally:
                 visit.close()

@@ -21,6 +21,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,66 @@ def served_pages(home: Path, log: Path, *, serve_args: tuple[str, ...] = (), **s
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@contextlib.contextmanager
+def launched_chromium() -> Iterator[Any]:
+    """Debian's Chromium launched headless by Playwright (skips where there is none)."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium_or_skip()
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+class Visit:
+    """A browser page that keeps every console error, page error and dialog it saw."""
+
+    def __init__(self, browser: Any, width: int) -> None:
+        self.width = width
+        self.context = browser.new_context(viewport={"width": width, "height": 900})
+        self.page = self.context.new_page()
+        self.problems: list[str] = []
+        self.page.on(
+            "console", lambda m: self.problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+        )
+        self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
+        self.page.on("response", lambda r: self.problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        self.page.on("dialog", lambda d: (self.problems.append(f"dialog: {d.message}"), d.dismiss()))
+
+    def open(self, url: str) -> None:
+        response = self.page.goto(url)
+        assert response is not None and response.status == 200, (url, response and response.status)
+        self.page.wait_for_load_state("load")
+
+    def follow(self, selector: str) -> str:
+        """Click the first link matching ``selector`` as a person would; the URL it led to."""
+        with self.page.expect_navigation():
+            self.page.locator(selector).first.click()
+        self.page.wait_for_load_state("load")
+        return self.page.url
+
+    def check(self, name: str, url: str, *, axe: str, shots: Path) -> None:
+        """Open ``url`` and keep its screenshot as ``<name>-<width>.png``; at desktop width no
+        serious or critical axe-core violation, at a phone's no page-level sideways scroll."""
+        self.open(url)
+        self.page.screenshot(path=str(shots / f"{name}-{self.width}.png"), full_page=True)
+        if self.width >= 1024:
+            assert serious_violations(self.page, axe) == [], (name, url)
+        else:
+            overflow = self.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 1, (name, url, f"{overflow}px wider than the phone")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def serious_violations(page: Any, axe: str) -> list[str]:
+    """axe-core's serious and critical violations on ``page`` (``axe``: its source)."""
+    page.evaluate(axe)  # evaluated by the browser's debugger protocol: the page's CSP still holds for the page
+    found = page.evaluate("async () => (await axe.run()).violations.map(v => [v.id, v.impact, v.nodes.length, v.help])")
+    return [f"{i} ({impact}, {n} nodes): {text}" for i, impact, n, text in found if impact in ("serious", "critical")]

@@ -121,7 +121,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         # The pages people read (pull requests, trajectories) beside the receiver: /web.
         dagster_url = None if args.webhook_only else f"http://{args.host}:{args.dagster_port}"
-        pages = create_app(the_lake, dagster_url=dagster_url, inspect_view_url=inspect_view_url)
+        pages = create_app(
+            the_lake,
+            dagster_url=dagster_url,
+            inspect_view_url=inspect_view_url,
+            action_token=_action_token(),
+            activate_finetune=_finetune_activator(),
+            submit_wild_eval=_wild_submitter(),
+        )
         extra.append(Mount("/web", app=pages))
         serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)
     finally:
@@ -141,6 +148,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 dagster.kill()
     return 0
+
+
+def _action_token() -> str | None:
+    """The pages' actions take the run API's token (EVALRUNNER_API_TOKEN or its file)."""
+    from evalrunner_assets.http.swe_api import load_api_token
+
+    try:
+        return load_api_token()
+    except (OSError, ValueError) as exc:
+        raise UserError(f"the run API's token: {exc}") from exc
+
+
+def _finetune_activator() -> Any:
+    """What the fine-tune page's "Open PR to activate" calls, or None when GitHub is not
+    configured here (the page then says so instead of offering the button)."""
+    from evalrunner_assets.driver import finetune as finetune_run
+    from evalrunner_assets.driver.comparison import default_resources
+
+    resources = default_resources()
+    github = resources.get("github")
+    if github is None or not github.is_configured():
+        return None
+    return lambda repo, name: finetune_run.activate_finetune(resources, repo, name)
+
+
+def _wild_submitter() -> Any:
+    """What the bug report's "Submit eval" calls, or None when GitHub is not configured here."""
+    from evalrunner_assets.driver.comparison import default_resources
+
+    resources = default_resources()
+    github = resources.get("github")
+    if github is None or not github.is_configured():
+        return None
+
+    def submit(repo: str, submission: Any) -> Any:
+        from evalrunner_assets.driver.wild import open_wild_pr
+
+        return open_wild_pr(resources, repo, submission)
+
+    return submit
 
 
 def _say_if_viewer_exits(viewer: subprocess.Popen[bytes], port: int, stopping: threading.Event) -> None:

@@ -86,7 +86,7 @@ def _wild_import(args: argparse.Namespace) -> int:
     if args.repo_id:
         from resources.github import GitHubClient
 
-        branch = args.branch or f"wild/{submission.evals[0].task_id.split('/', 1)[1]}"
+        branch = args.branch or submission.default_branch()
         opened = submission.open_pr(GitHubClient.from_env(), args.repo_id, repo, branch, base=args.base)
         print(f"opened {opened.url} (#{opened.number}) from {opened.branch}")
     else:

@@ -44,6 +44,7 @@ from evalrunner_assets.pipeline.facts import learn_commit, load_facts
 from evalrunner_assets.pipeline.interrupts import SigintCount, is_interrupt, sigint_ignored, sigint_sets
 from evalrunner_assets.pipeline.keys import commit_key, parse_commit_key
 from evalrunner_assets.pipeline.lease import ComparisonLease
+from evalrunner_assets.pipeline.live import LiveRecorder
 from evalrunner_assets.pipeline.loop import Step, next_steps
 from evalrunner_assets.pipeline.publish import SavedComparison, WrittenReport, save_comparison, write_report
 from evalrunner_assets.pipeline.scheduler import (
@@ -450,10 +451,12 @@ class ComparisonEngine:
         self.progress_thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalrunner-progress")
         self._progress: list[cf.Future] = []
         self._last_compare = time.monotonic()
+        self.live = LiveRecorder(the_lake, request.repo, request.pr, request.head_sha, max(1, n_workers))
         self.scheduler = PackedScheduler(
             plan=self.plan,
             run_step=self.run_step,
             on_done=self.on_done,
+            on_idle=self.record_live,
             kill_sandboxes=self.kill_sandboxes,
             workers=workers,
             breaker_threshold=options.breaker_threshold,
@@ -703,7 +706,12 @@ class ComparisonEngine:
                             pass  # a full disk refuses the record too; the window stays absent
             raise
 
+    def record_live(self) -> None:
+        """The sandboxes running windows now, for the run page (on the driving thread)."""
+        self.live.update(self.scheduler.in_flight.values())
+
     def on_done(self, unit: Unit) -> None:
+        self.record_live()
         if unit.cancelled or self.stop.is_set() or unit.error is not None:
             return  # nothing landed to record (a cancelled window runs again on resume)
         ct = (unit.step.commit, unit.step.task)
@@ -794,6 +802,7 @@ class ComparisonEngine:
                             f.result()  # a failed progress report stops the comparison
             finally:
                 self._close_pool()
+                self.live.end()
             return self.conclude()
         except ComparisonCancelled:
             raise

@@ -37,7 +37,10 @@ def frontier_chart(
     frontier = [v for v in values if v["status"] == "frontier"]
     x = alt.X("cost:Q", title="cost per sample (US$)", scale=alt.Scale(zero=False, nice=True))
     y = alt.Y("score:Q", title="suite score", scale=alt.Scale(domain=[0, 1]))
-    colour = alt.Color("status:N", scale=alt.Scale(domain=STATUSES, range=COLOURS), title="place")
+    # Only the places some candidate is in get a legend entry; each keeps its colour.
+    present = [s for s in STATUSES if any(v["status"] == s for v in values)] or STATUSES[:1]
+    palette = [COLOURS[STATUSES.index(s)] for s in present]
+    colour = alt.Color("status:N", scale=alt.Scale(domain=present, range=palette), title="place")
     bars = alt.Chart(alt.Data(values=values)).mark_rule(strokeWidth=1.5).encode(x=x, y="lo:Q", y2="hi:Q", color=colour)
     line = (
         alt.Chart(alt.Data(values=frontier))

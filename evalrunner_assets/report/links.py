@@ -48,6 +48,39 @@ def series_path(repo: str, branch: str | None = None) -> str:
     return path if branch is None else f"{path}?{urlencode({'branch': branch})}"
 
 
+def continuum_list_path() -> str:
+    return "/continuum"
+
+
+def continuum_path(repo: str) -> str:
+    """One repository's candidates on the cost/score frontier and the promotion decision."""
+    return f"/continuum/{_segment(repo)}"
+
+
+def finetunes_path() -> str:
+    return "/finetunes"
+
+
+def activate_path(repo: str, name: str) -> str:
+    """Where the fine-tune page posts "Open PR to activate" (token-authorized)."""
+    return f"/finetunes/{_segment(repo)}/{_segment(name)}/activate"
+
+
+def leaderboards_path() -> str:
+    return "/leaderboard"
+
+
+def leaderboard_path(task_set: str, reference: str | None = None) -> str:
+    """One SWE task set's leaderboard (``reference``: the version paired against)."""
+    query = f"?{urlencode({'reference': reference})}" if reference else ""
+    return f"/leaderboard/{_segment(task_set)}{query}"
+
+
+def report_path() -> str:
+    """The bug report: a failure trace becomes an anonymised eval (preview, then submit)."""
+    return "/report"
+
+
 def pull_requests_path() -> str:
     return "/prs"
 

@@ -31,7 +31,15 @@ from evalrunner_assets.wild.eval_writer import (
     planned_files,
     write_eval,
 )
-from evalrunner_assets.wild.formats import EmptyTrace, NoFailure, Trace, TraceError, UnknownTraceFormat, read_traces
+from evalrunner_assets.wild.formats import (
+    EmptyTrace,
+    NoFailure,
+    Trace,
+    TraceError,
+    UnknownTraceFormat,
+    read_trace_text,
+    read_traces,
+)
 from evalrunner_assets.wild.preview import html_page, sent_summary, terminal_diff
 from evalrunner_assets.wild.redact import STRUCTURED, Redactor, redact_text
 
@@ -53,6 +61,8 @@ __all__ = [
     "default_cohort",
     "pr_body",
     "prepare",
+    "prepare_traces",
+    "read_trace_text",
     "read_traces",
     "redact_text",
 ]
@@ -91,6 +101,10 @@ class Submission:
 
     def html(self, show_originals: bool = True) -> str:
         return html_page(self.originals if show_originals else None, self.redacted, self.evals, self.redactor)
+
+    def default_branch(self) -> str:
+        """The PR's branch unless one is given: ``wild/<the first eval's name>``."""
+        return f"wild/{self.evals[0].task_id.split('/', 1)[1]}"
 
     def files(self, repo: Path) -> dict[str, str]:
         return planned_files(repo, self.evals)
@@ -146,6 +160,19 @@ def prepare(
     originals: list[Trace] = []
     for p in paths:
         originals += read_traces(Path(p))
+    return prepare_traces(originals, scorer=scorer, cohort=cohort, name=name, redactor=redactor)
+
+
+def prepare_traces(
+    originals: list[Trace],
+    *,
+    scorer: Check | Rubric,
+    cohort: str | None = None,
+    name: str | None = None,
+    redactor: Redactor | None = None,
+) -> Submission:
+    """:func:`prepare` of traces already read (e.g. :func:`read_trace_text` of a pasted trace)."""
+    cohort = check_cohort(cohort or default_cohort())
     redactor = redactor or Redactor()
     redacted = [redactor.trace(t) for t in originals]
     if isinstance(scorer, Check) and scorer.kind != "regex":

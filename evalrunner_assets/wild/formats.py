@@ -106,6 +106,23 @@ def read_traces(path: Path) -> list[Trace]:
         text = path.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError) as exc:
         raise UnknownTraceFormat(f"{path}: not a text trace ({exc.__class__.__name__})", _FORMATS_HINT) from None
+    return _text_traces(path, text, on_inspect=lambda: _inspect(path))
+
+
+def read_trace_text(text: str, source: str = "pasted trace") -> list[Trace]:
+    """The failed traces in ``text`` (chat JSONL or OpenTelemetry spans JSON, e.g. pasted into
+    the bug-report page), named ``source``; nothing is read from or written to disk. An Inspect
+    log is a file: it is refused here with the command that reads it."""
+
+    def inspect_log() -> list[Trace]:
+        raise UnknownTraceFormat(
+            f"{source}: an Inspect log is read from its file", "run `evalrunner wild import LOG` where the log is"
+        )
+
+    return _text_traces(Path(source), text, on_inspect=inspect_log)
+
+
+def _text_traces(path: Path, text: str, *, on_inspect: Any) -> list[Trace]:
     if not text.strip():
         raise EmptyTrace(f"{path}: the file is empty", _FORMATS_HINT)
     whole: Any = None
@@ -114,7 +131,7 @@ def read_traces(path: Path) -> list[Trace]:
     except json.JSONDecodeError:
         pass
     if isinstance(whole, dict) and "eval" in whole and ("samples" in whole or "status" in whole):
-        return _inspect(path)
+        return list(on_inspect())
     if isinstance(whole, dict) and ("resourceSpans" in whole or "spans" in whole) or _is_span_list(whole):
         return _otel(path, whole)
     return _chat_jsonl(path, text)

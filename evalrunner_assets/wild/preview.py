@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import html
 import json
+import re
+from dataclasses import dataclass
 
 from evalrunner_assets.wild.eval_writer import EvalFiles
 from evalrunner_assets.wild.formats import Trace
@@ -71,31 +73,66 @@ _CSS = """body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}h1{font-si
 .note{color:#555}"""
 
 
+@dataclass(frozen=True)
+class TracePreview:
+    """One trace as the review shows it: per line, the original cut into runs of text and the
+    values found in it (with their entity), and what is sent cut at its placeholders."""
+
+    source: str  # the redacted source name
+    format: str
+    failure: str  # redacted
+    original: list[list[tuple[str, str | None]]]  # per line: (text, entity found or None)
+    sent: list[list[tuple[str, bool]]]  # per line: (text, is a placeholder)
+
+
+_PLACEHOLDER = re.compile(r"(\{\{[a-z_]+_\d+\}\})")
+
+
+def previews(originals: list[Trace] | None, redacted: list[Trace]) -> list[TracePreview]:
+    """The review's two panes per trace; ``originals`` None leaves the left pane empty."""
+    finder = Redactor()  # a separate one: marking must not change the placeholders issued
+    out = []
+    for i, r in enumerate(redacted):
+        left = []
+        for line in _lines(originals[i]) if originals is not None else []:
+            runs: list[tuple[str, str | None]] = []
+            last = 0
+            for f in finder.find(line):
+                runs += [(line[last : f.start], None), (line[f.start : f.end], f.entity)]
+                last = f.end
+            runs.append((line[last:], None))
+            left.append([run for run in runs if run[0]])
+        right = [
+            [(part, bool(_PLACEHOLDER.fullmatch(part))) for part in _PLACEHOLDER.split(line) if part]
+            for line in _lines(r)
+        ]
+        out.append(TracePreview(r.source, r.format, r.failure, left, right))
+    return out
+
+
 def html_page(originals: list[Trace] | None, redacted: list[Trace], evals: list[EvalFiles], redactor: Redactor) -> str:
     """A self-contained page (inline CSS, no script, nothing fetched). With ``originals`` None
     the left pane shows only the types found (for an unattended run: nobody reviews it)."""
-    finder = Redactor()
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>evalrunner wild import</title>",
              f"<style>{_CSS}</style></head><body><h1>Evals from the wild: review before sending</h1>",
              f"<p class='note'>{html.escape(sent_summary(evals, redactor))}</p>"]  # fmt: skip
-    for i, r in enumerate(redacted):
-        left = []
+    for shown in previews(originals, redacted):
         if originals is not None:
-            for line in _lines(originals[i]):
-                last, chunk = 0, []
-                for f in finder.find(line):
-                    chunk.append(html.escape(line[last : f.start]))
-                    chunk.append(f"<mark title='{f.entity}'>{html.escape(line[f.start : f.end])}</mark>")
-                    last = f.end
-                chunk.append(html.escape(line[last:]))
-                left.append("".join(chunk))
+            left = [
+                "".join(
+                    f"<mark title='{entity}'>{html.escape(text)}</mark>" if entity else html.escape(text)
+                    for text, entity in line
+                )
+                for line in shown.original
+            ]
         else:
-            left.append(html.escape(f"(originals not shown) found: {json.dumps(redactor.found, sort_keys=True)}"))
+            left = [html.escape(f"(originals not shown) found: {json.dumps(redactor.found, sort_keys=True)}")]
         right = [
-            html.escape(line).replace("{{", "<span class='ph'>{{").replace("}}", "}}</span>") for line in _lines(r)
+            "".join(f"<span class='ph'>{html.escape(t)}</span>" if ph else html.escape(t) for t, ph in line)
+            for line in shown.sent
         ]
         parts.append(
-            f"<h2>{html.escape(r.source)} ({r.format}): {html.escape(r.failure)}</h2><div class='pair'>"
+            f"<h2>{html.escape(shown.source)} ({shown.format}): {html.escape(shown.failure)}</h2><div class='pair'>"
             f"<div class='pane'><h2>What happened (personal data highlighted)</h2>{'<br>'.join(left)}</div>"
             f"<div class='pane'><h2>What is sent</h2>{'<br>'.join(right)}</div></div>"
         )

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import hmac
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from evalrunner_assets.errors import EvalrunnerError, UserError
+from evalrunner_assets.errors import EvalrunnerError, InputError, UserError
 from evalrunner_assets.http.web import pages
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.report import links
@@ -25,8 +27,14 @@ from lake.storage import Lake
 from lake.viewer import sample_url
 
 HERE = Path(__file__).parent
-# Pages never run script and never load anything from elsewhere.
-CSP = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'"
+# Pages never run script and never load anything from elsewhere; forms post only here.
+CSP = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'"
+# An action's form holds one token field; anything longer is not one.
+MAX_ACTION_BODY = 4096
+# A pasted trace (chat JSONL, OTel spans JSON) and the report form's other fields.
+MAX_REPORT_BODY = 2 * 1024 * 1024
+# The bug report's pages show the originals of a trace: never kept by the browser or a proxy.
+NO_STORE = {"Cache-Control": "no-store"}
 
 
 # A running comparison's page reloads itself this often (a meta refresh: the pages run no script).
@@ -72,9 +80,23 @@ def dagster_comparison_url(dagster_url: str | None, doc: Any) -> str | None:
     return f"{dagster_url.rstrip('/')}/assets/comparison?{urlencode({'view': 'partitions', 'partition': key})}"
 
 
-def create_app(lake: Lake, *, dagster_url: str | None = None, inspect_view_url: str | None = None) -> Starlette:
+def create_app(
+    lake: Lake,
+    *,
+    dagster_url: str | None = None,
+    inspect_view_url: str | None = None,
+    action_token: str | None = None,
+    activate_finetune: Callable[[str, str], Any] | None = None,
+    submit_wild_eval: Callable[[str, Any], Any] | None = None,
+) -> Starlette:
     """The web app over ``lake``; ``dagster_url`` (the Dagster UI's base URL) adds links to runs,
-    ``inspect_view_url`` (Inspect's log viewer over the same lake) links to each sample's raw log."""
+    ``inspect_view_url`` (Inspect's log viewer over the same lake) links to each sample's raw log.
+
+    Pages are read-only. The actions need ``action_token``, the run API's token (None: actions
+    are refused), given in the form or as ``Authorization: Bearer``: "Open PR to activate" a
+    fine-tune calls ``activate_finetune(repo, name)``, the bug report's "Submit eval"
+    ``submit_wild_eval(repo, submission)`` (either None: GitHub is not configured). The bug
+    report's preview is not an action: it reads and redacts in memory and writes nothing."""
     refresh_s = run_refresh_seconds()
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
     env.globals["tone"] = pages.tone
@@ -87,6 +109,13 @@ def create_app(lake: Lake, *, dagster_url: str | None = None, inspect_view_url: 
     env.globals["series_path"] = links.series_path
     env.globals["trajectories_path"] = links.trajectories_path
     env.globals["trajectory_path"] = links.trajectory_path
+    env.globals["continuum_list_path"] = links.continuum_list_path
+    env.globals["continuum_path"] = links.continuum_path
+    env.globals["finetunes_path"] = links.finetunes_path
+    env.globals["activate_path"] = links.activate_path
+    env.globals["leaderboards_path"] = links.leaderboards_path
+    env.globals["leaderboard_path"] = links.leaderboard_path
+    env.globals["report_path"] = links.report_path
     env.globals["dagster_comparison"] = lambda doc: dagster_comparison_url(dagster_url, doc)
 
     def inspect_view_sample(row: Any) -> str | None:
@@ -100,12 +129,35 @@ def create_app(lake: Lake, *, dagster_url: str | None = None, inspect_view_url: 
     env.filters["score"] = lambda v: "–" if v is None else f"{v:.2f}"
     env.filters["money"] = lambda v: "unknown" if v is None else f"${v:,.2f}"
     env.filters["percent"] = lambda v: "–" if v is None else f"{v:.0%}"
+    # Costs per sample are fractions of a cent: enough digits to tell candidates apart.
+    env.filters["unit_cost"] = lambda v: "unknown" if v is None else f"${v:.6f}"
 
-    def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    def render(
+        request: Request, name: str, status: int = 200, headers: Mapping[str, str] | None = None, **context: Any
+    ) -> HTMLResponse:
         # Links start at the mount point (``evalrunner serve`` mounts the app under /web).
         root = str(request.scope.get("root_path", "")).rstrip("/")
         html = env.get_template(name).render(dagster_url=dagster_url, root=root, **context)
-        return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP})
+        return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP, **(headers or {})})
+
+    def authorize(given_in_form: str, request: Request) -> None:
+        """The run API's token, from the form or ``Authorization: Bearer``; compared in constant time."""
+        if action_token is None:
+            raise HTTPException(
+                503, "actions are off: set EVALRUNNER_API_TOKEN (or EVALRUNNER_API_TOKEN_FILE) where serve runs"
+            )
+        given = given_in_form
+        header = request.headers.get("authorization", "")
+        if header.startswith("Bearer "):
+            given = header[len("Bearer ") :]
+        if not hmac.compare_digest(given.encode(), action_token.encode()):
+            raise HTTPException(401, "missing or wrong token: it is the run API's (EVALRUNNER_API_TOKEN)")
+
+    async def form_fields(request: Request, limit: int) -> dict[str, list[str]]:
+        body = await request.body()
+        if len(body) > limit:
+            raise HTTPException(413, f"request body over {limit:,} bytes")
+        return parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
 
     def document(request: Request) -> Any:
         p = request.path_params
@@ -134,7 +186,9 @@ def create_app(lake: Lake, *, dagster_url: str | None = None, inspect_view_url: 
 
     async def run(request: Request) -> Response:
         doc = document(request)
-        return render(request, "run.html", doc=doc, tasks=pages.run_tasks(doc), refresh_s=refresh_s)
+        return render(
+            request, "run.html", doc=doc, tasks=pages.run_tasks(doc), live=pages.live(lake, doc), refresh_s=refresh_s
+        )
 
     async def chart(request: Request) -> Response:
         doc = document(request)
@@ -209,6 +263,134 @@ def create_app(lake: Lake, *, dagster_url: str | None = None, inspect_view_url: 
         svg = render_series_chart(points, repo, branch)["svg"]
         return Response(svg, media_type="image/svg+xml", headers={"Content-Security-Policy": CSP})
 
+    async def continuum_list(request: Request) -> Response:
+        return render(request, "continuum_list.html", rows=pages.frontier_list(lake))
+
+    def _continuum(request: Request) -> pages.Continuum:
+        p = request.path_params
+        try:
+            found = pages.continuum(lake, f"{p['owner']}/{p['name']}")
+        except EvalrunnerError as exc:
+            raise HTTPException(400, str(exc)) from None
+        if found is None:
+            raise HTTPException(404, "no frontier of that repository: `evalrunner candidates measure` builds one")
+        return found
+
+    async def continuum(request: Request) -> Response:
+        found = _continuum(request)
+        return render(request, "continuum.html", c=found, level=1 - (found.alpha or 0.05))
+
+    async def continuum_chart(request: Request) -> Response:
+        found = _continuum(request)
+        rel = LAYOUT.continuum_frontier(found.repo, "svg")
+        if lake.exists(rel):
+            svg = lake.read_bytes(rel)
+        else:
+            from evalrunner_assets.report.frontier_chart import render_frontier_chart
+
+            svg = render_frontier_chart(pages.continuum_rows(lake, found.repo), found.repo)["svg"]
+        return Response(svg, media_type="image/svg+xml", headers={"Content-Security-Policy": CSP})
+
+    async def finetunes(request: Request) -> Response:
+        q = request.query_params
+        shown = pages.finetunes(lake)
+        activated = next((f for f in shown if (f.repo, f.name) == (q.get("repo"), q.get("activated"))), None)
+        return render(
+            request,
+            "finetunes.html",
+            rows=shown,
+            activated=activated,
+            actions=action_token is not None,
+            github=activate_finetune is not None,
+        )
+
+    async def activate(request: Request) -> Response:
+        p = request.path_params
+        repo, name = f"{p['owner']}/{p['name']}", p["finetune"]
+        fields = await form_fields(request, MAX_ACTION_BODY)
+        authorize((fields.get("token") or [""])[0], request)
+        if activate_finetune is None:
+            raise HTTPException(503, "opening a PR needs GitHub configured where serve runs (EVALRUNNER_GITHUB_TOKEN)")
+        try:
+            await run_in_threadpool(activate_finetune, repo, name)
+        except InputError as exc:  # no such fine-tune, an agent config without a model: line
+            raise HTTPException(400, str(exc)) from None
+        except EvalrunnerError as exc:  # GitHub refused or is unreachable
+            raise HTTPException(502, f"GitHub did not open the PR: {exc}") from None
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        where = urlencode({"repo": repo, "activated": name})
+        return RedirectResponse(f"{root}{links.finetunes_path()}?{where}", status_code=303)
+
+    async def leaderboards(request: Request) -> Response:
+        return render(request, "leaderboards.html", rows=pages.task_sets(lake))
+
+    async def leaderboard(request: Request) -> Response:
+        name, reference = request.path_params["task_set"], request.query_params.get("reference") or None
+        try:
+            board = await run_in_threadpool(pages.leaderboard, lake, name, reference)
+        except EvalrunnerError as exc:
+            code = 404 if "not registered" in str(exc) else 400
+            raise HTTPException(code, str(exc)) from None
+        return render(request, "leaderboard.html", board=board)
+
+    def report_page(request: Request, **context: Any) -> Response:
+        from evalrunner_assets.wild import default_cohort
+
+        return render(
+            request,
+            "report.html",
+            headers=NO_STORE,
+            repos=pages.registered_repos(lake),
+            kinds=pages.SCORER_KINDS,
+            default_cohort=default_cohort(),
+            grader=pages.DEFAULT_GRADER,
+            **context,
+        )
+
+    async def report(request: Request) -> Response:
+        return report_page(request, form=None, problem=None)
+
+    def _report_submission(fields: dict[str, list[str]]) -> tuple[pages.ReportForm, Any]:
+        form = pages.report_form(fields)
+        return form, pages.report_submission(form)
+
+    async def report_preview(request: Request) -> Response:
+        fields = await form_fields(request, MAX_REPORT_BODY)
+        try:
+            form, submission = await run_in_threadpool(_report_submission, fields)
+        except InputError as exc:  # not a trace, no failure in it, a field left out
+            return report_page(request, form=fields, problem=str(exc), status=400)
+        from evalrunner_assets.wild.preview import previews
+
+        return render(
+            request,
+            "report_preview.html",
+            headers=NO_STORE,
+            form=form,
+            submission=submission,
+            shown=previews(submission.originals, submission.redacted),
+            found=sorted(submission.redactor.found.items()),
+            can_submit=action_token is not None and submit_wild_eval is not None,
+            actions=action_token is not None,
+            github=submit_wild_eval is not None,
+        )
+
+    async def report_submit(request: Request) -> Response:
+        fields = await form_fields(request, MAX_REPORT_BODY)
+        authorize((fields.get("token") or [""])[0], request)
+        if submit_wild_eval is None:
+            raise HTTPException(503, "opening a PR needs GitHub configured where serve runs (EVALRUNNER_GITHUB_TOKEN)")
+        try:
+            form, submission = await run_in_threadpool(_report_submission, fields)
+            opened = await run_in_threadpool(submit_wild_eval, form.repo, submission)
+        except InputError as exc:  # the form changed, the repository is unknown, the eval exists
+            raise HTTPException(400, str(exc)) from None
+        except EvalrunnerError as exc:
+            raise HTTPException(502, f"GitHub did not open the PR: {exc}") from None
+        return render(
+            request, "report_sent.html", headers=NO_STORE, submission=submission, opened=opened, repo=form.repo
+        )
+
     async def not_found(request: Request, exc: Exception) -> Response:
         code = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "error"
@@ -228,6 +410,16 @@ def create_app(lake: Lake, *, dagster_url: str | None = None, inspect_view_url: 
         Route("/cohorts/{owner}/{name}/chart.svg", series_chart),
         Route(f"/trajectories/{T}", trajectory_list),
         Route(f"/trajectory/{T}", trajectory),
+        Route("/continuum", continuum_list),
+        Route("/continuum/{owner}/{name}", continuum),
+        Route("/continuum/{owner}/{name}/chart.svg", continuum_chart),
+        Route("/finetunes", finetunes),
+        Route("/leaderboard", leaderboards),
+        Route("/leaderboard/{task_set}", leaderboard),
+        Route("/report", report),
+        Route("/report/preview", report_preview, methods=["POST"]),
+        Route("/report/submit", report_submit, methods=["POST"]),
+        Route("/finetunes/{owner}/{name}/{finetune}/activate", activate, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: not_found})

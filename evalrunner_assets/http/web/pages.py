@@ -1,11 +1,14 @@
 """What the web pages show, read from the lake: plain Python, no Dagster, no HTTP.
 
 Comparison documents (``comparisons/<repo>/<pr>/<head>.json``) give the pull-request pages;
-the ``samples``, ``events`` and ``annotations`` views give the trajectory pages.
+the ``samples``, ``events`` and ``annotations`` views give the trajectory pages; the series
+points the cohort pages; the candidates' frontier and measurements the continuum and fine-tune
+pages.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -400,3 +403,415 @@ def run_tasks(doc: ComparisonDocument) -> list[RunTask]:
             )  # fmt: skip
         )
     return out
+
+
+def _json_document(lake: Lake, rel: str) -> dict[str, Any]:
+    from evalrunner_assets.documents.codec import DocumentError
+
+    try:
+        doc = json.loads(lake.read_bytes(rel))
+    except json.JSONDecodeError as exc:
+        raise DocumentError(f"{lake.url(rel)}: not valid JSON: {exc}", where=lake.url(rel)) from exc
+    if not isinstance(doc, dict):
+        raise DocumentError(f"{lake.url(rel)}: not a JSON object", where=lake.url(rel))
+    return doc
+
+
+# -- continuum: candidates on the cost/score frontier -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrontierSummary:
+    repo: str
+    reference: str | None
+    candidates: int
+    on_frontier: int
+    promoted: str | None
+    decided_at: str
+
+
+@dataclass(frozen=True)
+class CandidatePoint:
+    """One measured candidate: its suite score and interval, cost, place on the frontier and
+    what the promotion gate said of it (None for the reference, which the gate does not judge)."""
+
+    candidate: str
+    model: str
+    is_reference: bool
+    score: float | None
+    lo: float | None
+    hi: float | None
+    inputs: int
+    cost_per_sample: float | None
+    p50_latency_s: float | None
+    status: str  # frontier, dominated, uncertain, cost unknown
+    versus: str | None  # who dominates it, or who it could not be told apart from
+    passed_gate: bool | None
+    gate_reasons: list[str]
+
+
+@dataclass(frozen=True)
+class FrontierStep:
+    lower: str
+    upper: str
+    score_gain: float
+    paired_delta: float | None
+    lo: float | None
+    hi: float | None
+    label: str | None
+    extra_cost_per_sample: float
+    cost_ratio: float | None
+
+
+@dataclass(frozen=True)
+class Continuum:
+    repo: str
+    reference: str | None
+    points: list[CandidatePoint]
+    steps: list[FrontierStep]
+    promoted: str | None
+    reasons: list[str]
+    decided_at: str
+    alpha: float | None
+
+
+def frontier_list(lake: Lake) -> list[FrontierSummary]:
+    """Every repository whose candidates have a frontier, with its promotion decision."""
+    out = []
+    for rel in sorted(lake.glob(LAYOUT.every_frontier_glob())):
+        c = continuum(lake, LAYOUT.candidates_repo(rel))
+        if c is None:
+            continue
+        on = sum(1 for p in c.points if p.status == "frontier")
+        out.append(FrontierSummary(c.repo, c.reference, len(c.points), on, c.promoted, c.decided_at))
+    return out
+
+
+def continuum_rows(lake: Lake, repo: str) -> list[dict[str, Any]]:
+    """The frontier document's rows as ``sql/continuum_frontier.sql`` gave them (the chart's input)."""
+    return list(_json_document(lake, LAYOUT.continuum_frontier(repo, "json")).get("rows") or [])
+
+
+def continuum(lake: Lake, repo: str) -> Continuum | None:
+    """``repo``'s frontier document (``candidates/<repo>/frontier/frontier.json``) as the page
+    shows it, or None when none is built."""
+    rel = LAYOUT.continuum_frontier(repo, "json")
+    if not lake.exists(rel):
+        return None
+    doc = _json_document(lake, rel)
+    promotion = doc.get("promotion") or {}
+    verdicts = promotion.get("candidates") or {}
+    points = []
+    for r in doc.get("rows") or []:
+        verdict = verdicts.get(r["candidate"])
+        points.append(
+            CandidatePoint(
+                candidate=r["candidate"],
+                model=r.get("model") or "",
+                is_reference=bool(r.get("is_reference")),
+                score=r.get("score"),
+                lo=r.get("lo"),
+                hi=r.get("hi"),
+                inputs=int(r.get("inputs") or 0),
+                cost_per_sample=r.get("cost_per_sample"),
+                p50_latency_s=r.get("p50_latency_s"),
+                status=r.get("status") or "",
+                versus=r.get("dominated_by") or r.get("uncertain_against"),
+                passed_gate=None if verdict is None else bool(verdict.get("passed")),
+                gate_reasons=list((verdict or {}).get("reasons") or []),
+            )
+        )
+    steps = []
+    for s in doc.get("steps") or []:
+        lo, hi = (s.get("paired_interval") or [None, None])[:2]
+        steps.append(
+            FrontierStep(
+                s["from"],
+                s["to"],
+                float(s.get("score_gain") or 0.0),
+                s.get("paired_delta"),
+                lo,
+                hi,
+                s.get("paired_label"),
+                float(s.get("extra_cost_per_sample") or 0.0),
+                s.get("cost_ratio"),
+            )  # fmt: skip
+        )
+    settings = promotion.get("settings") or {}
+    return Continuum(
+        repo=repo,
+        reference=doc.get("reference") or promotion.get("reference"),
+        points=points,
+        steps=steps,
+        promoted=promotion.get("promoted"),
+        reasons=list(promotion.get("reasons") or []),
+        decided_at=str(promotion.get("decided_at") or ""),
+        alpha=settings.get("alpha"),
+    )
+
+
+# -- fine-tunes ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FineTuneEval:
+    """One eval (or the suite) of a fine-tune against the reference: scores with intervals,
+    the paired difference with its interval and label, cost per sample of both."""
+
+    name: str
+    current: float | None
+    current_lo: float | None
+    current_hi: float | None
+    tuned: float | None
+    tuned_lo: float | None
+    tuned_hi: float | None
+    delta: float | None
+    lo: float | None
+    hi: float | None
+    label: str | None
+    cost_per_sample: float | None
+    current_cost_per_sample: float | None
+
+
+@dataclass(frozen=True)
+class FineTuneView:
+    repo: str
+    name: str
+    model: str
+    base_model: str
+    candidate: str
+    reference: str | None
+    registered_at: str
+    training_rows: int | None
+    training_digest: str
+    training_cost_usd: float | None
+    evals: list[FineTuneEval]
+    passed_gate: bool | None
+    gate_reasons: list[str]
+    issue_url: str | None
+    activation_url: str | None  # the activation PR, once opened
+    activation_number: int | None
+    activation_branch: str
+
+
+def _mean_interval(part: Any) -> tuple[float | None, float | None, float | None]:
+    if not part:
+        return None, None, None
+    iv = part.get("interval") or [None, None]
+    return part.get("mean"), iv[0], iv[1]
+
+
+def finetunes(lake: Lake) -> list[FineTuneView]:
+    """Every registered fine-tune with its measurement against the reference (from the
+    candidates' measurements, the same numbers as its notification) and its activation PR."""
+    from evalrunner_assets.pipeline import candidates as cands
+    from evalrunner_assets.pipeline import finetune as ft
+
+    out = []
+    measured: dict[str, dict[str, dict[str, Any]]] = {}
+    promotions: dict[str, dict[str, Any]] = {}
+    for (repo, _), record in ft.load_finetunes(lake).items():
+        if repo not in measured:
+            measured[repo] = cands.load_measurements(lake, repo)
+            rel = LAYOUT.promotion(repo)
+            promotions[repo] = _json_document(lake, rel) if lake.exists(rel) else {}
+        docs = measured[repo]
+        reference = (record.measurement or {}).get("reference")
+        current, tuned = docs.get(reference or ""), docs.get(record.candidate)
+        evals = []
+        if tuned is not None:
+            flags = (tuned.get("vs_reference") or {}).get("tasks") or {}
+            tasks = sorted(set(tuned["tasks"]) | set((current or {}).get("tasks") or {}))
+            for task in tasks:
+                cur, new, flag = (
+                    ((current or {}).get("tasks") or {}).get(task),
+                    tuned["tasks"].get(task),
+                    flags.get(task) or {},
+                )
+                evals.append(_finetune_eval(task, cur, new, flag.get("delta"), flag.get("interval"), flag.get("label")))
+            pair = (record.measurement or {}).get("suite_pair") or {}
+            evals.append(
+                _finetune_eval(
+                    "suite",
+                    (current or {}).get("suite"),
+                    tuned.get("suite"),
+                    pair.get("delta"),
+                    [pair.get("lo"), pair.get("hi")],
+                    pair.get("label"),
+                )  # fmt: skip
+            )
+        verdict = (promotions[repo].get("candidates") or {}).get(record.candidate)
+        activation = record.activation or {}
+        out.append(
+            FineTuneView(
+                repo=repo,
+                name=record.name,
+                model=record.model,
+                base_model=record.base_model,
+                candidate=record.candidate,
+                reference=reference,
+                registered_at=record.registered_at,
+                training_rows=(record.training_set or {}).get("rows"),
+                training_digest=str((record.training_set or {}).get("digest") or ""),
+                training_cost_usd=record.training_cost_usd,
+                evals=evals,
+                passed_gate=None if verdict is None else bool(verdict.get("passed")),
+                gate_reasons=list((verdict or {}).get("reasons") or []),
+                issue_url=record.issue_url,
+                activation_url=activation.get("url") or None,
+                activation_number=activation.get("number"),
+                activation_branch=ft.activation_branch(record.name),
+            )
+        )
+    return out
+
+
+def _finetune_eval(name: str, cur: Any, new: Any, delta: Any, interval: Any, label: Any) -> FineTuneEval:
+    c, c_lo, c_hi = _mean_interval(cur)
+    t, t_lo, t_hi = _mean_interval(new)
+    lo, hi = (interval or [None, None])[:2]
+    return FineTuneEval(
+        name, c, c_lo, c_hi, t, t_lo, t_hi, delta, lo, hi, label,
+        (new or {}).get("cost_per_sample"), (cur or {}).get("cost_per_sample"),
+    )  # fmt: skip
+
+
+# -- leaderboard: SWE task sets ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSetSummary:
+    name: str
+    description: str
+    repo: str
+    tasks: int
+
+
+def task_sets(lake: Lake) -> list[TaskSetSummary]:
+    """Every registered SWE task set."""
+    from evalrunner_assets.swe import SweStore
+
+    return sorted(
+        (TaskSetSummary(t.name, t.description, t.repo, len(t.tasks)) for t in SweStore(lake).task_sets()),
+        key=lambda t: t.name,
+    )
+
+
+def leaderboard(lake: Lake, task_set: str, reference: str | None = None) -> dict[str, Any]:
+    """The task set's board as the run API's ``/v1/leaderboard`` gives it (one computation)."""
+    from evalrunner_assets.swe import SweStore
+    from evalrunner_assets.swe.leaderboard import leaderboard as board
+
+    return board(SweStore(lake), task_set, reference)
+
+
+# -- runs: the sandboxes running a comparison's windows now ------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveView:
+    """The running comparison's sandboxes as its live record last said, and how long ago."""
+
+    sandboxes: int
+    per_task: dict[str, dict[str, int]]  # task -> arm -> sandboxes running its windows
+    age_s: float
+    stale: bool  # no word from the run for longer than a live run stays silent
+
+
+def live(lake: Lake, doc: ComparisonDocument) -> LiveView | None:
+    """None unless the document says the comparison is running and its engine wrote a record."""
+    from evalrunner_assets.pipeline.live import STALE_AFTER_S, read_live
+
+    if doc.status != "running":
+        return None
+    record = read_live(lake, doc.repo, doc.pr, doc.head_sha)
+    if record is None or record.ended:
+        return None
+    per_task: dict[str, dict[str, int]] = {}
+    for step in record.steps:
+        arms = per_task.setdefault(step.task, {"head": 0, "base": 0})
+        arms[step.arm] = arms.get(step.arm, 0) + 1
+    age = max(0.0, record.age_s())
+    return LiveView(len(record.steps), per_task, age, age > STALE_AFTER_S)
+
+
+# -- bug report: a failure trace becomes an anonymised eval ---------------------------------------------
+
+SCORER_KINDS = {
+    "contains": "the final answer contains",
+    "regex": "the final answer matches the regular expression",
+    "tool": "the agent calls the tool",
+    "rubric": "a model grades the answer against the rubric",
+}
+DEFAULT_GRADER = "openai/gpt-4o"
+
+
+@dataclass(frozen=True)
+class ReportForm:
+    """The bug-report form's fields, checked: each bad one is an error naming it."""
+
+    trace: str
+    scorer_kind: str
+    scorer_value: str
+    cohort: str
+    repo: str
+    grader_model: str = DEFAULT_GRADER
+
+    def hidden_fields(self) -> list[tuple[str, str]]:
+        """The form again, for the submit step (the server keeps nothing between the two)."""
+        return [
+            ("trace", self.trace),
+            ("scorer_kind", self.scorer_kind),
+            ("scorer_value", self.scorer_value),
+            ("cohort", self.cohort),
+            ("repo", self.repo),
+            ("grader_model", self.grader_model),
+        ]
+
+
+def report_form(fields: dict[str, list[str]]) -> ReportForm:
+    from evalrunner_assets.errors import UserError
+    from evalrunner_assets.wild import default_cohort
+    from lake.layout import check_repo
+
+    def one(name: str, default: str = "") -> str:
+        return (fields.get(name) or [default])[0].strip() or default
+
+    trace = (fields.get("trace") or [""])[0]
+    if not trace.strip():
+        raise UserError("trace: paste the failed conversation (chat JSONL or OpenTelemetry GenAI spans JSON)")
+    kind = one("scorer_kind")
+    if kind not in SCORER_KINDS:
+        raise UserError(f"scorer_kind: {kind!r} is not one of {', '.join(SCORER_KINDS)}")
+    value = one("scorer_value")
+    if not value:
+        raise UserError("scorer_value: say what should have happened (the text, pattern, tool or rubric)")
+    repo = one("repo")
+    try:
+        check_repo(repo)
+    except LakePathError as exc:
+        raise UserError(f"repo: {exc}") from None
+    return ReportForm(trace, kind, value, one("cohort", default_cohort()), repo, one("grader_model", DEFAULT_GRADER))
+
+
+def report_submission(form: ReportForm) -> Any:
+    """Read and redact the pasted trace in memory: the ``wild.Submission`` (nothing written)."""
+    from evalrunner_assets.wild import Check, Rubric, prepare_traces, read_trace_text
+
+    scorer = Rubric(form.scorer_value, form.grader_model) if form.scorer_kind == "rubric" else (
+        Check(form.scorer_kind, form.scorer_value)
+    )  # fmt: skip
+    return prepare_traces(read_trace_text(form.trace, "pasted trace"), scorer=scorer, cohort=form.cohort)
+
+
+def registered_repos(lake: Lake) -> list[str]:
+    """Repositories the lake knows where to fetch from (the bug report's targets)."""
+    found = []
+    for rel in lake.glob(LAYOUT.repo_sources_glob()):
+        try:
+            repo = json.loads(lake.read_bytes(rel)).get("repo")
+        except ValueError:
+            continue
+        if isinstance(repo, str) and LAYOUT.repo_source(repo) == rel:
+            found.append(repo)
+    return sorted(found)
