@@ -174,7 +174,9 @@ def _storage_owner(path: str) -> tuple[str, str] | None:
         (evalrunner_home, "evalrunner's home", "EVALRUNNER_HOME"),
     ]
     if "://" not in lake:
-        moved = "EVALRUNNER_LAKE" if os.environ.get("EVALRUNNER_LAKE") else "EVALRUNNER_HOME (or EVALRUNNER_LAKE)"
+        from lake.settings import ROOT, lake_settings
+
+        moved = ROOT.env if lake_settings().root else f"EVALRUNNER_HOME (or {ROOT.env})"
         owners.insert(0, (os.path.realpath(lake), "the lake", moved))
     path = os.path.realpath(path)
     # The most specific owner: the lake and the instance usually live inside the home.

@@ -12,7 +12,9 @@ def home() -> Path:
 
 def lake_root() -> str:
     """``$EVALRUNNER_LAKE`` (a directory or gs://bucket/prefix), else ``<home>/lake``."""
-    return os.environ.get("EVALRUNNER_LAKE") or str(home() / "lake")
+    from lake.settings import lake_settings
+
+    return lake_settings().root or str(home() / "lake")
 
 
 def dagster_home() -> Path:

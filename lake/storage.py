@@ -31,6 +31,7 @@ import fsspec
 
 from evalrunner_assets.errors import Outage
 from lake.layout import LAYOUT, LakeLayout, LakePathError
+from lake.settings import lake_settings
 
 DEFAULT_LOCAL_ROOT = ".evalrunner/lake"
 
@@ -52,10 +53,6 @@ class LakeUnavailable(Outage, RuntimeError):
     about the data. The message names the operation and the lake URL."""
 
 
-# Retries of a remote lake operation before LakeUnavailable (gcsfs retries some errors
-# itself first); backoff doubles from RETRY_BASE_S.
-RETRIES = int(os.environ.get("EVALRUNNER_LAKE_RETRIES", "1"))
-RETRY_BASE_S = float(os.environ.get("EVALRUNNER_LAKE_RETRY_BASE_S", "0.5"))
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -115,14 +112,18 @@ class Lake:
     root: str = DEFAULT_LOCAL_ROOT
     fs: Any = None
     layout: LakeLayout = field(default=LAYOUT)
+    # Retries of a remote operation before LakeUnavailable, and the first backoff (doubling);
+    # None: the settings' (lake/settings.py), read when the lake is opened.
+    retries: int | None = None
+    retry_base_s: float | None = None
 
     def __post_init__(self) -> None:
+        settings = lake_settings()
+        self.retries = settings.retries if self.retries is None else self.retries
+        self.retry_base_s = settings.retry_base_s if self.retry_base_s is None else self.retry_base_s
         if self.root.startswith("gs://"):
             if self.fs is None:
-                self.fs = gcs_filesystem(
-                    endpoint_url=os.environ.get("EVALRUNNER_GCS_ENDPOINT") or None,
-                    token=os.environ.get("EVALRUNNER_GCS_TOKEN") or None,
-                )
+                self.fs = gcs_filesystem(endpoint_url=settings.gcs_endpoint, token=settings.gcs_token)
             self._base = self.root[len("gs://") :].rstrip("/")
             self.is_local = False
         elif "://" in self.root:
@@ -178,11 +179,11 @@ class Lake:
             except Exception as exc:
                 if not _is_store_fault(exc):
                     raise
-                if attempt >= RETRIES:
+                if attempt >= (self.retries or 0):
                     raise LakeUnavailable(
                         f"{what} failed after {attempt + 1} attempts: {type(exc).__name__}: {str(exc)[:300]}"
                     ) from exc
-                time.sleep(RETRY_BASE_S * 2**attempt)
+                time.sleep((self.retry_base_s or 0.0) * 2**attempt)
                 attempt += 1
 
     def _write_local(self, target: str, data: bytes, *, exclusive: bool) -> bool:
@@ -355,4 +356,4 @@ def _fsync_dir(directory: str) -> None:
 
 def open_lake(root: str | None = None, **kwargs: Any) -> Lake:
     """The lake at ``root`` (default: ``$EVALRUNNER_LAKE`` or ``./.evalrunner/lake``)."""
-    return Lake(root or os.environ.get("EVALRUNNER_LAKE") or DEFAULT_LOCAL_ROOT, **kwargs)
+    return Lake(root or lake_settings().root or DEFAULT_LOCAL_ROOT, **kwargs)

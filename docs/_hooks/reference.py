@@ -81,6 +81,8 @@ def settings_reference() -> str:
     out = [
         "# Settings reference",
         "",
+        "## The sandbox",
+        "",
         "The sandbox settings, each defined once in `evalrunner_assets/execution/sandbox_settings.py`:",
         "the CLI's options, the Dagster `SandboxResource` fields and the Kubernetes backend's",
         "configuration all take their names, defaults and help from there, and the deploy files are",
@@ -96,6 +98,21 @@ def settings_reference() -> str:
         out.append(
             f"| `{s.env}` | {s.type.__name__} | {default} | `{s.resource_field}` | {_md_escape(s.help)}{choices} |"
         )
+    from lake import settings as lake_settings
+
+    out += [
+        "",
+        "## The lake",
+        "",
+        "Defined once in `lake/settings.py` and read when a lake is opened: the lake, the Dagster",
+        "`LakeResource` and the CLI take them from there.",
+        "",
+        "| environment variable | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for ls in lake_settings.SETTINGS:
+        default = "unset" if ls.default is None else f"`{ls.default}`"
+        out.append(f"| `{ls.env}` | {ls.type.__name__} | {default} | {_md_escape(ls.help)} |")
     return "\n".join(out) + "\n"
 
 

@@ -3,7 +3,6 @@ lake they read (refused when there is none yet)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -71,7 +70,9 @@ def existing_lake() -> Any:
 
     the_lake = open_lake(home.lake_root())
     if not the_lake.fs.exists(the_lake.root):
-        where = "EVALRUNNER_LAKE" if os.environ.get("EVALRUNNER_LAKE") else "EVALRUNNER_HOME"
+        from lake.settings import ROOT, lake_settings
+
+        where = ROOT.env if lake_settings().root else "EVALRUNNER_HOME"
         raise LakeNotFound(
             f"no lake at {the_lake.root} (from {where}); run `evalrunner compare` or "
             "`evalrunner demo` first, or point EVALRUNNER_LAKE at an existing lake"

@@ -179,7 +179,7 @@ def test_an_unreachable_lake_is_lake_unavailable_not_a_client_traceback(monkeypa
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setattr("lake.storage.RETRIES", 0)
+    monkeypatch.setenv("EVALRUNNER_LAKE_RETRIES", "0")  # read when the lake is opened
     lake = gs_lake(f"http://127.0.0.1:{port}", "down")
     started = time.monotonic()
     with pytest.raises(LakeUnavailable, match=rf"gs://{BUCKET}/down/batches") as info:
