@@ -15,6 +15,7 @@ from openai_standin import OpenAIStandIn
 
 from evalrunner_assets.execution.sandbox import GATEWAY_ENV_NAMES
 from evalrunner_assets.gateway import PROVIDERS, GatewaySettings, GatewayUsage, ModelGateway
+from evalrunner_assets.gateway._circuit import WAIT_RESOLUTION_S  # the window counts as spanned within it
 from evalrunner_assets.pricing import PriceTable
 
 KEY = "sk-standin-REAL-KEY-0123456789"
@@ -233,7 +234,7 @@ def test_a_provider_refusing_connections_opens_its_circuit(upstream):
     assert status == 424
     trip = gw.provider_trip
     assert trip is not None and trip.kind == "outage" and trip.failures == {"ConnectError": trip.streak}
-    assert trip.streak >= 8 and trip.window_s >= 20.0
+    assert trip.streak >= 8 and trip.window_s >= 20.0 - WAIT_RESOLUTION_S
     assert f"{trip.streak}× ConnectError" in json.loads(data)["error"]["message"]
 
 
@@ -290,7 +291,7 @@ def test_while_a_provider_fails_its_calls_go_one_at_a_time_until_the_circuit_ope
         scope.end()
     assert results == [424] * 6
     trip = gw.provider_trip
-    assert trip is not None and trip.window_s >= 20.0
+    assert trip is not None and trip.window_s >= 20.0 - WAIT_RESOLUTION_S
     # Six calls failed at once; after them one probe at a time until the failures span 20 s
     # (spaced 0.5, 1, 2, 4, 4 … s less at most a quarter of jitter: at most 9 probes) — not six
     # requests each retrying on its own (6 × 5 = 30 calls).
@@ -410,3 +411,28 @@ def test_a_gateway_model_without_its_key_on_the_host_is_refused_with_the_fix(mon
 def test_the_sandbox_allows_exactly_the_variables_the_gateway_providers_set():
     # The names live with the sandbox (which checks them) and the providers live with the gateway.
     assert {n for p in PROVIDERS.values() for n in (p.sandbox_base_env, p.sandbox_key_env)} == GATEWAY_ENV_NAMES
+
+
+def test_the_probe_timed_to_span_the_window_opens_the_circuit_though_its_clock_lands_an_ulp_short(monkeypatch):
+    """One caller against a provider that always fails, on a clock only the circuit's waits move,
+    with a fixed jitter: the probe timed to go as the 20 s window is spanned waits a wait rounded
+    to the millisecond, and the clock's sum lands a rounding error short of 20 s (19.9999999999999).
+    It opens the circuit; it used to send one more probe 0.5 s later (what CI saw: a streak one
+    longer than the bound, over 20.4999999 s)."""
+    from evalrunner_assets.gateway import _circuit
+
+    monkeypatch.setattr(_circuit.random, "random", lambda: 0.001)
+    t = FakeTime()
+    circuit = _circuit.ProviderCircuit(
+        "openai", "OPENAI_API_KEY", trip_failures=3, max_probe_gap_s=30.0, clock=t.clock, sleep=t.sleep
+    )
+    calls = 0
+    with pytest.raises(_circuit.CircuitOpen) as opened:
+        while True:
+            admission = circuit.admit()
+            assert admission is not None
+            calls += 1
+            circuit.failure(admission, "500")
+    trip = opened.value.trip
+    assert calls == trip.streak == 7, (calls, t.sleeps)
+    assert abs(trip.window_s - 20.0) < 0.001, trip.window_s

@@ -42,6 +42,8 @@ TRIP_AFTER_S = 20.0
 PROBE_BASE_S = 0.5
 PROBE_MAX_GAP_S = 4.0  # probes at least this often (unless Retry-After asks for longer)
 AUTH_STATUSES = frozenset({401, 403})
+WAIT_DIGITS = 3  # a probe's wait is rounded to the millisecond
+WAIT_RESOLUTION_S = 10.0**-WAIT_DIGITS
 
 
 class CircuitOpen(EvalrunnerError, Exception):
@@ -174,7 +176,7 @@ class ProviderCircuit:
                     # failing goes to the back, so the others' answers can end the streak.
                     if not self._probing and self._waiting[0] is ticket:
                         self._probing = True  # this request is the next probe
-                        wait = round(max(0.0, self._not_before - self._clock()), 3)
+                        wait = round(max(0.0, self._not_before - self._clock()), WAIT_DIGITS)
                         break
                     self._cond.wait(timeout=0.5)
             finally:
@@ -232,7 +234,10 @@ class ProviderCircuit:
             if first or admission.probe:
                 s.probes += 1
             self._not_before = max(self._not_before, now + wait)
-            if self.trip is None and s.count >= self.trip_failures and now - s.first_at >= self.trip_after_s:
+            # The probe timed to span the window waited a wait rounded to the millisecond (admit),
+            # so it may land that much short of it: it counts, or one more probe would go.
+            spanned = now - s.first_at >= self.trip_after_s - WAIT_RESOLUTION_S
+            if self.trip is None and s.count >= self.trip_failures and spanned:
                 tripped = self._open("outage", dict(s.failures), s.count, now - s.first_at)
             self._cond.notify_all()
         if tripped is not None:
