@@ -226,6 +226,24 @@ def test_the_continuum_page_shows_the_frontier_each_candidates_place_and_the_pro
     assert client.get("/continuum/nobody/here").status_code == 404
 
 
+def test_with_the_web_url_set_the_frontier_materialization_links_its_page(measured, monkeypatch):
+    from evalrunner_assets.assets.candidates import continuum_frontier
+    from resources import LakeResource
+
+    monkeypatch.setenv("EVALRUNNER_WEB_URL", "https://evalrunner.example.com/web")
+    instance = dg.DagsterInstance.ephemeral()  # its own runs: the module's instance keeps its jobs
+    instance.add_dynamic_partitions("candidate_repos", [REPO])
+    lake = measured["home"].lake()
+    done = dg.materialize(
+        [continuum_frontier], partition_key=REPO, resources={"lake": LakeResource(root=lake.root)}, instance=instance
+    )
+    (mat,) = done.asset_materializations_for_node("continuum_frontier")
+    page = mat.metadata["page"]
+    assert isinstance(page, dg.UrlMetadataValue)
+    assert page.url == "https://evalrunner.example.com/web" + links.continuum_path(REPO)
+    assert TestClient(create_app(lake)).get(links.continuum_path(REPO)).status_code == 200
+
+
 def test_in_a_real_browser_the_continuum_pages_load_cleanly_and_pass_the_accessibility_scan(measured):
     """Chromium on the served pages: Continuum → the repository's page, reached by clicking; the
     chart decodes; no console error or failed request; no serious or critical axe-core

@@ -18,6 +18,7 @@ from evalrunner_assets.assets.run_worker import record_run_worker
 from evalrunner_assets.partitions import candidate_repos_partitions, candidates_partitions
 from evalrunner_assets.pipeline import candidates as cands
 from evalrunner_assets.report.frontier_markdown import render_frontier_table, render_promotion, render_steps_table
+from evalrunner_assets.report.links import web_links
 from lake import LAYOUT
 from resources import LakeResource, RepoResource, SandboxResource
 
@@ -126,8 +127,11 @@ def continuum_frontier(context: dg.AssetExecutionContext, lake: LakeResource) ->
         f"## Candidates\n\n{table}\n## Steps up the frontier\n\n{steps}\n## Promotion\n\n{decision}".encode(),
     )
     on_frontier = [r["candidate"] for r in frontier.rows if r["status"] == "frontier"]
+    web = web_links()
+    page = {"page": dg.MetadataValue.url(web.continuum(repo))} if web is not None else {}
     return dg.MaterializeResult(
         metadata={
+            **page,
             # sized for the metadata panel; the full chart is at chart_path
             "chart": dg.MetadataValue.md(
                 markdown_image(f"{repo} continuum frontier", render_frontier_panel(frontier.rows, repo))

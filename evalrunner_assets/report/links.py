@@ -107,6 +107,9 @@ class WebLinks:
     def trajectories(self, repo: str, commit: str, task: str, base_sha: str | None = None) -> str:
         return self.base + trajectories_path(repo, commit, task, base_sha)
 
+    def continuum(self, repo: str) -> str:
+        return self.base + continuum_path(repo)
+
 
 def parse_web_url(value: str, *, source: str = WEB_URL_ENV) -> WebLinks:
     """``value`` checked as the web app's public root: an http(s) URL with a host and no query
