@@ -174,9 +174,9 @@ def _storage_owner(path: str) -> tuple[str, str] | None:
         (evalrunner_home, "evalrunner's home", "EVALRUNNER_HOME"),
     ]
     if "://" not in lake:
-        from lake.settings import ROOT, lake_settings
+        from evalrunner_assets.home import LAKE_ENV, lake_root_setting
 
-        moved = ROOT.env if lake_settings().root else f"EVALRUNNER_HOME (or {ROOT.env})"
+        moved = LAKE_ENV if lake_root_setting() else f"EVALRUNNER_HOME (or {LAKE_ENV})"
         owners.insert(0, (os.path.realpath(lake), "the lake", moved))
     path = os.path.realpath(path)
     # The most specific owner: the lake and the instance usually live inside the home.

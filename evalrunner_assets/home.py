@@ -10,11 +10,18 @@ def home() -> Path:
     return Path(os.environ.get("EVALRUNNER_HOME") or ".evalrunner").resolve()
 
 
+# The lake root's variable (its other settings: evalrunner_assets/lake_settings.py).
+LAKE_ENV = "EVALRUNNER_LAKE"
+
+
+def lake_root_setting() -> str | None:
+    """The lake root ``$EVALRUNNER_LAKE`` names, or None when it is unset or empty."""
+    return os.environ.get(LAKE_ENV, "").strip() or None
+
+
 def lake_root() -> str:
     """``$EVALRUNNER_LAKE`` (a directory or gs://bucket/prefix), else ``<home>/lake``."""
-    from lake.settings import lake_settings
-
-    return lake_settings().root or str(home() / "lake")
+    return lake_root_setting() or str(home() / "lake")
 
 
 def dagster_home() -> Path:

@@ -30,8 +30,8 @@ from typing import Any
 import fsspec
 
 from evalrunner_assets.errors import Outage
+from evalrunner_assets.lake_settings import lake_settings
 from lake.layout import LAYOUT, LakeLayout, LakePathError
-from lake.settings import lake_settings
 
 DEFAULT_LOCAL_ROOT = ".evalrunner/lake"
 
@@ -113,7 +113,7 @@ class Lake:
     fs: Any = None
     layout: LakeLayout = field(default=LAYOUT)
     # Retries of a remote operation before LakeUnavailable, and the first backoff (doubling);
-    # None: the settings' (lake/settings.py), read when the lake is opened.
+    # None: the settings' (evalrunner_assets/lake_settings.py), read when the lake is opened.
     retries: int | None = None
     retry_base_s: float | None = None
 

@@ -145,7 +145,8 @@ def test_errors_imports_nothing_of_the_other_packages():
         for alias in node.names
     }
     project = {m for m in imported if m and m.split(".")[0] in PACKAGES}
-    assert project <= {"evalrunner_assets.home"}  # a leaf: where the home, the lake and the instance are
+    # Leaves: where the home, the lake and the instance are, and the lake's variables.
+    assert project <= {"evalrunner_assets.home"}
 
 
 def test_serve_runs_the_code_location_pyproject_names():

@@ -142,6 +142,7 @@ NEUTRAL = (
     "evalrunner_assets.pricing",  # the price table: the engine, the gateway and the example model
     "evalrunner_assets.errors",  # the exception root and its families, and the exit codes
     "evalrunner_assets.home",  # where evalrunner's home, the lake and the Dagster instance are
+    "evalrunner_assets.lake_settings",  # the lake's environment variables, defined once
 )
 PROJECT = ("evalrunner_assets", "lake", "resources", "sensors", "sql")
 

@@ -1,4 +1,4 @@
-"""The lake's settings are defined once (lake/settings.py), read when a lake is opened (not at
+"""The lake's settings are defined once (evalrunner_assets/lake_settings.py), read when a lake is opened (not at
 import), checked with errors naming the variable, and the deploy files set only known ones."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from evalrunner_assets import lake_settings as lake_settings_module
 from evalrunner_assets.errors import UserError
+from evalrunner_assets.lake_settings import BY_ENV, LakeSettingError, lake_settings
 from lake import open_lake
-from lake import settings as lake_settings_module
-from lake.settings import BY_ENV, lake_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,8 +33,14 @@ def test_unset_variables_keep_the_defaults_and_set_ones_are_parsed():
     ],
 )
 def test_a_bad_value_is_an_error_naming_the_variable(env, says):
-    with pytest.raises(UserError, match=re.escape(says)):
+    with pytest.raises(LakeSettingError, match=re.escape(says)):
         lake_settings(env)
+
+
+def test_opening_a_lake_with_a_bad_value_is_a_user_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALRUNNER_LAKE_RETRIES", "two")
+    with pytest.raises(UserError, match="EVALRUNNER_LAKE_RETRIES='two' is not a whole number"):
+        open_lake(str(tmp_path / "lake"))
 
 
 def test_settings_are_read_when_a_lake_is_opened_not_at_import(tmp_path, monkeypatch):
@@ -50,7 +56,7 @@ def test_no_other_module_reads_a_lake_variable_from_the_environment():
     offenders = []
     for top in ("evalrunner_assets", "lake", "resources", "sensors"):
         for path in (ROOT / top).rglob("*.py"):
-            if path.name == "settings.py" and path.parent.name == "lake":
+            if path.parent.name == "evalrunner_assets" and path.name in ("lake_settings.py", "home.py"):
                 continue
             for match in pattern.finditer(path.read_text(encoding="utf-8")):
                 offenders.append(f"{path.relative_to(ROOT)}: {match.group(1)}")

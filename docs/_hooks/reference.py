@@ -98,13 +98,13 @@ def settings_reference() -> str:
         out.append(
             f"| `{s.env}` | {s.type.__name__} | {default} | `{s.resource_field}` | {_md_escape(s.help)}{choices} |"
         )
-    from lake import settings as lake_settings
+    from evalrunner_assets import lake_settings
 
     out += [
         "",
         "## The lake",
         "",
-        "Defined once in `lake/settings.py` and read when a lake is opened: the lake, the Dagster",
+        "Defined once in `evalrunner_assets/lake_settings.py` and read when a lake is opened: the lake, the Dagster",
         "`LakeResource` and the CLI take them from there.",
         "",
         "| environment variable | type | default | meaning |",

@@ -70,9 +70,9 @@ def existing_lake() -> Any:
 
     the_lake = open_lake(home.lake_root())
     if not the_lake.fs.exists(the_lake.root):
-        from lake.settings import ROOT, lake_settings
+        from evalrunner_assets.home import LAKE_ENV, lake_root_setting
 
-        where = ROOT.env if lake_settings().root else "EVALRUNNER_HOME"
+        where = LAKE_ENV if lake_root_setting() else "EVALRUNNER_HOME"
         raise LakeNotFound(
             f"no lake at {the_lake.root} (from {where}); run `evalrunner compare` or "
             "`evalrunner demo` first, or point EVALRUNNER_LAKE at an existing lake"

@@ -16,6 +16,10 @@ from typing import Any
 from evalrunner_assets.errors import UserError
 
 
+class LakeSettingError(UserError):
+    """A lake variable's value is not its type (or is negative); the message names it."""
+
+
 @dataclass(frozen=True)
 class LakeSetting:
     """One setting; ``default`` None means unset."""
@@ -34,9 +38,9 @@ class LakeSetting:
             parsed = self.type(value)
         except ValueError:
             kind = "a whole number" if self.type is int else "a number"
-            raise UserError(f"environment variable {self.env}={value!r} is not {kind}") from None
+            raise LakeSettingError(f"environment variable {self.env}={value!r} is not {kind}") from None
         if parsed < 0:
-            raise UserError(f"environment variable {self.env}={value!r} is negative")
+            raise LakeSettingError(f"environment variable {self.env}={value!r} is negative")
         return parsed
 
 
