@@ -126,8 +126,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             dagster_url=dagster_url,
             inspect_view_url=inspect_view_url,
             action_token=_action_token(),
-            activate_finetune=_finetune_activator(),
-            submit_wild_eval=_wild_submitter(),
+            **_github_actions(),
         )
         extra.append(Mount("/web", app=pages))
         serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)
@@ -160,34 +159,26 @@ def _action_token() -> str | None:
         raise UserError(f"the run API's token: {exc}") from exc
 
 
-def _finetune_activator() -> Any:
-    """What the fine-tune page's "Open PR to activate" calls, or None when GitHub is not
-    configured here (the page then says so instead of offering the button)."""
+def _github_actions() -> dict[str, Any]:
+    """What the pages' GitHub actions call ("Open PR to activate", "Submit eval"), over one set
+    of resources; none when GitHub is not configured here (the pages then say so)."""
     from evalrunner_assets.driver import finetune as finetune_run
     from evalrunner_assets.driver.comparison import default_resources
 
     resources = default_resources()
     github = resources.get("github")
     if github is None or not github.is_configured():
-        return None
-    return lambda repo, name: finetune_run.activate_finetune(resources, repo, name)
+        return {}
 
-
-def _wild_submitter() -> Any:
-    """What the bug report's "Submit eval" calls, or None when GitHub is not configured here."""
-    from evalrunner_assets.driver.comparison import default_resources
-
-    resources = default_resources()
-    github = resources.get("github")
-    if github is None or not github.is_configured():
-        return None
-
-    def submit(repo: str, submission: Any) -> Any:
-        from evalrunner_assets.driver.wild import open_wild_pr
+    def submit_wild_eval(repo: str, submission: Any) -> Any:
+        from evalrunner_assets.driver.wild import open_wild_pr  # Presidio: imported at first use
 
         return open_wild_pr(resources, repo, submission)
 
-    return submit
+    return {
+        "activate_finetune": lambda repo, name: finetune_run.activate_finetune(resources, repo, name),
+        "submit_wild_eval": submit_wild_eval,
+    }
 
 
 def _say_if_viewer_exits(viewer: subprocess.Popen[bytes], port: int, stopping: threading.Event) -> None:

@@ -156,7 +156,7 @@ def prepare(
     """Read every trace in ``paths`` (all of them or none: a bad file raises a ``TraceError``),
     redact them with one placeholder mapping, merge near-duplicates, and build one eval per
     group. The scorer's own text is redacted too (a submitter may quote a name)."""
-    cohort = check_cohort(cohort or default_cohort())
+    check_cohort(cohort or default_cohort())  # before any file is read
     originals: list[Trace] = []
     for p in paths:
         originals += read_traces(Path(p))
