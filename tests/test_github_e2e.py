@@ -13,6 +13,7 @@ previous one, so every test below reads the state its stage left behind:
 2. ``synchronized`` — a signed ``synchronize`` delivery moving the head to the regressing variant;
 3. ``redelivered`` — GitHub redelivers the first delivery (same ``X-GitHub-Delivery``);
 4. ``more_samples`` — a member comments ``/eval more 16``.
+5. ``more_from_the_page`` — someone with the run API's token asks for 5 more on the PR's web page.
 """
 
 from __future__ import annotations
@@ -191,6 +192,39 @@ def more_samples(world: World, redelivered: Stage) -> MoreStage:
     return MoreStage(answer, pr_runs, world.harness.evaluate_sampling_sensor())
 
 
+ACTION_TOKEN = "e2e-action-token"
+
+
+def _web(world: World, token: str | None = ACTION_TOKEN) -> Any:
+    from starlette.testclient import TestClient
+
+    from evalrunner_assets.http.web import create_app as create_web_app
+
+    return TestClient(create_web_app(world.harness.lake, action_token=token), follow_redirects=False)
+
+
+@dataclass
+class PageStage:
+    page: str
+    answer: Any
+    after: str
+    pr_runs: list[dg.RunRequest]
+    sampling_after: dg.SensorResult
+
+
+@pytest.fixture(scope="module")
+def more_from_the_page(world: World, more_samples: MoreStage) -> PageStage:
+    from evalrunner_assets.report.links import pull_request_path
+
+    client = _web(world)
+    path = pull_request_path(REPO, PR, world.example.sha(REGRESSING))
+    page = client.get(path).text
+    answer = client.post(path + "/more", data={"n": "5", "token": ACTION_TOKEN})
+    after = client.get(answer.headers.get("location", path)).text
+    pr_runs, _ = world.harness.tick_pr_sensor()
+    return PageStage(page, answer, after, pr_runs, world.harness.evaluate_sampling_sensor())
+
+
 def _key(world: World, variant: str) -> str:
     return comparison_key(REPO, str(PR), world.example.sha(variant))
 
@@ -360,3 +394,44 @@ def _comparison_of(request: dg.RunRequest) -> str:
 def test_raised_allowance_wakes_the_sampling_loop_for_that_comparison_only(world, more_samples):
     woken = {_comparison_of(r) for r in more_samples.sampling_after.run_requests or []}
     assert woken == {_key(world, REGRESSING)}
+
+
+# -- 5. more samples from the PR's web page ----------------------------------------------------------
+def test_asking_for_more_on_the_pr_page_raises_the_allowance_as_the_comment_does(world, more_from_the_page):
+    stage = more_from_the_page
+    assert "Ask for more samples" in stage.page
+    assert stage.answer.status_code == 303 and stage.answer.headers["location"].endswith("?more=5")
+    assert "Asked for 5 more samples per task" in stage.after
+    assert stage.pr_runs == []
+    lake = world.harness.lake
+    latest = load_request(lake, REPO, str(PR), world.example.sha(REGRESSING))
+    first = load_request(lake, REPO, str(PR), world.example.sha(IMPROVING))
+    assert (latest.extra_samples, first.extra_samples) == (16 + 5, 0)
+    woken = {_comparison_of(r) for r in stage.sampling_after.run_requests or []}
+    assert woken == {_key(world, REGRESSING)}
+
+
+def test_the_pages_more_samples_action_needs_the_token_and_a_sound_count(world, more_from_the_page):
+    from evalrunner_assets.github.inbox import MAX_MORE_SAMPLES
+    from evalrunner_assets.report.links import pull_request_path
+
+    lake = world.harness.lake
+    queued = sorted(lake.glob("inbox/github/*.json"))
+    path = pull_request_path(REPO, PR, world.example.sha(REGRESSING))
+    client = _web(world)
+    assert client.get(path + "/more").status_code == 405  # a link or a crawler never asks for samples
+    assert client.post(path + "/more", data={"n": "5"}).status_code == 401
+    assert client.post(path + "/more", data={"n": "5", "token": "wrong"}).status_code == 401
+    for bad in ("0", "-3", "x", str(MAX_MORE_SAMPLES + 1)):
+        refused = client.post(path + "/more", data={"n": bad, "token": ACTION_TOKEN})
+        assert refused.status_code == 400 and f"1 to {MAX_MORE_SAMPLES}" in refused.text, bad
+    # The PR moved on from the first head: its page refuses rather than extend the wrong head.
+    old = pull_request_path(REPO, PR, world.example.sha(IMPROVING))
+    stale = client.post(old + "/more", data={"n": "5", "token": ACTION_TOKEN})
+    assert stale.status_code == 409 and world.example.sha(REGRESSING)[:7] in stale.text
+    assert "Ask for more samples" in client.get(old).text  # offered; refused only when asked
+    off = _web(world, token=None)
+    assert off.post(path + "/more", data={"n": "5", "token": ACTION_TOKEN}).status_code == 503
+    page = off.get(path).text
+    assert "Ask for more samples" not in page and "/eval more N" in page
+    assert sorted(lake.glob("inbox/github/*.json")) == queued  # nothing refused was queued

@@ -74,6 +74,18 @@ def test_pull_request_list_and_page_show_the_verdict_tasks_intervals_and_links(h
     assert client.get("/prs/o/r/1/" + "0" * 40).status_code == 404
 
 
+def test_a_comparison_named_by_compare_gets_no_more_samples_button(hostile_home):
+    """Only PR comparisons (the sensors run them) take more samples from their page; the page of
+    one ``evalrunner compare --pr NAME`` ran says how to get more, and a forged POST is refused."""
+    client = TestClient(create_app(Lake(str(lake(hostile_home))), action_token="t0ken"))
+    [href] = re.findall(r'href="(/prs/[^"]+)"', client.get("/prs").text)
+    page = client.get(href).text
+    assert "Ask for more samples" not in page and "More samples" not in page
+    refused = client.post(href + "/more", data={"n": "5", "token": "t0ken"})
+    assert refused.status_code == 400 and "is not a pull request" in refused.text
+    assert not Lake(str(lake(hostile_home))).glob("inbox/*/*.json")
+
+
 def test_markup_in_repository_content_is_shown_as_text(hostile_home):
     client = _client(hostile_home)
     page = client.get(re.findall(r'href="(/prs/[^"]+)"', client.get("/prs").text)[0])

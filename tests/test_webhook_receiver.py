@@ -27,6 +27,7 @@ from evalrunner_assets.github.inbox import (
     pr_run_key,
     queue_name,
     read_inbox,
+    web_more_samples_record,
     write_delivery,
 )
 from evalrunner_assets.http.webhook import (
@@ -267,6 +268,25 @@ def test_eval_more_from_a_writer_is_queued(receiver, lake, association):
     (entry,), _ = drain(lake)
     assert intent_for(entry.record) == MoreSamples(REPO, 1, 24)
     assert entry.record.author_association == association
+
+
+def test_more_samples_asked_on_the_web_page_read_back_as_the_comments_intent(lake):
+    """The PR page's "Ask for more samples" writes the record ``/eval more N`` becomes, under its
+    own delivery id, so the PR sensor's one path serves both."""
+    first, second = web_more_samples_record(REPO, 1, 24), web_more_samples_record(REPO, 1, 24)
+    assert first.delivery_id != second.delivery_id and first.delivery_id.startswith("web-")
+    assert write_delivery(lake, first) and write_delivery(lake, second)
+    entries, _ = drain(lake)
+    assert [intent_for(e.record) for e in entries] == [MoreSamples(REPO, 1, 24)] * 2
+    assert {e.record.event for e in entries} == {"web"}
+    for repo, pr, n, named in [
+        ("no-slash", 1, 5, "repository"),
+        (REPO, 0, 5, "pull request number"),
+        (REPO, 1, 0, "more samples"),
+        (REPO, 1, 10**6, "more samples"),
+    ]:
+        with pytest.raises(InboxError, match=named):
+            web_more_samples_record(repo, pr, n)
 
 
 @pytest.mark.parametrize("association", ["CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "NONE"])

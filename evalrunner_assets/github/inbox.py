@@ -33,6 +33,7 @@ import hashlib
 import json
 import re
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -147,7 +148,9 @@ class InboxRecord(BaseModel):
 
     v: int = Field(default=RECORD_VERSION, description="Record schema version.")
     delivery_id: str = Field(description="X-GitHub-Delivery; unique per delivery, kept on redelivery.")
-    event: str = Field(description="X-GitHub-Event: pull_request, push or issue_comment.")
+    event: str = Field(
+        description="X-GitHub-Event: pull_request, push or issue_comment; `web` for the web app's actions."
+    )
     action: str | None = Field(None, description="The payload's action (None for push).")
     kind: Literal["pull_request", "push", "more_samples"] = Field(
         description="What the delivery asks for: evaluate a PR head, a default-branch push, or more samples."
@@ -398,6 +401,31 @@ def normalize_delivery(
         return validate_record(record)
     except ValidationError as exc:
         raise InboxError(f"{event} delivery {delivery_id}: unexpected payload shape: {exc}") from exc
+
+
+WEB_EVENT = "web"
+
+
+def web_more_samples_record(repo: str, pr: int, n: int, *, received_ns: int | None = None) -> InboxRecord:
+    """The inbox record of "ask for N more samples" sent from a PR's web page: the same
+    ``more_samples`` intent a member's ``/eval more N`` comment becomes, so one sensor path
+    raises the allowance. Its delivery id (``web-<uuid>``) never collides with GitHub's GUIDs."""
+    received_ns = time.time_ns() if received_ns is None else received_ns
+    check_number(n, "more samples", MAX_MORE_SAMPLES)
+    record = InboxRecord(
+        delivery_id=f"web-{uuid.uuid4()}",
+        event=WEB_EVENT,
+        action="more",
+        kind="more_samples",
+        repo=check_repo_full_name(repo, "repository"),
+        pr=check_number(pr, "pull request number", MAX_PR_NUMBER),
+        command="more",
+        n=n,
+        received_at=datetime.fromtimestamp(received_ns / 1e9, UTC).isoformat(),
+        received_ns=received_ns,
+        payload_sha256=hashlib.sha256(f"{WEB_EVENT} more {repo}#{pr} {n}".encode()).hexdigest(),
+    )
+    return validate_record(record)
 
 
 def _text(obj: Any, *keys: str) -> str | None:

@@ -38,6 +38,11 @@ def run_path(repo: str, pr: int | str, head_sha: str) -> str:
     return pull_request_path(repo, pr, head_sha) + "/run"
 
 
+def more_samples_path(repo: str, pr: int | str, head_sha: str) -> str:
+    """Where the PR page posts "ask for more samples", the page's `/eval more N` (token-authorized)."""
+    return pull_request_path(repo, pr, head_sha) + "/more"
+
+
 def cohorts_path() -> str:
     return "/cohorts"
 

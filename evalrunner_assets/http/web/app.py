@@ -19,6 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from evalrunner_assets.errors import EvalrunnerError, InputError, UserError
+from evalrunner_assets.github.inbox import DEFAULT_MORE_SAMPLES, MAX_MORE_SAMPLES
 from evalrunner_assets.http.web import pages
 from evalrunner_assets.pipeline.keys import comparison_key
 from evalrunner_assets.report import links
@@ -93,7 +94,8 @@ def create_app(
     ``inspect_view_url`` (Inspect's log viewer over the same lake) links to each sample's raw log.
 
     Pages are read-only. The actions need ``action_token``, the run API's token (None: actions
-    are refused), given in the form or as ``Authorization: Bearer``: "Open PR to activate" a
+    are refused), given in the form or as ``Authorization: Bearer``: "Ask for more samples" on a
+    PR's page queues its ``/eval more N`` in the webhook inbox; "Open PR to activate" a
     fine-tune calls ``activate_finetune(repo, name)``, the bug report's "Submit eval"
     ``submit_wild_eval(repo, submission)`` (either None: GitHub is not configured). The bug
     report's preview is not an action: it reads and redacts in memory and writes nothing."""
@@ -113,6 +115,7 @@ def create_app(
     env.globals["continuum_path"] = links.continuum_path
     env.globals["finetunes_path"] = links.finetunes_path
     env.globals["activate_path"] = links.activate_path
+    env.globals["more_samples_path"] = links.more_samples_path
     env.globals["leaderboards_path"] = links.leaderboards_path
     env.globals["leaderboard_path"] = links.leaderboard_path
     env.globals["report_path"] = links.report_path
@@ -176,9 +179,35 @@ def create_app(
 
     async def pull_request(request: Request) -> Response:
         doc = document(request)
+        asked = request.query_params.get("more", "")
         return render(
-            request, "pr.html", doc=doc, tasks=[(t, doc.tasks[t]) for t in doc.task_order or sorted(doc.tasks)]
+            request,
+            "pr.html",
+            doc=doc,
+            tasks=[(t, doc.tasks[t]) for t in doc.task_order or sorted(doc.tasks)],
+            more_pr=pages.more_samples_pr(doc),
+            more_default=DEFAULT_MORE_SAMPLES,
+            more_max=MAX_MORE_SAMPLES,
+            asked=int(asked) if asked.isdigit() else None,
+            actions=action_token is not None,
         )
+
+    async def more_samples(request: Request) -> Response:
+        doc = document(request)
+        fields = await form_fields(request, MAX_ACTION_BODY)
+        authorize((fields.get("token") or [""])[0], request)
+        text = (fields.get("n") or [str(DEFAULT_MORE_SAMPLES)])[0].strip()
+        if not text.isdigit() or not 0 < int(text) <= MAX_MORE_SAMPLES:
+            raise HTTPException(400, f"n={text[:20]!r}: ask for a whole number of samples from 1 to {MAX_MORE_SAMPLES}")
+        try:
+            await run_in_threadpool(pages.ask_for_more_samples, lake, doc, int(text))
+        except pages.StaleHead as exc:
+            raise HTTPException(409, str(exc)) from None
+        except InputError as exc:  # not a PR comparison, no request to extend
+            raise HTTPException(400, str(exc)) from None
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        where = links.pull_request_path(doc.repo, doc.pr, doc.head_sha)
+        return RedirectResponse(f"{root}{where}?{urlencode({'more': int(text)})}", status_code=303)
 
     async def budget(request: Request) -> Response:
         doc = document(request)
@@ -405,6 +434,7 @@ def create_app(
         Route(P + "/budget", budget),
         Route(P + "/run", run),
         Route(P + "/chart.svg", chart),
+        Route(P + "/more", more_samples, methods=["POST"]),
         Route("/cohorts", cohorts),
         Route("/cohorts/{owner}/{name}", series),
         Route("/cohorts/{owner}/{name}/chart.svg", series_chart),

@@ -14,6 +14,8 @@ from typing import Any
 
 from evalrunner_assets.documents.codec import parse_document
 from evalrunner_assets.documents.comparison import ComparisonDocument
+from evalrunner_assets.errors import InputError
+from evalrunner_assets.github.inbox import MAX_PR_NUMBER, web_more_samples_record, write_delivery
 from lake import duck
 from lake.integrity import task_records
 from lake.layout import LAYOUT, LakePathError
@@ -77,6 +79,43 @@ def comparisons(lake: Lake) -> list[ComparisonRow]:
 def comparison(lake: Lake, repo: str, pr: str, head: str) -> ComparisonDocument:
     rel = LAYOUT.comparison(repo, pr, head)
     return parse_document(ComparisonDocument, lake.read_bytes(rel), rel)
+
+
+def more_samples_pr(doc: ComparisonDocument) -> int | None:
+    """The GitHub PR number a comparison can get more samples for from its page, or None: only
+    PR comparisons are extended there (the sensors run them); a comparison named by
+    ``evalrunner compare --pr NAME`` gets more by running that command again with a higher ``--cap``."""
+    pr = str(doc.pr)
+    return int(pr) if pr.isascii() and pr.isdigit() and 0 < int(pr) <= MAX_PR_NUMBER else None
+
+
+class StaleHead(InputError):
+    """More samples were asked for on a head the PR has moved on from."""
+
+
+def ask_for_more_samples(lake: Lake, doc: ComparisonDocument, n: int) -> str:
+    """Queue "N more samples per task" for ``doc``'s PR in the webhook inbox, as ``/eval more N``
+    would, and return the record's id. The PR sensor raises the allowance of the PR's latest
+    comparison, so asking from an older head's page is refused (``StaleHead``) rather than
+    extending a head nobody is looking at."""
+    from evalrunner_assets.pipeline.spec import latest_request
+
+    pr = more_samples_pr(doc)
+    if pr is None:
+        raise InputError(
+            f"{doc.repo} {doc.pr!r} is not a pull request: "
+            "run its `evalrunner compare` again with a higher --cap for more samples"
+        )
+    latest = latest_request(lake, doc.repo, str(doc.pr))
+    if latest is None:
+        raise InputError(f"{doc.repo}#{pr} has no comparison request in the lake to extend")
+    if latest.head_sha != doc.head_sha:
+        raise StaleHead(
+            f"{doc.repo}#{pr} has moved on to {latest.head_sha[:7]}; ask for more samples on that head's page"
+        )
+    record = web_more_samples_record(doc.repo, pr, n)
+    write_delivery(lake, record)
+    return record.delivery_id
 
 
 @dataclass
