@@ -181,3 +181,22 @@ def _the_leaderboard_page_shows_the_same_board(served: ServedEvalrunner, board: 
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(f"{web}/leaderboard/no-such-set", timeout=30)
     assert missing.value.code == 404
+    _the_leaderboard_pages_pass_in_a_real_browser(web)
+
+
+def _the_leaderboard_pages_pass_in_a_real_browser(web: str) -> None:
+    """Both leaderboard pages in Chromium, as the other pages are checked: no console error or
+    failed request, no serious or critical axe-core violation at 1280 px, no sideways scroll on a
+    phone; screenshots kept as test artifacts."""
+    from web_browser import Visit, artifacts_dir, axe_source, launched_chromium
+
+    axe, shots = axe_source(), artifacts_dir()
+    with launched_chromium() as browser:
+        for width in (1280, 390):
+            visit = Visit(browser, width)
+            try:
+                visit.check("leaderboards", f"{web}/leaderboard", axe=axe, shots=shots)
+                visit.check("leaderboard", f"{web}/leaderboard/tinystats-bugs", axe=axe, shots=shots)
+                assert visit.problems == [], visit.problems
+            finally:
+                visit.close()
