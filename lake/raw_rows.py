@@ -244,78 +244,100 @@ def _validated_event(ev: dict[str, Any]) -> tuple[Any, ...]:
     return (obj.timestamp.isoformat(), obj.working_start, obj.span_id) + event_values(obj)
 
 
-class SampleRows:
-    """One sample's row, its event rows, and its error message (for the log's status check)."""
+class _Columns:
+    """Row values appended column by column, in archive order: a column list per field rather
+    than a tuple per row leaves the garbage collector a few dozen containers to scan, not one
+    per event."""
 
-    __slots__ = ("order", "row", "events", "error")
+    def __init__(self) -> None:
+        self.samples: list[list[Any]] = [[] for _ in SAMPLE_ROW]
+        self.events: list[list[Any]] = [[] for _ in EVENT_ROW]
+        self.order: list[tuple[int, str]] = []
+        self.errors: list[str | None] = []
+        self.event_starts: list[int] = []
 
-    def __init__(self, order: tuple[int, str], row: tuple[Any, ...], events: list[tuple[Any, ...]], error: str | None):
-        self.order, self.row, self.events, self.error = order, row, events, error
-
-
-def sample_rows(s: dict[str, Any]) -> SampleRows:
-    """The samples row and events rows of one sample dict of a recognized archive."""
-    sid = str(s["id"])
-    epoch = s["epoch"]
-    try:
-        error = _message(s.get("error"))
-    except (_Validate, KeyError, TypeError) as exc:
-        raise UnrecognizedArchive(f"sample {sid}: error without a message") from exc
-    attachments = s.get("attachments") or {}
-    events: list[tuple[Any, ...]] = []
-    # error_where reads the span structure, needed only for an errored sample
-    spans: list[tuple[str, Any, Any, Any]] | None = [] if error is not None else None
-    for seq, ev in enumerate(s.get("events") or []):
-        kind = ev["event"]
+    def add(self, s: dict[str, Any]) -> None:
+        """One sample dict of a recognized archive: its samples row and its events rows."""
+        sid = str(s["id"])
+        epoch = s["epoch"]
         try:
-            stamp, working_start, span_id = ev["timestamp"], ev["working_start"], ev.get("span_id")
-            if type(stamp) is not str:
-                raise _Validate
-            role, model, fn, args, calls, itok, otok, ttok, err, text = _fast_event(ev, kind)
-        except (_Validate, KeyError, TypeError, AttributeError, ValueError, IndexError):
-            stamp, working_start, span_id, role, model, fn, args, calls, itok, otok, ttok, err, text = _validated_event(
-                ev
-            )
-        if spans is not None:
-            if kind == "span_begin" or kind == "span_end":
-                spans.append((kind, ev["id"], ev.get("type"), ev.get("name")))
-            else:
-                spans.append((kind, None, None, None))
-        truncated = False
-        if text is not None:
-            if text.startswith(ATTACHMENT):
-                text = attachments.get(text[len(ATTACHMENT) :], text)
-            if len(text) > EXCERPT_CHARS:
-                text, truncated = text[:EXCERPT_CHARS], True
-        events.append(
-            (
-                sid,
-                epoch,
-                seq,
-                kind,
-                stamp,
-                working_start,
-                span_id,
-                role,
-                model,
-                fn,
-                args,
-                calls,
-                itok,
-                otok,
-                ttok,
-                err,
-                text,
-                truncated,
-            )
-        )
-    try:
-        row = _sample_row(s, sid, epoch, error, spans)
-    except UnrecognizedArchive:
-        raise
-    except Exception as exc:  # a shape the object path would read differently
-        raise UnrecognizedArchive(f"sample {sid}: {type(exc).__name__}: {exc}") from exc
-    return SampleRows(sample_order(s), row, events, error)
+            error = _message(s.get("error"))
+        except (_Validate, KeyError, TypeError) as exc:
+            raise UnrecognizedArchive(f"sample {sid}: error without a message") from exc
+        attachments = s.get("attachments") or {}
+        # error_where reads the span structure, needed only for an errored sample
+        spans: list[tuple[str, Any, Any, Any]] | None = [] if error is not None else None
+        (
+            c_sid,
+            c_epoch,
+            c_seq,
+            c_kind,
+            c_stamp,
+            c_working_start,
+            c_span_id,
+            c_role,
+            c_model,
+            c_fn,
+            c_args,
+            c_calls,
+            c_itok,
+            c_otok,
+            c_ttok,
+            c_err,
+            c_text,
+            c_truncated,
+        ) = (column.append for column in self.events)
+        self.event_starts.append(len(self.events[0]))
+        for seq, ev in enumerate(s.get("events") or []):
+            kind = ev["event"]
+            try:
+                stamp, working_start, span_id = ev["timestamp"], ev["working_start"], ev.get("span_id")
+                if type(stamp) is not str:
+                    raise _Validate
+                role, model, fn, args, calls, itok, otok, ttok, err, text = _fast_event(ev, kind)
+            except (_Validate, KeyError, TypeError, AttributeError, ValueError, IndexError):
+                stamp, working_start, span_id, role, model, fn, args, calls, itok, otok, ttok, err, text = (
+                    _validated_event(ev)
+                )
+            if spans is not None:
+                if kind == "span_begin" or kind == "span_end":
+                    spans.append((kind, ev["id"], ev.get("type"), ev.get("name")))
+                else:
+                    spans.append((kind, None, None, None))
+            truncated = False
+            if text is not None:
+                if text.startswith(ATTACHMENT):
+                    text = attachments.get(text[len(ATTACHMENT) :], text)
+                if len(text) > EXCERPT_CHARS:
+                    text, truncated = text[:EXCERPT_CHARS], True
+            c_sid(sid)
+            c_epoch(epoch)
+            c_seq(seq)
+            c_kind(kind)
+            c_stamp(stamp)
+            c_working_start(working_start)
+            c_span_id(span_id)
+            c_role(role)
+            c_model(model)
+            c_fn(fn)
+            c_args(args)
+            c_calls(calls)
+            c_itok(itok)
+            c_otok(otok)
+            c_ttok(ttok)
+            c_err(err)
+            c_text(text)
+            c_truncated(truncated)
+        try:
+            row = _sample_row(s, sid, epoch, error, spans)
+        except UnrecognizedArchive:
+            raise
+        except Exception as exc:  # a shape the object path would read differently
+            raise UnrecognizedArchive(f"sample {sid}: {type(exc).__name__}: {exc}") from exc
+        for column, value in zip(self.samples, row):
+            column.append(value)
+        self.order.append(sample_order(s))
+        self.errors.append(error)
 
 
 def _sample_row(
@@ -367,8 +389,8 @@ def _sample_row(
 
 @contextmanager
 def _no_gc() -> Iterator[None]:
-    # The parsed dicts and row tuples hold no reference cycles, and the collections their
-    # allocations trigger cost more than the parse itself (measured: 2.5x slower with gc on).
+    # The parsed dicts hold no reference cycles, and the collections their allocations trigger
+    # cost more than the parse itself (measured: 2.5x slower with gc on).
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -383,16 +405,17 @@ class ArchiveRows:
 
     def __init__(self, archive: EvalArchive) -> None:
         self.header = archive.header
-        # The parsed dicts hold no reference cycles, and the collections their allocations
-        # trigger cost more than the parse itself (measured: 2.5x slower with gc on).
+        cols = _Columns()
         with _no_gc():
-            parts = [sample_rows(s) for s in archive.samples()]
-        parts.sort(key=lambda p: p.order)
-        self.parts = parts
+            for sample in archive.samples():
+                cols.add(sample)
+        self._cols = cols
+        # inspect_ai.log sorts the samples; the rows are put in that order when tables are built
+        self._perm = sorted(range(len(cols.order)), key=cols.order.__getitem__)
 
     @property
     def sample_errors(self) -> list[str | None]:
-        return [p.error for p in self.parts]
+        return [self._cols.errors[i] for i in self._perm]
 
     def tables(self, key: BatchKey) -> tuple[pa.Table, pa.Table, int]:
         """(samples, events, errored sample count), equal to ``lake.ingest._tables(key, log)``."""
@@ -400,26 +423,30 @@ class ArchiveRows:
             return self._tables(key)
 
     def _tables(self, key: BatchKey) -> tuple[pa.Table, pa.Table, int]:
-        n = len(self.parts)
-        cols: dict[str, Any] = (
-            dict(zip(SAMPLE_ROW, zip(*(p.row for p in self.parts)))) if n else dict.fromkeys(SAMPLE_ROW, ())
-        )
+        cols, perm = self._cols, self._perm
+        n = len(perm)
+        values: dict[str, Any] = dict(zip(SAMPLE_ROW, cols.samples))
         for name in ("started_at", "completed_at"):
-            cols[name] = _timestamps(cols[name])
+            values[name] = _timestamps(values[name])
         consts = sample_constants(key, self.header)
         samples = pa.Table.from_pydict(
-            {f.name: cols[f.name] if f.name in cols else [consts[f.name]] * n for f in SAMPLES_SCHEMA},
+            {f.name: values[f.name] if f.name in values else [consts[f.name]] * n for f in SAMPLES_SCHEMA},
             schema=SAMPLES_SCHEMA,
         )
-        rows = [r for p in self.parts for r in p.events]
-        ecols: dict[str, Any] = dict(zip(EVENT_ROW, zip(*rows))) if rows else {k: () for k in EVENT_ROW}
-        ecols["timestamp"] = _timestamps(ecols["timestamp"])
+        evalues: dict[str, Any] = dict(zip(EVENT_ROW, cols.events))
+        evalues["timestamp"] = _timestamps(evalues["timestamp"])
+        m = len(cols.events[0])
         econsts = {"repo": key.repo, "commit": key.commit, "task": key.task, "batch": key.digest}
         events = pa.Table.from_pydict(
-            {f.name: ecols[f.name] if f.name in ecols else [econsts[f.name]] * len(rows) for f in EVENTS_SCHEMA},
+            {f.name: evalues[f.name] if f.name in evalues else [econsts[f.name]] * m for f in EVENTS_SCHEMA},
             schema=EVENTS_SCHEMA,
         )
-        errored = sum(1 for p in self.parts if p.error is not None)
+        if perm != list(range(n)):
+            samples = samples.take(pa.array(perm, type=pa.int64()))
+            bounds = cols.event_starts + [m]
+            rows = [j for i in perm for j in range(bounds[i], bounds[i + 1])]
+            events = events.take(pa.array(rows, type=pa.int64()))
+        errored = sum(1 for e in cols.errors if e is not None)
         return samples, events, errored
 
 
@@ -428,4 +455,4 @@ def read_archive_rows(data: bytes) -> ArchiveRows:
     return ArchiveRows(EvalArchive(data))
 
 
-__all__ = ["ArchiveRows", "SampleRows", "read_archive_rows", "sample_rows"]
+__all__ = ["ArchiveRows", "read_archive_rows"]

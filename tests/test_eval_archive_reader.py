@@ -162,6 +162,18 @@ def test_the_corpus_has_what_the_comparison_must_cover(corpus):
     assert not any(t and t.startswith("attachment://") for t in texts)
 
 
+def test_samples_stored_out_of_order_land_in_inspects_order(corpus):
+    """Inspect stores samples as they finish and sorts them on read (epoch, then id)."""
+    import inspect_ai._util.zipfile  # noqa: F401  (teaches zipfile zstd, as Inspect reads it)
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(corpus["rich"].read_bytes())) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in reversed(src.infolist()):
+            dst.writestr(info.filename, src.read(info))
+    samples, _ = _assert_same_rows(out.getvalue())
+    assert samples["sample_id"].to_pylist()[:4] == ["1", "2", "3", "10"]
+
+
 def test_a_cancelled_log_lands_like_before(corpus, tmp_path):
     data = _with_header(corpus["head"], status="cancelled")
     _assert_same_rows(data)
