@@ -175,7 +175,14 @@ def _read_for_landing(
         except UnrecognizedArchive:
             pass
         else:
-            return "eval", rows.header, rows.sample_errors, rows.tables
+
+            def archive_tables(key: BatchKey) -> tuple[pa.Table, pa.Table, int]:
+                try:
+                    return rows.tables(key)
+                except UnrecognizedArchive:  # a column Arrow cannot take as the reader left it
+                    return _tables(key, read_log_bytes(data, source)[1])
+
+            return "eval", rows.header, rows.sample_errors, archive_tables
     fmt, log = read_log_bytes(data, source)
     return fmt, log, [smp.error for smp in log.samples or []], lambda key: _tables(key, log)
 

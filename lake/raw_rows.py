@@ -40,7 +40,7 @@ _TS = pa.timestamp("us", tz="UTC")
 # json.dumps(value, sort_keys=True) builds an encoder per call; this is the same encoder, built once
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 
-# Row tuples hold these columns in this order; the batch-key constants are added per table.
+# The columns the reader fills, in the order it fills them; the batch-key constants are added per table.
 SAMPLE_ROW = (
     "sample_id",
     "epoch",

@@ -229,6 +229,15 @@ def test_an_unknown_log_format_version_falls_back_and_lands_the_same_rows(corpus
         assert a.equals(b), _diff(a, b)
 
 
+def test_timestamps_without_an_offset_are_read_as_utc_like_inspect_reads_them(corpus):
+    def naive(sample: dict[str, Any]) -> dict[str, Any]:
+        sample["started_at"] = sample["started_at"].replace("+00:00", "")
+        sample["events"][0]["timestamp"] = sample["events"][0]["timestamp"].replace("+00:00", "")
+        return sample
+
+    _assert_same_rows(_rewrite_member(corpus["head"].read_bytes(), "samples/s1_epoch_1.json", naive))
+
+
 def test_a_sample_field_the_reader_does_not_know_falls_back(corpus):
     data = _rewrite_member(corpus["head"].read_bytes(), "samples/s1_epoch_1.json", lambda s: {**s, "novel": 1})
     with pytest.raises(UnrecognizedArchive, match="novel"):
