@@ -31,7 +31,6 @@ KNOWN_LOG_VERSIONS = frozenset({2})
 
 # PKWARE's method id for zstd: Inspect writes zstd members (older versions deflate, read too)
 _ZSTD = 93
-_UNZSTD = zstandard.ZstdDecompressor()
 
 HEADER = "header.json"
 SAMPLES_PREFIX = "samples/"
@@ -57,6 +56,8 @@ class EvalArchive:
 
     def __init__(self, data: bytes) -> None:
         self._data = data
+        # one per archive: a decompressor's context must not be used by two threads at once
+        self._unzstd = zstandard.ZstdDecompressor()
         infos = _central_directory(data)
         # a re-logged sample appends a second member of the same name; the last one is current
         # (what zipfile and Inspect resolve a name to)
@@ -89,7 +90,7 @@ class EvalArchive:
         packed = data[start : start + info.compress_size]
         try:
             if info.compress_type == _ZSTD:
-                content = _unzstd(packed)
+                content = _unzstd(self._unzstd, packed)
             elif info.compress_type == zipfile.ZIP_DEFLATED:
                 content = zlib.decompress(packed, -15)
             elif info.compress_type == zipfile.ZIP_STORED:
@@ -171,11 +172,11 @@ def _central_directory(data: bytes) -> list[Member]:
     return members
 
 
-def _unzstd(packed: bytes) -> bytes:
+def _unzstd(decompressor: zstandard.ZstdDecompressor, packed: bytes) -> bytes:
     # Inspect splits large members into several zstd frames; a decompressobj stops at a frame's end
     parts = []
     while packed:
-        dobj = _UNZSTD.decompressobj()
+        dobj = decompressor.decompressobj()
         parts.append(dobj.decompress(packed))
         packed = dobj.unused_data
     return b"".join(parts)

@@ -290,3 +290,22 @@ def test_a_damaged_archive_gets_the_error_it_got_before(corpus, tmp_path, damage
         land_batch(open_lake(str(tmp_path / "lake")), KEY, data, source="damaged.eval")
     assert str(now.value) == str(before.value)
     assert type(now.value) is type(before.value)
+
+
+def test_logs_landed_in_parallel_threads_land_what_they_land_one_by_one(corpus, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = ["head", "rich", "failed", "head", "rich"]
+
+    def land(i: int) -> dict[str, bytes]:
+        root = tmp_path / f"{i}"
+        land_batch(open_lake(str(root)), KEY, corpus[names[i]].read_bytes(), source=names[i])
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        parallel = list(pool.map(land, range(len(names))))
+    assert parallel[0] == parallel[3] and parallel[1] == parallel[4]
+    assert parallel[0] != parallel[1]
+    import gc
+
+    assert gc.isenabled()
