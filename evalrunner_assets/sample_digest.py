@@ -21,6 +21,10 @@ from typing import Any
 
 DIGEST_CHARS = 32
 
+# json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str), with
+# the encoder built once: the lake digests every sample it lands
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode
+
 
 def _plain(value: Any) -> Any:
     """A JSON-able form of a content part or other pydantic value, without volatile fields."""
@@ -64,7 +68,7 @@ def sample_input_digest(
         "files": names,
         "setup": setup,
     }
-    text = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    text = _canonical(material)
     return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
 
 

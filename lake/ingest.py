@@ -6,12 +6,18 @@ from the records (see ``lake.duck``), so a table file without a record is never 
 is written atomically under a name derived from the batch key, and a failure after a table file
 was written removes it again, so a failed landing leaves no Parquet file behind.
 
-Logs are read only through ``inspect_ai.log`` (its ``.eval`` format is versioned, not a frozen
-spec). Measured on a 2-core machine with 14-event samples: a full ``read_eval_log`` validates
-every sample and event with pydantic at ~0.9k samples/s, while
-``read_eval_log_sample_summaries`` (one JSON member, no events) reads ~12k samples/s. So the
-samples table alone comes from the summaries (``ingest_log_file(..., events=False)``), and a full
-landing, which needs the events, reads the whole log once and builds both tables from it.
+How logs are read. ``read_eval_log`` validates every sample and event with pydantic: measured on
+a 2-core machine with 14-event samples, ~0.9k samples/s. So a full landing of an ``.eval`` log
+reads the archive directly (``lake.eval_archive``: the zip's members sliced and decompressed
+here, JSON parsed by orjson, only the header validated by Inspect's ``EvalLog``) and builds the
+rows from the plain dicts (``lake.raw_rows``), the same rows, column for column, that the
+objects give. That reader is checked: it reads only the log format versions and the archive
+layout it knows, and a log it does not recognize (another version, a member or sample field it
+does not know, a ``.json`` log, a damaged archive) is read by ``inspect_ai.log`` as before, so a
+damaged log gets the same ``LogIngestError``. ``tests/test_eval_archive_reader.py`` compares both
+paths' tables on real logs; ``./dev bench ingest`` measures both. ``ingest_log_file`` (ad-hoc
+use) still reads through ``inspect_ai.log``; with ``events=False`` it reads only the sample
+summaries (one JSON member, no events, ~12k samples/s).
 
 A log whose status is not ``success`` (``error``, ``cancelled``, or a never-finished
 ``started``) is an infrastructure failure, not evidence about the agent: its raw log and a batch
@@ -32,10 +38,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +53,15 @@ from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.sample_digest import digest_of_sample
 from lake.batch import BatchKey, RunSettings, canonical_json
 from lake.layout import Window
+from lake.row_values import (
+    ATTACHMENT,
+    error_text,
+    error_where,
+    event_values,
+    sample_constants,
+    score_value,
+    sum_opt,
+)
 from lake.schema import (
     EVENTS_SCHEMA,
     EXCERPT_CHARS,
@@ -55,8 +69,6 @@ from lake.schema import (
     BatchRecord,
 )
 from lake.storage import Lake
-
-_ATTACHMENT = "attachment://"
 
 
 class LogIngestError(EvalrunnerError, ValueError):
@@ -148,6 +160,33 @@ def read_log_bytes(data: bytes, source: str) -> tuple[LogFormat, Any]:
     return fmt, log
 
 
+def _read_for_landing(
+    data: bytes, source: str
+) -> tuple[LogFormat, Any, list[Any], Callable[[BatchKey], tuple[pa.Table, pa.Table, int]]]:
+    """(format, header EvalLog, the samples' errors, a function of the batch key building the
+    tables). An ``.eval`` archive ``lake.eval_archive`` recognizes is read directly (no pydantic
+    per sample); any other log, or a damaged one, through ``inspect_ai.log`` (read_log_bytes)."""
+    if data and _log_format(data) == "eval":
+        from lake.eval_archive import UnrecognizedArchive
+        from lake.raw_rows import read_archive_rows
+
+        try:
+            rows = read_archive_rows(data)
+        except UnrecognizedArchive:
+            pass
+        else:
+
+            def archive_tables(key: BatchKey) -> tuple[pa.Table, pa.Table, int]:
+                try:
+                    return rows.tables(key)
+                except UnrecognizedArchive:  # a column Arrow cannot take as the reader left it
+                    return _tables(key, read_log_bytes(data, source)[1])
+
+            return "eval", rows.header, rows.sample_errors, archive_tables
+    fmt, log = read_log_bytes(data, source)
+    return fmt, log, [smp.error for smp in log.samples or []], lambda key: _tables(key, log)
+
+
 # -- rows --------------------------------------------------------------------------------------
 
 
@@ -159,93 +198,13 @@ def _iso_ts(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value))
 
 
-def _error_text(err: Any) -> str | None:
-    if err is None:
-        return None
-    if isinstance(err, str):
-        return err
-    return getattr(err, "message", None) or str(err)
-
-
 def log_error_is_sample_error(log_error: Any, sample_errors: Iterable[Any]) -> bool:
     """Whether a log's error is one of its samples' own errors: a sample raised and the task
     stopped on it (Inspect's ``fail_on_error``), so the failure is the agent's, not the harness's."""
-    message = _error_text(log_error)
+    message = error_text(log_error)
     if not message:
         return False
-    return any(_error_text(e) == message for e in sample_errors if e is not None)
-
-
-_SPAN_KINDS = ("solver", "scorer", "tool")
-
-
-def error_where(sample: Any) -> str | None:
-    """'<type>:<name>' of the innermost solver/scorer/tool span the sample's exception passed
-    through; None without an error or such a span.
-
-    Inspect closes the spans an exception unwinds before it records the error event, so the
-    candidates, innermost first, are the spans ended just before that event (log lines between
-    them aside), then the spans still open there (at the end of the transcript when there is no
-    error event)."""
-    if sample.error is None:
-        return None
-    events = list(getattr(sample, "events", None) or [])
-    at = next((i for i, ev in enumerate(events) if ev.event == "error"), len(events))
-    begun: dict[str, tuple[str, str]] = {}
-    still_open: list[str] = []
-    for ev in events[:at]:
-        if ev.event == "span_begin":
-            begun[ev.id] = (ev.type or "", ev.name)
-            still_open.append(ev.id)
-        elif ev.event == "span_end" and ev.id in still_open:
-            still_open.remove(ev.id)
-    unwound: list[str] = []
-    for ev in reversed(events[:at]):
-        if ev.event in ("logger", "info"):  # Inspect logs the exception as it unwinds
-            continue
-        if ev.event != "span_end":
-            break
-        unwound.insert(0, ev.id)
-    for span in unwound + list(reversed(still_open)):
-        kind, name = begun.get(span, ("", ""))
-        if kind in _SPAN_KINDS:
-            return f"{kind}:{name}"
-    return None
-
-
-def _sum_opt(values: Iterable[int | None]) -> int | None:
-    total, seen = 0, False
-    for v in values:
-        if v is not None:
-            total += v
-            seen = True
-    return total if seen else None
-
-
-# The strings Inspect's value_to_float() maps (besides numbers): C, P, I, N and yes/true/no/false.
-_SCORE_WORDS = frozenset({"C", "P", "I", "N"})
-_SCORE_BOOLEANS = frozenset({"yes", "true", "no", "false"})
-
-
-def score_value(raw: Any, to_float: Any) -> float | None:
-    """A primary score's value in [0, 1] as ``value_to_float`` maps it, or None: for a value
-    outside [0, 1], NaN, a list or dict, or a string it does not know (Inspect would log
-    "Unable to convert value to float" and call it 0 — a letter grade "A" is not a failure)."""
-    if isinstance(raw, str):
-        text = raw.strip()
-        if text not in _SCORE_WORDS and text.lower() not in _SCORE_BOOLEANS:
-            try:
-                if not math.isfinite(float(text)):
-                    return None
-            except ValueError:
-                return None
-    elif not isinstance(raw, (int, float, bool)):
-        return None
-    try:
-        mapped = float(to_float(raw))
-    except (TypeError, ValueError):
-        return None
-    return mapped if 0.0 <= mapped <= 1.0 else None
+    return any(error_text(e) == message for e in sample_errors if e is not None)
 
 
 class _SampleColumns:
@@ -256,26 +215,7 @@ class _SampleColumns:
 
         self.to_float = value_to_float()
         self.cols: dict[str, list[Any]] = {f.name: [] for f in SAMPLES_SCHEMA}
-        kr = key.as_record()
-        self.const = {
-            "repo": key.repo,
-            "commit": key.commit,
-            "task": key.task,
-            "batch": key.digest,
-            "window": key.window.name,
-            "window_start": key.window.start,
-            "window_stop": key.window.stop,
-            "spec": kr["spec"],
-            "model_args": kr["model_args"],
-            "config_digest": kr["config_digest"],
-            "backend": kr["backend"],
-            "runtime_digest": kr["runtime_digest"],
-            "seed": kr["seed"],
-            "epochs": kr["epochs"],
-            "model": header.eval.model,
-            "log_status": header.status,
-            "eval_id": header.eval.eval_id,
-        }
+        self.const = sample_constants(key, header)
         self.errored = 0
         self.n = 0
 
@@ -291,7 +231,7 @@ class _SampleColumns:
     def add(self, s: Any) -> None:
         c = self.cols
         self.n += 1
-        error = _error_text(s.error)
+        error = error_text(s.error)
         if error is not None:
             self.errored += 1
         value, raw, name, all_raw = self.score(None if error is not None else s.scores)
@@ -308,9 +248,9 @@ class _SampleColumns:
         c["input_tokens"].append(sum(u.input_tokens for u in usages))
         c["output_tokens"].append(sum(u.output_tokens for u in usages))
         c["total_tokens"].append(sum(u.total_tokens for u in usages))
-        c["input_tokens_cache_read"].append(_sum_opt(u.input_tokens_cache_read for u in usages))
-        c["input_tokens_cache_write"].append(_sum_opt(u.input_tokens_cache_write for u in usages))
-        c["reasoning_tokens"].append(_sum_opt(u.reasoning_tokens for u in usages))
+        c["input_tokens_cache_read"].append(sum_opt(u.input_tokens_cache_read for u in usages))
+        c["input_tokens_cache_write"].append(sum_opt(u.input_tokens_cache_write for u in usages))
+        c["reasoning_tokens"].append(sum_opt(u.reasoning_tokens for u in usages))
         costs = [u.total_cost for u in usages]
         c["cost_usd"].append(sum(costs) if costs and None not in costs else None)
         c["total_time_s"].append(s.total_time)
@@ -328,30 +268,6 @@ class _SampleColumns:
         return pa.Table.from_pydict(cols, schema=SAMPLES_SCHEMA)
 
 
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for item in content:
-            text = getattr(item, "text", None)
-            if text is None:
-                text = getattr(item, "reasoning", None)
-            if text is not None:
-                parts.append(text)
-        return "\n".join(parts)
-    return str(content)
-
-
-def _jsonish(value: Any) -> str:
-    try:
-        return json.dumps(value, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 class _EventColumns:
     def __init__(self, key: BatchKey) -> None:
         self.cols: dict[str, list[Any]] = {f.name: [] for f in EVENTS_SCHEMA}
@@ -364,57 +280,11 @@ class _EventColumns:
         attachments = sample.attachments or {}
         for seq, ev in enumerate(sample.events):
             kind = ev.event
-            role = model = fn = args = calls = itok = otok = ttok = err = None
-            text: str | None = None
-            if kind == "model":
-                model = ev.model
-                out = ev.output
-                role = "assistant"
-                text = out.completion if out is not None else None
-                msg = out.message if out is not None and out.choices else None
-                tcs = (msg.tool_calls or []) if msg is not None else []
-                calls = len(tcs)
-                if tcs:
-                    fn, args = tcs[0].function, _jsonish(tcs[0].arguments)
-                usage = out.usage if out is not None else None
-                if usage is not None:
-                    itok, otok, ttok = usage.input_tokens, usage.output_tokens, usage.total_tokens
-                err = _error_text(ev.error)
-            elif kind == "tool":
-                role, fn, args = "tool", ev.function, _jsonish(ev.arguments)
-                text = _content_text(ev.result)
-                err = _error_text(ev.error)
-            elif kind == "score":
-                score = ev.score
-                text = _jsonish(score.value)
-                if score.explanation:
-                    text += f" {score.explanation}"
-            elif kind == "error":
-                err = _error_text(ev.error)
-                text = err
-            elif kind == "sample_init":
-                role = "user"
-                inp = ev.sample.input
-                text = inp if isinstance(inp, str) else "\n".join(m.text for m in inp)
-            elif kind == "input":
-                role, text = "user", ev.input
-            elif kind == "logger":
-                text = ev.message.message
-            elif kind == "info":
-                text = ev.data if isinstance(ev.data, str) else _jsonish(ev.data)
-            elif kind in ("span_begin", "subtask"):
-                text = ev.name
-            elif kind in ("state", "store"):
-                # the JSON-patch paths say what changed; the values can be whole transcripts
-                text = ", ".join(ch.path for ch in ev.changes)
-            elif kind == "sandbox":
-                text = " ".join(x for x in (ev.action, ev.cmd or ev.file or "") if x)
-            elif kind == "approval":
-                text = " ".join(x for x in (ev.decision, ev.explanation or "") if x)
+            role, model, fn, args, calls, itok, otok, ttok, err, text = event_values(ev)
             truncated = False
             if text is not None:
-                if text.startswith(_ATTACHMENT):
-                    text = attachments.get(text[len(_ATTACHMENT) :], text)
+                if text.startswith(ATTACHMENT):
+                    text = attachments.get(text[len(ATTACHMENT) :], text)
                 if len(text) > EXCERPT_CHARS:
                     text, truncated = text[:EXCERPT_CHARS], True
             self.n += 1
@@ -533,7 +403,7 @@ def land_batch(
     # landing's rows under another landing's record.
     content = sha[:16]
     src = source or lake.url(layout.raw_log(key.repo, key.commit, key.task, key.window, d, fmt_guess, content))
-    fmt, log = read_log_bytes(log_bytes, src)
+    fmt, log, sample_errors, build_tables = _read_for_landing(log_bytes, src)
     raw_path = layout.raw_log(key.repo, key.commit, key.task, key.window, d, fmt, content)
     rec_path = layout.batch_record(key.repo, key.commit, key.task, key.window, d)
 
@@ -542,11 +412,9 @@ def land_batch(
         return _reuse_or_conflict(existing, sha, d, src)
 
     common: dict[str, Any] = dict(fmt=fmt, sha=sha, size=len(log_bytes), raw_path=raw_path, run_meta=run_meta)
-    agent_error = log.status == "error" and log_error_is_sample_error(
-        log.error, [smp.error for smp in log.samples or []]
-    )
+    agent_error = log.status == "error" and log_error_is_sample_error(log.error, sample_errors)
     if log.status != "success" and not agent_error:
-        message = _error_text(log.error) or f"log status is {log.status!r} with no error message"
+        message = error_text(log.error) or f"log status is {log.status!r} with no error message"
         lake.write_bytes(raw_path, log_bytes)
         record = _record(key, log, status=log.status, error=message, **common)
         lake.write_bytes(rec_path, record.to_json_bytes())
@@ -554,7 +422,7 @@ def land_batch(
             src, f"log status is {log.status!r} (infrastructure failure, no rows landed): {message}", record
         )
 
-    samples, events, errored = _tables(key, log)
+    samples, events, errored = build_tables(key)
     # encode before writing anything: an encoding failure leaves the lake untouched
     samples_data, events_data = parquet_bytes(samples), parquet_bytes(events)
     samples_path = layout.table_file("samples", key.repo, key.commit, key.task, key.window, d, content)
@@ -684,7 +552,7 @@ def ingest_log_file(
     if header.status != "success" and not (
         header.status == "error" and log_error_is_sample_error(header.error, [smp.error for smp in summaries])
     ):
-        message = _error_text(header.error) or "no error message"
+        message = error_text(header.error) or "no error message"
         raise LogStatusError(src, f"log status is {header.status!r}: {message}")
     if not events:
         cols = _SampleColumns(key, header)
