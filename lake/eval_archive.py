@@ -25,6 +25,8 @@ from typing import Any, NamedTuple
 import orjson
 import zstandard
 
+from evalrunner_assets.errors import EvalrunnerError
+
 # Log format versions (header ``version``) whose sample layout this reader was checked against:
 # Inspect writes LOG_SCHEMA_VERSION 2 (``inspect_ai._util.constants``) since 0.3.x' .eval format.
 KNOWN_LOG_VERSIONS = frozenset({2})
@@ -39,8 +41,9 @@ _OTHER_MEMBERS = frozenset({HEADER, "summaries.json", "reductions.json", "result
 _JOURNAL_PREFIX = "_journal/"
 
 
-class UnrecognizedArchive(Exception):
-    """The bytes are not an ``.eval`` archive this reader knows; read them with ``inspect_ai.log``."""
+class UnrecognizedArchive(EvalrunnerError):
+    """The bytes are not an ``.eval`` archive this reader knows; read them with ``inspect_ai.log``
+    (caught inside ``lake.ingest``: it never reaches a person)."""
 
 
 @cache

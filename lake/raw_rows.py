@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.sample_digest import sample_input_digest
 from lake.batch import BatchKey
 from lake.eval_archive import EvalArchive, UnrecognizedArchive, sample_order
@@ -87,7 +88,7 @@ EVENT_ROW = (
 )
 
 
-class _Validate(Exception):
+class _Validate(EvalrunnerError):
     """This event's shape is not one the fast branches read: validate it with Inspect's model."""
 
 
