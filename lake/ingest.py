@@ -54,9 +54,9 @@ from evalrunner_assets.sample_digest import digest_of_sample
 from lake.batch import BatchKey, RunSettings, canonical_json
 from lake.layout import Window
 from lake.row_values import (
-    ATTACHMENT,
     error_text,
     error_where,
+    event_text,
     event_values,
     sample_constants,
     score_value,
@@ -64,7 +64,6 @@ from lake.row_values import (
 )
 from lake.schema import (
     EVENTS_SCHEMA,
-    EXCERPT_CHARS,
     SAMPLES_SCHEMA,
     BatchRecord,
 )
@@ -281,12 +280,7 @@ class _EventColumns:
         for seq, ev in enumerate(sample.events):
             kind = ev.event
             role, model, fn, args, calls, itok, otok, ttok, err, text = event_values(ev)
-            truncated = False
-            if text is not None:
-                if text.startswith(ATTACHMENT):
-                    text = attachments.get(text[len(ATTACHMENT) :], text)
-                if len(text) > EXCERPT_CHARS:
-                    text, truncated = text[:EXCERPT_CHARS], True
+            text, truncated = event_text(text, attachments)
             self.n += 1
             c["sample_id"].append(sid)
             c["epoch"].append(sample.epoch)

@@ -27,7 +27,7 @@ from evalrunner_assets.sample_digest import sample_input_digest
 from lake.batch import BatchKey
 from lake.eval_archive import EvalArchive, UnrecognizedArchive, sample_order
 from lake.row_values import (
-    ATTACHMENT,
+    event_text,
     event_values,
     innermost_span,
     jsonish,
@@ -35,7 +35,7 @@ from lake.row_values import (
     score_value,
     sum_opt,
 )
-from lake.schema import EVENTS_SCHEMA, EXCERPT_CHARS, SAMPLES_SCHEMA
+from lake.schema import EVENTS_SCHEMA, SAMPLES_SCHEMA
 
 _TS = pa.timestamp("us", tz="UTC")
 # json.dumps(value, sort_keys=True) builds an encoder per call; this is the same encoder, built once
@@ -305,12 +305,7 @@ class _Columns:
                     spans.append((kind, ev["id"], ev.get("type"), ev.get("name")))
                 else:
                     spans.append((kind, None, None, None))
-            truncated = False
-            if text is not None:
-                if text.startswith(ATTACHMENT):
-                    text = attachments.get(text[len(ATTACHMENT) :], text)
-                if len(text) > EXCERPT_CHARS:
-                    text, truncated = text[:EXCERPT_CHARS], True
+            text, truncated = event_text(text, attachments)
             c_sid(sid)
             c_epoch(epoch)
             c_seq(seq)

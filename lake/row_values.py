@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lake.batch import BatchKey
+from lake.schema import EXCERPT_CHARS
 
 ATTACHMENT = "attachment://"
 
@@ -155,6 +156,18 @@ def jsonish(value: Any) -> str:
         return _jsonish_encode(value)
     except (TypeError, ValueError):
         return str(value)
+
+
+def event_text(text: str | None, attachments: dict[str, str]) -> tuple[str | None, bool]:
+    """An event's text as the lake keeps it: an ``attachment://`` reference resolved from the
+    sample's attachments, cut to ``EXCERPT_CHARS``; and whether it was cut."""
+    if text is None:
+        return None, False
+    if text.startswith(ATTACHMENT):
+        text = attachments.get(text[len(ATTACHMENT) :], text)
+    if len(text) > EXCERPT_CHARS:
+        return text[:EXCERPT_CHARS], True
+    return text, False
 
 
 def event_values(ev: Any) -> tuple[Any, ...]:
