@@ -343,6 +343,35 @@ class LakeLayout:
     def annotations_glob(self) -> str:
         return "annotations/*/*/*/*.parquet"
 
+    def task_annotations_glob(self, repo: str, commit: str, task: str) -> str:
+        """Every source's notes on one (commit, task)."""
+        return (
+            f"annotations/repo={partition_value(check_repo(repo))}/commit={check_commit(commit)}/"
+            f"task={partition_value(check_task(task))}/*.parquet"
+        )
+
+    def annotated_logs_prefix(self) -> str:
+        """Where the annotated copies of raw logs are: the log directory of Inspect's viewer of
+        the notes (a raw log's copy has the raw log's path below it)."""
+        return "annotations/inspect"
+
+    def annotated_log(self, raw_log: str) -> str:
+        """The annotated copy of the raw log at ``raw_log`` (a path :meth:`raw_log` built): the
+        same log with the notes on its samples, for Inspect's viewer. The raw log is never
+        rewritten: it is the evidence."""
+        prefix = self.raw_prefix() + "/"
+        if not raw_log.startswith(prefix):
+            raise LakePathError(f"{raw_log!r} is not a raw log of the lake (under {prefix})")
+        rest = raw_log[len(prefix) :]
+        if not rest.endswith((".eval", ".json")):
+            raise LakePathError(f"{raw_log!r} is not an Inspect log (.eval or .json)")
+        _check_segments("raw log", rest)
+        return f"{self.annotated_logs_prefix()}/{rest}"
+
+    def task_annotated_logs_prefix(self, repo: str, commit: str, task: str) -> str:
+        """The directory of one (commit, task)'s annotated log copies."""
+        return f"{self.annotated_logs_prefix()}/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}"
+
     def series_point(self, repo: str, commit: str) -> str:
         """One main-branch point of the cohort series (per-task means with intervals, cohort
         and combined pools, flags against the previous point)."""

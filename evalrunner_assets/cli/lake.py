@@ -50,7 +50,7 @@ def cmd_lake_verify(args: argparse.Namespace) -> int:
 def cmd_view(args: argparse.Namespace) -> int:
     from lake.viewer import view_command
 
-    cmd = view_command(existing_lake(), host=args.host, port=args.port)
+    cmd = view_command(existing_lake(), host=args.host, port=args.port, annotated=args.annotated)
     print(" ".join(cmd), flush=True)
     return subprocess.call(cmd)
 
@@ -77,4 +77,10 @@ def add_view_parser(add: Add) -> None:
     p = add("view", help="open Inspect's log viewer on the lake's raw logs")
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
+    p.add_argument(
+        "--annotated",
+        action="store_true",
+        help="the annotated copies of the raw logs instead: the samples the miner noted, its notes in "
+        "their metadata and transcript",
+    )
     p.set_defaults(func=cmd_view)

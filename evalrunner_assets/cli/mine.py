@@ -34,7 +34,8 @@ def cmd_mine(args: argparse.Namespace) -> int:
         mined = mine_task(the_lake, args.repo_id, args.commit, args.task, fdr=args.fdr)
     c = mined.contrast
     if args.format == "json":
-        print(json.dumps({**mined.to_json(), "findings_path": mined.findings_path}, indent=2))
+        doc = {**mined.to_json(), "findings_path": mined.findings_path, "annotated_logs": mined.annotated_logs}
+        print(json.dumps(doc, indent=2))
         return 0
     against = f" against {args.base[:12]}" if args.base else ""
     print(
@@ -50,6 +51,11 @@ def cmd_mine(args: argparse.Namespace) -> int:
     if not c.findings:
         print("  no pattern stood out")
     print(f"findings: {mined.findings_path}\nnotes:    {mined.annotations_path} (SQL: the annotations view)")
+    if mined.annotated_logs:
+        print(
+            f"          {len(mined.annotated_logs)} annotated log copies for Inspect's viewer "
+            f"(evalrunner view --annotated)"
+        )
     if args.fix:
         return _fix(args, the_lake, mined)
     return 0
@@ -101,7 +107,8 @@ def add_parsers(add: Add) -> None:
         "--base, the commit's trajectories on the inputs it fails and the base passes with the base's): every "
         "tool-call, order, error and length feature gets a one-sided Fisher exact test, adjusted by "
         "Benjamini-Hochberg; the significant ones are printed best first with how many failing samples show "
-        "them. Findings go to the lake's miner/, a note per sample to annotations/.",
+        "them. Findings go to the lake's miner/, a note per sample to annotations/ (and into annotated copies "
+        "of the raw logs that `evalrunner view --annotated` shows).",
     )
     add_repo_id(p, required=True)
     p.add_argument("--commit", required=True, type=_commit, help="the commit whose trajectories are mined (40-hex)")

@@ -20,6 +20,7 @@ from evalrunner_assets.cli.options import Add
 from evalrunner_assets.errors import UserError
 
 DEFAULT_INSPECT_VIEW_PORT = 7575  # Inspect's own default
+DEFAULT_ANNOTATED_VIEW_PORT = 7576  # the viewer over the annotated log copies, beside it
 
 # The module holding the Definitions (``defs``); pyproject.toml names the same one.
 CODE_LOCATION_MODULE = "evalrunner_assets.definitions"
@@ -50,19 +51,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"no webhook secret: set {SECRET_ENV} (or {SECRET_FILE_ENV}) to the secret of the GitHub webhook",
             hint="or pass --insecure to accept unsigned deliveries on loopback (local testing only)",
         )
-    from evalrunner_assets.http.web.app import inspect_view_url_from_env
+    from evalrunner_assets.http.web.app import INSPECT_ANNOTATED_VIEW_URL_ENV, inspect_view_url_from_env
     from evalrunner_assets.report.links import web_links
 
     web_links()  # a bad EVALRUNNER_WEB_URL is said now, not at the first report
     inspect_view_url = inspect_view_url_from_env()
+    annotated_view_url = inspect_view_url_from_env(name=INSPECT_ANNOTATED_VIEW_URL_ENV)
     # Inspect's viewer beside the pages (their links to raw logs open it), unless one is
-    # published elsewhere (EVALRUNNER_INSPECT_VIEW_URL) or this is the receiver alone.
-    view_port = args.inspect_view_port
-    if view_port is None:
-        view_port = 0 if args.webhook_only else DEFAULT_INSPECT_VIEW_PORT
-    if view_port < 0 or view_port > 65535:
-        raise UserError(f"--inspect-view-port {view_port} is not a port (0 starts no viewer)")
+    # published elsewhere (EVALRUNNER_INSPECT_VIEW_URL) or this is the receiver alone; a second
+    # one over the annotated log copies (Inspect's viewer reads one directory) with it.
+    view_port = _port(
+        args.inspect_view_port, "--inspect-view-port", 0 if args.webhook_only else DEFAULT_INSPECT_VIEW_PORT
+    )
     start_viewer = inspect_view_url is None and view_port > 0
+    annotated_port = _port(
+        args.annotated_view_port, "--annotated-view-port", DEFAULT_ANNOTATED_VIEW_PORT if start_viewer else 0
+    )
+    start_annotated = annotated_view_url is None and annotated_port > 0
+    if start_viewer and start_annotated and annotated_port == view_port:
+        raise UserError(f"--annotated-view-port {annotated_port} is the raw logs' viewer's port too: pick another")
     dagster = None
     if not args.webhook_only:
         dagster_home = home.ensure_dagster_home()
@@ -95,21 +102,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _stop)
-    viewer = None
+    viewers: list[subprocess.Popen[bytes]] = []
     stopping = threading.Event()
     try:
         # The receiver writes the inbox of the same lake the sensors read.
         the_lake = open_lake(home.lake_root())
-        if start_viewer:
-            from lake.viewer import view_command
+        from lake.viewer import view_command
 
+        for start, port, annotated in ((start_viewer, view_port, False), (start_annotated, annotated_port, True)):
+            if not start:
+                continue
             viewer = subprocess.Popen(
-                view_command(the_lake, host=args.host, port=view_port),
+                view_command(the_lake, host=args.host, port=port, annotated=annotated),
                 stdout=subprocess.DEVNULL,
                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )
-            threading.Thread(target=_say_if_viewer_exits, args=(viewer, view_port, stopping), daemon=True).start()
-            inspect_view_url = f"http://{args.host}:{view_port}"
+            viewers.append(viewer)
+            threading.Thread(target=_say_if_viewer_exits, args=(viewer, port, annotated, stopping), daemon=True).start()
+            if annotated:
+                annotated_view_url = f"http://{args.host}:{port}"
+            else:
+                inspect_view_url = f"http://{args.host}:{port}"
         extra: list[Any] = []
         if not args.no_run_api:
             from evalrunner_assets.driver.swe import api_routes
@@ -125,6 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             the_lake,
             dagster_url=dagster_url,
             inspect_view_url=inspect_view_url,
+            inspect_annotated_view_url=annotated_view_url,
             action_token=_action_token(),
             **_github_actions(),
         )
@@ -132,8 +146,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve(host=args.host, port=args.port, insecure=args.insecure, lake=the_lake, extra_routes=extra)
     finally:
         stopping.set()
-        if viewer is not None:
+        for viewer in viewers:
             viewer.terminate()
+        for viewer in viewers:
             try:
                 viewer.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -181,13 +196,23 @@ def _github_actions() -> dict[str, Any]:
     }
 
 
-def _say_if_viewer_exits(viewer: subprocess.Popen[bytes], port: int, stopping: threading.Event) -> None:
-    # The pages keep running without it; their raw-log links then lead nowhere, so say why.
+def _port(value: int | None, option: str, default: int) -> int:
+    port = default if value is None else value
+    if port < 0 or port > 65535:
+        raise UserError(f"{option} {port} is not a port (0 starts no viewer)")
+    return port
+
+
+def _say_if_viewer_exits(
+    viewer: subprocess.Popen[bytes], port: int, annotated: bool, stopping: threading.Event
+) -> None:
+    # The pages keep running without it; their links to it then lead nowhere, so say why.
     code = viewer.wait()
     if not stopping.is_set():
+        links, option = ("annotated-log", "--annotated-view-port") if annotated else ("raw-log", "--inspect-view-port")
         print(
-            f"evalrunner serve: Inspect's viewer on port {port} exited ({code}): the pages' raw-log links will "
-            "not open (is the port taken? --inspect-view-port picks another, 0 starts none)",
+            f"evalrunner serve: Inspect's viewer on port {port} exited ({code}): the pages' {links} links will "
+            f"not open (is the port taken? {option} picks another, 0 starts none)",
             file=sys.stderr,
             flush=True,
         )
@@ -212,6 +237,15 @@ def add_parsers(add: Add) -> None:
         help=f"port of Inspect's log viewer over the lake, which the trajectory pages link to "
         f"(default {DEFAULT_INSPECT_VIEW_PORT}, none with --webhook-only; 0 starts none; "
         "EVALRUNNER_INSPECT_VIEW_URL links to a viewer published elsewhere instead)",
+    )
+    p.add_argument(
+        "--annotated-view-port",
+        type=int,
+        default=None,
+        help=f"port of a second Inspect viewer, over the annotated copies of the raw logs (the miner's notes in "
+        f"the samples' metadata and transcripts), which the trajectory pages link noted samples to (default "
+        f"{DEFAULT_ANNOTATED_VIEW_PORT} when the raw logs' viewer starts; 0 starts none; "
+        "EVALRUNNER_INSPECT_ANNOTATED_VIEW_URL links to one published elsewhere instead)",
     )
     p.add_argument(
         "--no-run-api",

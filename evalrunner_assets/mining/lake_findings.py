@@ -1,7 +1,8 @@
 """Mining what the lake holds: a task's trajectories at a commit, or a comparison's regressions,
 and the findings written back as ``miner/`` documents and ``annotations/`` notes.
 
-The miner reads the lake and writes only under ``miner/`` and ``annotations/``; each file is
+The miner reads the lake and writes only under ``miner/`` and ``annotations/`` (the notes, and
+the annotated copies of the raw logs for Inspect's viewer, ``annotated_logs``); each file is
 written whole under its final name (``Lake.write_bytes``: a temporary name, then a rename or one
 object), so a reader never sees half a set of notes.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ import pyarrow.parquet as pq
 
 from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.errors import UserError
+from evalrunner_assets.mining.annotated_logs import write_annotated_logs
 from evalrunner_assets.mining.features import Trajectory
 from evalrunner_assets.mining.miner import DEFAULT_FDR, Contrast, NothingToContrast, contrast
 from lake import duck
@@ -46,6 +48,8 @@ class Mined:
     contrast: Contrast
     findings_path: str = ""
     annotations_path: str = ""
+    # The annotated copies of the task's raw logs, for Inspect's viewer (lake-relative paths).
+    annotated_logs: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         c = self.contrast
@@ -180,6 +184,8 @@ def _write(lake: Lake, mined: Mined) -> None:
     mined.annotations_path = lake.write_bytes(
         LAYOUT.annotations(mined.repo, mined.commit, mined.task, SOURCE), buf.getvalue()
     )
+    # The same notes where a person reads the trajectory in Inspect's viewer.
+    mined.annotated_logs = write_annotated_logs(lake, mined.repo, mined.commit, mined.task).written
 
 
 def annotation_rows(mined: Mined, *, created_at: str) -> pa.Table:

@@ -45,6 +45,9 @@ RUN_REFRESH_ENV = "EVALRUNNER_WEB_REFRESH_S"
 # Where people reach Inspect's log viewer over this lake (`evalrunner view`, or the one `serve`
 # starts); the trajectory pages link each sample to its raw log there.
 INSPECT_VIEW_URL_ENV = "EVALRUNNER_INSPECT_VIEW_URL"
+# The same for the viewer over the annotated copies of the raw logs (`evalrunner view
+# --annotated`): a sample with notes links there too.
+INSPECT_ANNOTATED_VIEW_URL_ENV = "EVALRUNNER_INSPECT_ANNOTATED_VIEW_URL"
 
 
 def run_refresh_seconds(environ: Mapping[str, str] | None = None) -> int:
@@ -57,16 +60,18 @@ def run_refresh_seconds(environ: Mapping[str, str] | None = None) -> int:
     return int(value)
 
 
-def inspect_view_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
-    """``EVALRUNNER_INSPECT_VIEW_URL`` checked (an http(s) URL with a host and no query or
-    fragment: the viewer's routes go in the fragment), or None when unset."""
-    value = (os.environ if environ is None else environ).get(INSPECT_VIEW_URL_ENV, "").strip()
+def inspect_view_url_from_env(
+    environ: Mapping[str, str] | None = None, *, name: str = INSPECT_VIEW_URL_ENV
+) -> str | None:
+    """``EVALRUNNER_INSPECT_VIEW_URL`` (or the variable ``name``) checked (an http(s) URL with a
+    host and no query or fragment: the viewer's routes go in the fragment), or None when unset."""
+    value = (os.environ if environ is None else environ).get(name, "").strip()
     if not value:
         return None
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
         raise UserError(
-            f"{INSPECT_VIEW_URL_ENV}={value!r} is not an http(s) URL with a host and no query or fragment",
+            f"{name}={value!r} is not an http(s) URL with a host and no query or fragment",
             hint="set it to where Inspect's viewer over this lake is reached, e.g. http://127.0.0.1:7575",
         )
     return value.rstrip("/")
@@ -86,12 +91,15 @@ def create_app(
     *,
     dagster_url: str | None = None,
     inspect_view_url: str | None = None,
+    inspect_annotated_view_url: str | None = None,
     action_token: str | None = None,
     activate_finetune: Callable[[str, str], Any] | None = None,
     submit_wild_eval: Callable[[str, Any], Any] | None = None,
 ) -> Starlette:
     """The web app over ``lake``; ``dagster_url`` (the Dagster UI's base URL) adds links to runs,
-    ``inspect_view_url`` (Inspect's log viewer over the same lake) links to each sample's raw log.
+    ``inspect_view_url`` (Inspect's log viewer over the same lake) links to each sample's raw log,
+    ``inspect_annotated_view_url`` (the viewer over the annotated copies) to the copy of a sample
+    that has notes.
 
     Pages are read-only. The actions need ``action_token``, the run API's token (None: actions
     are refused), given in the form or as ``Authorization: Bearer``: "Ask for more samples" on a
@@ -126,8 +134,14 @@ def create_app(
             return None
         return sample_url(inspect_view_url, row.raw_log, row.sample_id, row.epoch)
 
+    def inspect_annotated_view_sample(row: Any) -> str | None:
+        if not inspect_annotated_view_url or row is None or not row.raw_log or not row.annotated:
+            return None
+        return sample_url(inspect_annotated_view_url, row.raw_log, row.sample_id, row.epoch)
+
     env.globals["inspect_view_sample"] = inspect_view_sample
-    env.globals["inspect_view"] = inspect_view_url is not None
+    env.globals["inspect_annotated_view_sample"] = inspect_annotated_view_sample
+    env.globals["inspect_view"] = inspect_view_url is not None or inspect_annotated_view_url is not None
     env.filters["delta"] = lambda v: "–" if v is None else f"{v:+.2f}"
     env.filters["score"] = lambda v: "–" if v is None else f"{v:.2f}"
     env.filters["money"] = lambda v: "unknown" if v is None else f"${v:,.2f}"

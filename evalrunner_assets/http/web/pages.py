@@ -16,6 +16,7 @@ from evalrunner_assets.documents.codec import parse_document
 from evalrunner_assets.documents.comparison import ComparisonDocument
 from evalrunner_assets.errors import InputError
 from evalrunner_assets.github.inbox import MAX_PR_NUMBER, web_more_samples_record, write_delivery
+from evalrunner_assets.mining.annotated_logs import task_notes
 from lake import duck
 from lake.integrity import task_records
 from lake.layout import LAYOUT, LakePathError
@@ -129,6 +130,7 @@ class TrajectoryRow:
     total_tokens: int | None
     total_time_s: float | None
     raw_log: str | None = None  # the lake path of the Inspect log the sample is in
+    annotated: bool = False  # the log's annotated copy (LAYOUT.annotated_log) carries its notes
 
     @property
     def passed(self) -> bool:
@@ -164,10 +166,17 @@ def trajectories(lake: Lake, repo: str, commit: str, task: str) -> list[Trajecto
     finally:
         con.close()
     raw_logs = {r.batch: r.raw_path for r in records}
+    noted = {(n["batch"], str(n["sample_id"]), int(n["epoch"])) for n in task_notes(lake, repo, commit, task)}
+    copied = {
+        b
+        for b, raw in raw_logs.items()
+        if raw and any(k[0] == b for k in noted) and lake.exists(LAYOUT.annotated_log(raw))
+    }
     found = []
     for row in rows:
         batch = row.pop("batch")
-        found.append(TrajectoryRow(**row, raw_log=raw_logs.get(batch)))
+        annotated = batch in copied and (batch, str(row["sample_id"]), int(row["epoch"])) in noted
+        found.append(TrajectoryRow(**row, raw_log=raw_logs.get(batch), annotated=annotated))
     return found
 
 
