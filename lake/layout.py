@@ -363,9 +363,13 @@ class LakeLayout:
         if not raw_log.startswith(prefix):
             raise LakePathError(f"{raw_log!r} is not a raw log of the lake (under {prefix})")
         rest = raw_log[len(prefix) :]
-        if not rest.endswith((".eval", ".json")):
-            raise LakePathError(f"{raw_log!r} is not an Inspect log (.eval or .json)")
-        _check_segments("raw log", rest)
+        parts = _check_segments("raw log", rest).split("/")
+        # <owner>/<name>/<commit>/<task…>/<window>/<log>: not the manifest or tasks.json beside them
+        if len(parts) < 6 or not rest.endswith((".eval", ".json")):
+            raise LakePathError(f"{raw_log!r} is not a batch's Inspect log (.eval or .json under a window)")
+        check_repo("/".join(parts[:2]))
+        check_commit(parts[2])
+        Window.parse(parts[-2])
         return f"{self.annotated_logs_prefix()}/{rest}"
 
     def task_annotated_logs_prefix(self, repo: str, commit: str, task: str) -> str:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
+import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -61,7 +64,7 @@ def mined(tmp_path_factory: pytest.TempPathFactory) -> tuple[Lake, str, str, lis
     """(lake, the raw log's lake path, its sha256 before mining, the copies mining wrote)."""
     root = tmp_path_factory.mktemp("annotated")
     log = _probe_log(root / "logs")
-    lake = open_lake(str(root / "lake"))
+    lake = open_lake(str(root / "home" / "lake"))  # a home's lake: `evalrunner serve` serves it
     key = BatchKey(
         repo=REPO,
         commit=COMMIT,
@@ -218,3 +221,44 @@ def test_the_trajectory_pages_link_noted_samples_to_the_annotated_viewer(mined):
     # Without the annotated viewer configured, no such link.
     plain = TestClient(create_app(lake, inspect_view_url=raw_view)).get(links.trajectories_path(REPO, COMMIT, TASK))
     assert noted_view not in plain.text
+
+
+def test_serve_starts_the_annotated_viewer_and_the_pages_link_noted_samples_to_it(mined, tmp_path):
+    lake, raw_path, _, copies = mined
+    home = Path(lake.root).parent
+    port, view_port, noted_port = _free_port(), _free_port(), _free_port()
+    exe = shutil.which("evalrunner", path=os.path.dirname(sys.executable)) or "evalrunner"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALRUNNER_", "DAGSTER_"))}
+    args = ["serve", "--webhook-only", "--insecure", "--port", str(port)]
+    args += ["--inspect-view-port", str(view_port), "--annotated-view-port", str(noted_port)]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        serve = subprocess.Popen([exe, *args], env={**env, "EVALRUNNER_HOME": str(home)}, stdout=out, stderr=out)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                assert serve.poll() is None, log.read_text()[-3000:]
+                try:
+                    listing = _get(f"http://127.0.0.1:{port}/web{links.trajectories_path(REPO, COMMIT, TASK)}").decode()
+                    json.loads(_get(f"http://127.0.0.1:{noted_port}/api/logs"))
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, log.read_text()[-3000:]
+                    time.sleep(0.3)
+            noted = re.findall(rf'href="(http://127\.0\.0\.1:{noted_port}/#/logs/[^"]+)"', listing)
+            assert len(noted) == len(FAILING)
+            # The link's log path, under the annotated viewer's directory, is the copy it serves.
+            path = noted[0].split("/#/logs/", 1)[1].split("/samples/sample/", 1)[0]
+            assert LAYOUT.annotated_logs_prefix() + "/" + urllib.parse.unquote(path) == copies[0]
+            copy = urllib.parse.quote(lake.url(copies[0]), safe="")
+            served = json.loads(_get(f"http://127.0.0.1:{noted_port}/api/logs/{copy}"))
+            assert all(METADATA_KEY in s["metadata"] for s in served["samples"] if s["id"] in FAILING)
+            # The raw logs' viewer runs beside it, over raw/ as before.
+            assert json.loads(_get(f"http://127.0.0.1:{view_port}/api/logs"))["files"][0]["name"].endswith(raw_path)
+        finally:
+            serve.terminate()
+            serve.wait(timeout=60)
+    # Stopping serve stops both viewers.
+    for p in (view_port, noted_port):
+        with pytest.raises(OSError):
+            _get(f"http://127.0.0.1:{p}/")

@@ -62,3 +62,18 @@ def test_the_repository_of_a_candidates_path_is_read_off_the_layouts_own_paths()
     assert fnmatch.fnmatch(frontier, LAYOUT.every_frontier_glob())
     with pytest.raises(LakePathError, match="not a path of a repository's candidates"):
         LAYOUT.candidates_repo("series/acme/agent/points/x.json")
+
+
+def test_a_raw_logs_annotated_copy_keeps_its_path_under_the_copies_and_out_of_the_notes_glob():
+    raw = LAYOUT.raw_log(REPO, SHA, "triage/t", Window(0, 8), "d" * 16, content="e" * 16)
+    copy = LAYOUT.annotated_log(raw)
+    prefix = LAYOUT.annotated_logs_prefix() + "/"
+    assert copy == prefix + raw.removeprefix(LAYOUT.raw_prefix() + "/")
+    assert copy.startswith(LAYOUT.task_annotated_logs_prefix(REPO, SHA, "triage/t") + "/")
+    # The annotations view reads the notes' Parquet files only, never the copies.
+    assert not fnmatch.fnmatchcase(copy, LAYOUT.annotations_glob())
+    notes = LAYOUT.annotations(REPO, SHA, "triage/t", "trajectory-miner")
+    assert fnmatch.fnmatchcase(notes, LAYOUT.task_annotations_glob(REPO, SHA, "triage/t"))
+    for bad in (LAYOUT.manifest(REPO, SHA), "raw/../tables/x.eval", "raw/acme/agent/x.parquet"):
+        with pytest.raises(LakePathError):
+            LAYOUT.annotated_log(bad)

@@ -20,7 +20,6 @@ from evalrunner_assets.cli.options import Add
 from evalrunner_assets.errors import UserError
 
 DEFAULT_INSPECT_VIEW_PORT = 7575  # Inspect's own default
-DEFAULT_ANNOTATED_VIEW_PORT = 7576  # the viewer over the annotated log copies, beside it
 
 # The module holding the Definitions (``defs``); pyproject.toml names the same one.
 CODE_LOCATION_MODULE = "evalrunner_assets.definitions"
@@ -64,8 +63,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.inspect_view_port, "--inspect-view-port", 0 if args.webhook_only else DEFAULT_INSPECT_VIEW_PORT
     )
     start_viewer = inspect_view_url is None and view_port > 0
+    # By default the port after the raw logs' viewer's (7576 beside 7575).
     annotated_port = _port(
-        args.annotated_view_port, "--annotated-view-port", DEFAULT_ANNOTATED_VIEW_PORT if start_viewer else 0
+        args.annotated_view_port, "--annotated-view-port", view_port + 1 if start_viewer and view_port < 65535 else 0
     )
     start_annotated = annotated_view_url is None and annotated_port > 0
     if start_viewer and start_annotated and annotated_port == view_port:
@@ -242,9 +242,9 @@ def add_parsers(add: Add) -> None:
         "--annotated-view-port",
         type=int,
         default=None,
-        help=f"port of a second Inspect viewer, over the annotated copies of the raw logs (the miner's notes in "
-        f"the samples' metadata and transcripts), which the trajectory pages link noted samples to (default "
-        f"{DEFAULT_ANNOTATED_VIEW_PORT} when the raw logs' viewer starts; 0 starts none; "
+        help="port of a second Inspect viewer, over the annotated copies of the raw logs (the miner's notes in "
+        "the samples' metadata and transcripts), which the trajectory pages link noted samples to (default "
+        "the port after --inspect-view-port's when that viewer starts; 0 starts none; "
         "EVALRUNNER_INSPECT_ANNOTATED_VIEW_URL links to one published elsewhere instead)",
     )
     p.add_argument(
