@@ -20,7 +20,6 @@ Credentials come from the environment or mounted files only and are never logged
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
 import threading
@@ -31,14 +30,15 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, TypeVar
 
+from evalrunner_assets import github_settings as settings
 from evalrunner_assets.errors import EvalrunnerError
+from evalrunner_assets.github_settings import DEFAULT_API_URL, GitHubSettingError, GitHubSettings
 
 T = TypeVar("T")
 log = logging.getLogger("evalrunner.github")
 
 CHECK_RUN_NAME = "evalrunner / evals"
 DEFAULT_MARKER = "<!-- evalrunner:pr-report -->"
-DEFAULT_API_URL = "https://api.github.com"
 MAX_COMMENT_CHARS = 65536  # GitHub rejects longer comment bodies
 MAX_CHECK_TEXT_CHARS = 65535  # and longer check-run output fields
 
@@ -47,11 +47,12 @@ _STATUSES = ("queued", "in_progress", "completed")
 _CONCLUSIONS = ("success", "failure", "neutral", "cancelled", "skipped", "timed_out", "action_required")
 _TRANSIENT_STATUS = (500, 502, 503, 504)
 
-ENV_TOKEN = "EVALRUNNER_GITHUB_TOKEN"
-ENV_APP_ID = "EVALRUNNER_GITHUB_APP_ID"
-ENV_PRIVATE_KEY = "EVALRUNNER_GITHUB_PRIVATE_KEY"
-ENV_INSTALLATION_ID = "EVALRUNNER_GITHUB_INSTALLATION_ID"
-ENV_API_URL = "EVALRUNNER_GITHUB_API_URL"
+# The variables' names, defined in evalrunner_assets/github_settings.py.
+ENV_TOKEN = settings.TOKEN.env
+ENV_APP_ID = settings.APP_ID.env
+ENV_PRIVATE_KEY = settings.PRIVATE_KEY.env
+ENV_INSTALLATION_ID = settings.INSTALLATION_ID.env
+ENV_API_URL = settings.API_URL.env
 
 
 class GitHubError(EvalrunnerError, RuntimeError):
@@ -73,10 +74,16 @@ class GitHubError(EvalrunnerError, RuntimeError):
 
 # -- the verdict → check-run mapping -----------------------------------------------------------
 # -- credentials -------------------------------------------------------------------------------
-def _secret_from(env: Mapping[str, str], name: str, file_path: str | None = None) -> str | None:
-    """``$NAME``, else the file at ``file_path`` or ``$NAME_FILE`` (trailing newline stripped)."""
-    value = env.get(name)
-    path = file_path or env.get(f"{name}_FILE")
+def settings_from_env(env: Mapping[str, str] | None = None, **given: Any) -> GitHubSettings:
+    """``github_settings`` (read now), a bad value raised as a ``GitHubError`` naming the variable."""
+    try:
+        return settings.github_settings(env, **given)
+    except GitHubSettingError as exc:
+        raise GitHubError(str(exc), operation="configure", repo=None) from None
+
+
+def _secret_from(name: str, value: str | None, path: str | None) -> str | None:
+    """The secret ``value``, else the file at ``path`` (trailing newline stripped)."""
     if value and path:
         raise GitHubError(
             f"set only one of {name} and a file for it ({name}_FILE), not both", operation="configure", repo=None
@@ -132,21 +139,20 @@ class GitHubCredentials:
         private_key_file: str | None = None,
         token_file: str | None = None,
     ) -> GitHubCredentials:
-        env = os.environ if env is None else env
-        app_id = app_id or env.get(ENV_APP_ID) or None
-        inst = installation_id
-        if inst is None and env.get(ENV_INSTALLATION_ID):
-            raw = env[ENV_INSTALLATION_ID]
-            if not raw.isdigit():
-                raise GitHubError(f"{ENV_INSTALLATION_ID}={raw!r} is not a number", operation="configure", repo=None)
-            inst = int(raw)
-        if app_id:
+        s = settings_from_env(
+            env,
+            app_id=app_id,
+            installation_id=installation_id,
+            private_key_file=private_key_file,
+            token_file=token_file,
+        )
+        if s.app_id:
             return cls(
-                app_id=str(app_id),
-                private_key=_secret_from(env, ENV_PRIVATE_KEY, private_key_file),
-                installation_id=inst,
+                app_id=str(s.app_id),
+                private_key=_secret_from(ENV_PRIVATE_KEY, s.private_key, s.private_key_file),
+                installation_id=s.installation_id,
             )
-        return cls(token=_secret_from(env, ENV_TOKEN, token_file))
+        return cls(token=_secret_from(ENV_TOKEN, s.token, s.token_file))
 
 
 @dataclass(frozen=True)
@@ -218,8 +224,7 @@ class GitHubClient:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> GitHubClient:
-        env = os.environ if env is None else env
-        kwargs.setdefault("base_url", env.get(ENV_API_URL) or DEFAULT_API_URL)
+        kwargs.setdefault("base_url", settings_from_env(env).api_url)
         return cls(GitHubCredentials.from_env(env), **kwargs)
 
     # -- public operations ---------------------------------------------------------------------

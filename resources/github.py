@@ -8,7 +8,6 @@ report writes its markdown locally instead; no configuration is needed for local
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import dagster as dg
@@ -19,11 +18,15 @@ from resources._github_client import (
     DEFAULT_API_URL,
     DEFAULT_MARKER,
     ENV_API_URL,
+    ENV_APP_ID,
+    ENV_PRIVATE_KEY,
+    ENV_TOKEN,
     GitHubClient,
     GitHubCredentials,
     GitHubError,
     OpenedPullRequest,
     PullRequestInfo,
+    settings_from_env,
 )
 
 __all__ = [
@@ -45,16 +48,16 @@ class GitHubResource(dg.ConfigurableResource):
         default=None,
         description=f"REST API root, e.g. https://ghe.example.com/api/v3; default ${ENV_API_URL} or {DEFAULT_API_URL}.",
     )
-    app_id: str | None = Field(default=None, description="GitHub App id (else $EVALRUNNER_GITHUB_APP_ID).")
+    app_id: str | None = Field(default=None, description=f"GitHub App id (else ${ENV_APP_ID}).")
     installation_id: int | None = Field(
         default=None, description="App installation id; looked up per repository when unset."
     )
     private_key_file: str | None = Field(
-        default=None, description="Path of the mounted App private key (else $EVALRUNNER_GITHUB_PRIVATE_KEY[_FILE])."
+        default=None, description=f"Path of the mounted App private key (else ${ENV_PRIVATE_KEY}[_FILE])."
     )
     token_file: str | None = Field(
         default=None,
-        description="Path of a mounted token, when not using an App (else $EVALRUNNER_GITHUB_TOKEN[_FILE]).",
+        description=f"Path of a mounted token, when not using an App (else ${ENV_TOKEN}[_FILE]).",
     )
     max_attempts: int = Field(default=5, description="Tries per operation on rate limits and 5xx.")
     backoff_seconds: float = Field(default=1.0, description="First retry delay; doubles per retry (jittered).")
@@ -73,6 +76,10 @@ class GitHubResource(dg.ConfigurableResource):
             token_file=self.token_file,
         )
 
+    def api_url(self) -> str:
+        """The configured REST API root, else ``$EVALRUNNER_GITHUB_API_URL``'s (read now), else GitHub's."""
+        return settings_from_env(api_url=self.base_url).api_url
+
     def is_configured(self) -> bool:
         try:
             return self.credentials().configured
@@ -83,7 +90,7 @@ class GitHubResource(dg.ConfigurableResource):
         if self._client is None:
             self._client = GitHubClient(
                 self.credentials(),
-                base_url=self.base_url or os.environ.get(ENV_API_URL) or DEFAULT_API_URL,
+                base_url=self.api_url(),
                 max_attempts=self.max_attempts,
                 backoff_seconds=self.backoff_seconds,
                 max_rate_limit_wait_seconds=self.max_rate_limit_wait_seconds,
@@ -164,5 +171,4 @@ class GitHubResource(dg.ConfigurableResource):
         """Non-secret facts for run metadata (which auth mode, which API root)."""
         creds = self.credentials()
         mode = "app" if creds.is_app else ("token" if creds.token else "none")
-        base_url = self.base_url or os.environ.get(ENV_API_URL) or DEFAULT_API_URL
-        return {"auth": mode, "base_url": base_url, "check_run": CHECK_RUN_NAME}
+        return {"auth": mode, "base_url": self.api_url(), "check_run": CHECK_RUN_NAME}

@@ -113,6 +113,37 @@ def settings_reference() -> str:
     for ls in lake_settings.SETTINGS:
         default = "unset" if ls.default is None else f"`{ls.default}`"
         out.append(f"| `{ls.env}` | {ls.type.__name__} | {default} | {_md_escape(ls.help)} |")
+    from evalrunner_assets import github_settings
+    from evalrunner_assets.gateway import settings as gateway_settings
+
+    for title, where, readers, table in (
+        (
+            "GitHub",
+            "evalrunner_assets/github_settings.py",
+            "the GitHub client and credentials, the Dagster `GitHubResource` and the CLI's GitHub commands",
+            github_settings.SETTINGS,
+        ),
+        (
+            "The model gateway",
+            "evalrunner_assets/gateway/settings.py",
+            "the gateway's providers and `GatewaySettings.from_env`",
+            gateway_settings.SETTINGS,
+        ),
+    ):
+        out += [
+            "",
+            f"## {title}",
+            "",
+            f"Defined once in `{where}` and read when they are used: {readers} take them from there.",
+            "Secrets are never logged, and never reach a sandbox.",
+            "",
+            "| environment variable | type | default | meaning |",
+            "|---|---|---|---|",
+        ]
+        for gs in table:
+            default = "unset" if gs.default is None else f"`{gs.default}`"
+            secret = " A secret." if gs.secret else ""
+            out.append(f"| `{gs.env}` | {gs.type.__name__} | {default} | {_md_escape(gs.help)}{secret} |")
     return "\n".join(out) + "\n"
 
 

@@ -56,6 +56,7 @@ import httpx
 
 from evalrunner_assets.errors import InputError
 from evalrunner_assets.execution.sandbox import Channel
+from evalrunner_assets.gateway import settings as env_settings
 from evalrunner_assets.gateway._circuit import (
     AUTH_STATUSES,
     TRIP_AFTER_S,
@@ -102,9 +103,9 @@ class Provider:
 PROVIDERS: dict[str, Provider] = {
     "openai": Provider(
         name="openai",
-        key_env="OPENAI_API_KEY",
-        base_env="OPENAI_BASE_URL",
-        default_base="https://api.openai.com/v1",
+        key_env=env_settings.OPENAI_KEY.env,
+        base_env=env_settings.OPENAI_BASE.env,
+        default_base=env_settings.OPENAI_BASE.default,
         paths=("/chat/completions", "/responses", "/responses/input_tokens", "/embeddings"),
         sandbox_base_env="OPENAI_BASE_URL",
         sandbox_base_suffix="/openai/v1",
@@ -112,9 +113,9 @@ PROVIDERS: dict[str, Provider] = {
     ),
     "anthropic": Provider(
         name="anthropic",
-        key_env="ANTHROPIC_API_KEY",
-        base_env="ANTHROPIC_BASE_URL",
-        default_base="https://api.anthropic.com",
+        key_env=env_settings.ANTHROPIC_KEY.env,
+        base_env=env_settings.ANTHROPIC_BASE.env,
+        default_base=env_settings.ANTHROPIC_BASE.default,
         paths=("/v1/messages", "/v1/messages/count_tokens"),
         sandbox_base_env="ANTHROPIC_BASE_URL",
         sandbox_base_suffix="/anthropic",
@@ -151,7 +152,7 @@ class GatewaySettings:
     keys: dict[str, str] = field(default_factory=dict)  # provider -> real key
     bases: dict[str, str] = field(default_factory=dict)  # provider -> upstream base URL
     budget_usd: float | None = None
-    max_concurrency: int = 8  # requests in flight per provider
+    max_concurrency: int = env_settings.CONCURRENCY.default  # requests in flight per provider
     max_retries: int = 4
     max_retry_wait_s: float = 30.0  # longest single wait (a longer Retry-After is capped)
     backoff_base_s: float = 0.5
@@ -165,16 +166,16 @@ class GatewaySettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kw: Any) -> GatewaySettings:
-        env = os.environ if env is None else env
-        keys = {p.name: env[p.key_env] for p in PROVIDERS.values() if env.get(p.key_env)}
-        bases = {p.name: env.get(p.base_env) or p.default_base for p in PROVIDERS.values()}
-        conc = env.get("EVALRUNNER_GATEWAY_CONCURRENCY")
-        if conc and "max_concurrency" not in kw:
-            try:
-                kw["max_concurrency"] = int(conc)
-            except ValueError:
-                raise GatewayError(f"EVALRUNNER_GATEWAY_CONCURRENCY={conc!r} is not an integer") from None
-        return cls(keys=keys, bases=bases, **kw)
+        """Keys, upstreams and concurrency from the environment (gateway/settings.py; read now,
+        default ``os.environ``); ``kw`` are the other fields, and a ``max_concurrency`` there wins."""
+        try:
+            read = env_settings.gateway_env_settings(env, max_concurrency=kw.get("max_concurrency"))
+        except env_settings.GatewaySettingError as exc:
+            raise GatewayError(str(exc)) from None
+        keys = {"openai": read.openai_key, "anthropic": read.anthropic_key}
+        bases = {"openai": read.openai_base, "anthropic": read.anthropic_base}
+        kw["max_concurrency"] = read.max_concurrency
+        return cls(keys={p: k for p, k in keys.items() if k}, bases=bases, **kw)
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
