@@ -60,6 +60,7 @@ from evalrunner_assets.execution.inspect_runner import CONFIG_FILES, sample_orde
 from evalrunner_assets.execution.repo import RepoError, RepoSource
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.pipeline import series
+from evalrunner_assets.pipeline.measure_in_order import SandboxSlots, measure_in_order
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
 from evalrunner_assets.pricing import PriceTable
 from lake import LAYOUT, Lake
@@ -411,6 +412,7 @@ def measure_candidate(
     cancel: threading.Event | None = None,
     prices: PriceTable | None = None,
     resolved: CandidateCommit | None = None,
+    slots: SandboxSlots | None = None,
 ) -> dict[str, Any]:
     """Measure ``candidate`` at ``export`` (its resolved ref, or the commit with its overrides:
     ``resolved``): every task's windows up to the cap (landed windows reused), with cost per
@@ -419,7 +421,17 @@ def measure_candidate(
     ss = settings.series_settings(candidate)
     commit = series.MainCommit(sha=export.commit, committed_at="", subject=candidate.name, position=0)
     point = series.measure_point(
-        lake, backend, export, ss, commit, branch="", pool=pool, workers=workers, cancel=cancel, stop_early=False
+        lake,
+        backend,
+        export,
+        ss,
+        commit,
+        branch="",
+        pool=pool,
+        workers=workers,
+        cancel=cancel,
+        stop_early=False,
+        slots=slots,
     )
     suite_rows: list[dict[str, Any]] = []
     for name, task in point["tasks"].items():
@@ -604,51 +616,63 @@ def run_candidates(
     runtime = backend.runtime_digest()
     run = CandidatesRun(measurements={})
     reference_doc: dict[str, Any] | None = None
-    for name in order:
-        if cancel is not None and cancel.is_set():
-            break
+
+    resolving = threading.Lock()  # resolving may commit overrides into the one git mirror
+
+    def measure(name: str, stop: threading.Event) -> tuple[dict[str, Any], bool, CandidateCommit]:
         candidate = candidates[name]
-        resolved = resolve(candidate)
-        commit = resolved.commit
+        with resolving:
+            resolved = resolve(candidate)
         saved = load_measurement(lake, repo, name)
-        if saved is not None and measurement_matches(saved, commit, candidate, settings, backend.name, runtime):
-            doc, fresh = saved, False
-            doc["reference"] = reference
-            run.reused.append(name)
-        else:
-            doc = measure_candidate(
-                lake,
-                backend,
-                export_for(commit),
-                candidate,
-                settings,
-                reference=reference,
-                pool=pool,
-                workers=workers,
-                cancel=cancel,
-                resolved=resolved,
-            )
+        if saved is not None and measurement_matches(
+            saved, resolved.commit, candidate, settings, backend.name, runtime
+        ):
+            return saved, False, resolved
+        doc = measure_candidate(
+            lake,
+            backend,
+            export_for(resolved.commit),
+            candidate,
+            settings,
+            reference=reference,
+            pool=pool,
+            workers=workers,
+            cancel=stop,
+            resolved=resolved,
+            slots=slots,
+        )
+        return doc, True, resolved
+
+    # Candidates are measured up to ``workers`` at a time in one pool of sandbox slots, and
+    # paired and saved in order, the reference first (the others pair against it).
+    with SandboxSlots(workers) as slots:
+        for name, (doc, fresh, resolved) in measure_in_order(order, measure, ahead=max(1, workers), cancel=cancel):
             if cancel is not None and cancel.is_set():
                 break  # a cancelled measurement is not saved: the next run measures it again
-            if not any(task["windows"] for task in doc["tasks"].values()):
-                raise CandidateError(
-                    f"{repo}: candidate {name!r} ({candidate.model or 'its agent config model'} at {commit[:12]}"
-                    f"{'' if resolved.overrides is None else f', its overrides on {resolved.base_commit[:12]}'}) "
-                    "was not measured: "
-                    f"every window failed ({_failure_causes(doc)}); no measurement was saved"
-                )
-            doc["provenance"] = candidate_provenance(lake, repo, name)
-            run.measured.append(name)
-            run.windows_run += doc["execution"]["windows_run"]
-            run.windows_reused += doc["execution"]["windows_reused"]
-            fresh = True
-        if reference_doc is None:
-            reference_doc = doc
-        pair_with_reference(lake, doc, reference_doc)
-        save_measurement(lake, doc)
-        run.measurements[name] = doc
-        if on_measurement is not None:
-            on_measurement(doc, fresh)
+            candidate = candidates[name]
+            if not fresh:
+                doc["reference"] = reference
+                run.reused.append(name)
+            else:
+                if not any(task["windows"] for task in doc["tasks"].values()):
+                    raise CandidateError(
+                        f"{repo}: candidate {name!r} ({candidate.model or 'its agent config model'} at "
+                        f"{resolved.commit[:12]}"
+                        f"{'' if resolved.overrides is None else f', its overrides on {resolved.base_commit[:12]}'}) "
+                        "was not measured: "
+                        f"every window failed ({_failure_causes(doc)}); no measurement was saved"
+                    )
+                doc["provenance"] = candidate_provenance(lake, repo, name)
+                run.measured.append(name)
+                run.windows_run += doc["execution"]["windows_run"]
+                run.windows_reused += doc["execution"]["windows_reused"]
+            if reference_doc is None:
+                reference_doc = doc
+            pair_with_reference(lake, doc, reference_doc)
+            save_measurement(lake, doc)
+            run.measurements[name] = doc
+            if on_measurement is not None:
+                on_measurement(doc, fresh)
     return run
 
 

@@ -23,7 +23,7 @@ Plain Python: the ``cohort_series`` asset, the push sensor and ``evalrunner back
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -41,6 +41,7 @@ from evalrunner_assets.execution.inspect_runner import sample_order
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.pipeline.assess import _load_rows, window_plan
 from evalrunner_assets.pipeline.facts import CommitFacts, TaskFacts, learn_commit
+from evalrunner_assets.pipeline.measure_in_order import SandboxSlots, measure_in_order
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL
 from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for, run_task_windows, task_session_config
 from evalrunner_assets.pricing import PriceTable
@@ -295,6 +296,12 @@ def _measure_task(
     return out
 
 
+def _learn(
+    lake: Lake, backend: SandboxBackend, export: RepoExport, model: str, cancel: threading.Event | None
+) -> CommitFacts:
+    return learn_commit(lake, backend, export, model=model, cancel=cancel)
+
+
 def _sum_known(values: Iterable[float | None]) -> float | None:
     total = 0.0
     for v in values:
@@ -372,19 +379,25 @@ def measure_point(
     cancel: threading.Event | None = None,
     on_window: Callable[[Any], None] | None = None,
     stop_early: bool = True,
+    slots: SandboxSlots | None = None,
 ) -> dict[str, Any]:
     """Measure ``commit`` (learn its evals, run what its tasks still need) and return the point
     (not yet compared with the previous one: see :func:`flag_point`). ``stop_early=False`` runs
     every window up to the cap (or the dataset's end) whatever the interval, so measurements of
-    different configurations cover the same inputs."""
-    facts: CommitFacts = learn_commit(lake, backend, export, model=settings.model, cancel=cancel)
-    model = settings.model_choice(facts.agent_model)
-    commit_settings = settings.for_model(model)
-    runtime = backend.runtime_digest()
-    names = sorted(facts.tasks)
-    with cf.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="evalrunner-series") as ex:
+    different configurations cover the same inputs. ``slots`` (shared by points measured at
+    once) runs the discovery and the tasks; without it the tasks get ``workers`` threads."""
+    with contextlib.ExitStack() as stack:
+        if slots is None:
+            slots = stack.enter_context(SandboxSlots(workers))
+            facts: CommitFacts = learn_commit(lake, backend, export, model=settings.model, cancel=cancel)
+        else:
+            facts = slots.submit(_learn, lake, backend, export, settings.model, cancel).result()
+        model = settings.model_choice(facts.agent_model)
+        commit_settings = settings.for_model(model)
+        runtime = backend.runtime_digest()
+        names = sorted(facts.tasks)
         futures = {
-            n: ex.submit(
+            n: slots.submit(
                 _measure_task,
                 lake,
                 backend,
@@ -813,59 +826,68 @@ def iter_series(
     workers: int = 1,
     cancel: threading.Event | None = None,
     on_window: Callable[[Any], None] | None = None,
+    points_at_once: int | None = None,
 ) -> Iterator[tuple[dict[str, Any], bool]]:
-    """Measure ``commits`` (a selection of ``history``, the branch's first-parent line) oldest
-    first, each flagged against the nearest measured point before it, yielding each point
-    (saved, and added to ``run``) as it lands with whether it was measured now. A saved point
-    measured the same way is reused as it is (no sandbox starts); its flags are computed again
-    only when a newer point now sits between it and the one it was compared with."""
+    """Measure ``commits`` (a selection of ``history``, the branch's first-parent line), each
+    flagged against the nearest measured point before it, yielding each point (saved, and added
+    to ``run``) oldest first as it lands, with whether it was measured now. Points still to
+    measure run up to ``points_at_once`` (default ``workers``) at a time, their discoveries and
+    tasks sharing ``workers`` sandbox slots, older points' first; each is flagged and saved only
+    once every point before it is, so the flags are those of a one-at-a-time run. A saved point measured the same way is
+    reused as it is (no sandbox starts); its flags are computed again only when a newer point
+    now sits between it and the one it was compared with."""
     runtime = backend.runtime_digest()
-    for commit in sorted(commits, key=lambda c: c.position):
-        if cancel is not None and cancel.is_set():
-            break
-        previous = previous_point(lake, repo, history, commit)
+    ordered = sorted(commits, key=lambda c: c.position)
+
+    def measure(commit: MainCommit, stop: threading.Event) -> tuple[dict[str, Any], bool]:
         saved = load_point(lake, repo, commit.sha)
-        if point_matches(saved, settings, backend.name, runtime) and saved is not None:
-            point = saved
-            run.reused.append(commit.sha)
-            want_previous = previous["commit"] if previous else None
-            baselines = task_baselines(point, earlier_points(lake, repo, history, commit))
-            want_compared = {t: b["commit"] for t, b in baselines.items()}
-            if (
-                point.get("previous") != want_previous
-                or point.get("compared_with", {}) != want_compared
-                or point.get("branch") != branch
-            ):
-                point["branch"] = branch
-                point = flag_point(lake, point, previous, baselines)
-                save_point(lake, point)
-            fresh = False
-        else:
-            export = export_for(commit.sha)
-            point = measure_point(
-                lake,
-                backend,
-                export,
-                settings,
-                commit,
-                branch=branch,
-                pool=pool,
-                workers=workers,
-                cancel=cancel,
-                on_window=on_window,
-            )
+        if saved is not None and point_matches(saved, settings, backend.name, runtime):
+            return saved, False  # reused; its flags are looked at in order, below
+        point = measure_point(
+            lake,
+            backend,
+            export_for(commit.sha),
+            settings,
+            commit,
+            branch=branch,
+            pool=pool,
+            workers=workers,
+            cancel=stop,
+            on_window=on_window,
+            slots=slots,
+        )
+        return point, True
+
+    with SandboxSlots(workers) as slots:
+        for commit, (point, fresh) in measure_in_order(
+            ordered, measure, ahead=max(1, points_at_once or workers), cancel=cancel
+        ):
             if cancel is not None and cancel.is_set():
                 break  # a cancelled point is not saved: the next run measures it again
-            point = flag_point(
-                lake, point, previous, task_baselines(point, earlier_points(lake, repo, history, commit))
-            )
-            save_point(lake, point)
-            run.measured.append(commit.sha)
-            run.windows_run += point["execution"]["windows_run"]
-            run.windows_reused += point["execution"]["windows_reused"]
-            fresh = True
-        run.points.append(point)
-        yield point, fresh
+            previous = previous_point(lake, repo, history, commit)
+            if not fresh:
+                run.reused.append(commit.sha)
+                want_previous = previous["commit"] if previous else None
+                baselines = task_baselines(point, earlier_points(lake, repo, history, commit))
+                want_compared = {t: b["commit"] for t, b in baselines.items()}
+                if (
+                    point.get("previous") != want_previous
+                    or point.get("compared_with", {}) != want_compared
+                    or point.get("branch") != branch
+                ):
+                    point["branch"] = branch
+                    point = flag_point(lake, point, previous, baselines)
+                    save_point(lake, point)
+            else:
+                point = flag_point(
+                    lake, point, previous, task_baselines(point, earlier_points(lake, repo, history, commit))
+                )
+                save_point(lake, point)
+                run.measured.append(commit.sha)
+                run.windows_run += point["execution"]["windows_run"]
+                run.windows_reused += point["execution"]["windows_reused"]
+            run.points.append(point)
+            yield point, fresh
 
 
 @dataclass(frozen=True)
