@@ -313,7 +313,7 @@ def host(rng: random.Random) -> str:
             f"pg-replica-{n}.billing.corp",
             f"ci-runner-{n:02d}.build.internal",
             f"ldap{n:02d}.ad.acme.lan",
-            f"grafana.ops.acme.intranet",
+            "grafana.ops.acme.intranet",
             f"redis-master-{n}.cache.svc.cluster.local",
             f"ip-10-0-{n}-17.eu-west-1.compute.internal",
             f"nas{n}.home.arpa",
@@ -349,7 +349,9 @@ def make_trace(rng: random.Random, i: int) -> HoldoutTrace:
     casual = rng.random() < 0.35
     distractor = rng.choice(DISTRACTORS)
     if casual:
-        name_text = rng.choice([f"hey its {first.lower()} here", f"this is {person.lower()}", f"hi, {first.lower()} again"])
+        name_text = rng.choice(
+            [f"hey its {first.lower()} here", f"this is {person.lower()}", f"hi, {first.lower()} again"]
+        )
         user = (
             f"{name_text}. {rng.choice(_LOWER_DISTRACTOR_NAMES)} but {order_phrase} got charged twice on card "
             f"{the_card}. call me on {tel} or mail {mail}. ship to {addr}. {distractor}"
@@ -394,7 +396,7 @@ def make_trace(rng: random.Random, i: int) -> HoldoutTrace:
         f"{rng.choice(DISTRACTORS)}"
     )
     failure = f"refund denied for {person} ({mail}); agent said the card {the_card} was not found"
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are the support agent. Be concise."},
         {"role": "user", "content": user},
         {"role": "assistant", "content": "", "tool_calls": [{"id": f"call_{i}", "name": "issue_refund", "arguments": args}]},
@@ -454,10 +456,15 @@ def _otel_spans(t: HoldoutTrace, trace_id: str) -> list[dict[str, Any]]:
 
     def parts(m: dict[str, Any]) -> dict[str, Any]:
         ps: list[dict[str, Any]] = [{"type": "text", "content": m["content"]}] if m["content"] else []
-        ps += [{"type": "tool_call", "id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in m.get("tool_calls", [])]
+        ps += [
+            {"type": "tool_call", "id": c["id"], "name": c["name"], "arguments": c["arguments"]}
+            for c in m.get("tool_calls", [])
+        ]
         return {"role": m["role"], "parts": ps}  # fmt: skip
 
-    spans, history, clock = [], [], 1
+    spans: list[dict[str, Any]] = []
+    history: list[dict[str, Any]] = []
+    clock = 1
     for m in t.messages:
         if m["role"] == "tool":
             spans.append({"traceId": trace_id, "spanId": f"{clock:016x}", "startTimeUnixNano": str(clock),
@@ -496,10 +503,14 @@ def _inspect_log(traces: list[HoldoutTrace], path: Path) -> None:
             elif m["role"] == "user":
                 messages.append(ChatMessageUser(content=m["content"]))
             elif m["role"] == "assistant":
-                calls = [ToolCall(id=c["id"], function=c["name"], arguments=c["arguments"]) for c in m.get("tool_calls", [])]
+                calls = [
+                    ToolCall(id=c["id"], function=c["name"], arguments=c["arguments"]) for c in m.get("tool_calls", [])
+                ]
                 messages.append(ChatMessageAssistant(content=m["content"], tool_calls=calls or None))
             else:
-                messages.append(ChatMessageTool(content=m["content"], tool_call_id=m["tool_call_id"], function=m["name"]))
+                messages.append(
+                    ChatMessageTool(content=m["content"], tool_call_id=m["tool_call_id"], function=m["name"])
+                )
         samples.append(
             EvalSample(id=n, epoch=1, input=t.messages[1]["content"], target="refund issued", messages=messages,
                        scores={"includes": Score(value="I", explanation=t.failure)})
@@ -551,7 +562,9 @@ def survives(text: str, p: Planted) -> list[str]:
         f = frag.lower()
         if not f.strip():
             continue
-        if re.search(rf"(?<![\w]){re.escape(f)}(?![\w])" if f[-1].isalnum() and f[0].isalnum() else re.escape(f), lowered):
+        if re.search(
+            rf"(?<![\w]){re.escape(f)}(?![\w])" if f[-1].isalnum() and f[0].isalnum() else re.escape(f), lowered
+        ):
             found.append(frag)
             continue
         cf = _SEPARATORS.sub("", f)
@@ -632,7 +645,9 @@ if __name__ == "__main__":
         m = measure(Path(tmp), int(sys.argv[1]) if len(sys.argv) > 1 else 60, seed=2026)
     for kind, (c, n) in sorted(m.recall.items()):
         print(f"{kind:<15} {c / n:.3f} ({c}/{n})")
-    print(f"structured {m.structured_recall(STRUCTURED):.3f} precision {m.precision:.3f} ({m.true} / {len(m.false)} other)")
+    print(
+        f"structured {m.structured_recall(STRUCTURED):.3f} precision {m.precision:.3f} ({m.true} / {len(m.false)} other)"
+    )
     print(f"{m.seconds / m.traces * 1000:.0f} ms/trace")
     print("\n".join(m.leaks))
     print("false:", sorted(set(m.false)))
