@@ -73,7 +73,8 @@ _KEY_WORDS: list[tuple[str, frozenset[str]]] = [
     ("IBAN_CODE", frozenset({"iban"})),
     ("CREDIT_CARD", frozenset({"card", "cards", "pan", "cvv", "cvc", "creditcard", "cc"})),
     ("US_SSN", frozenset({"ssn"})),
-    ("ID_NUMBER", frozenset({"passport", "nin", "tin", "vat", "license", "licence", "national", "tax", "nric"})),
+    ("ID_NUMBER", frozenset({"passport", "nin", "tin", "vat", "license", "licence", "national", "tax", "nric", "vin",
+                             "iccid", "imei", "aadhaar"})),
     ("API_KEY", frozenset({"secret", "secrets", "password", "passwd", "pwd", "passphrase", "credential",
                            "credentials", "token", "apikey", "auth", "authorization", "cookie", "session", "signature",
                            "otp", "pin", "bearer", "jwt"})),
@@ -84,7 +85,8 @@ _KEY_WORDS: list[tuple[str, frozenset[str]]] = [
                            "merchant", "vendor", "supplier", "tenant"})),
     ("ORDER_ID", frozenset({"order", "orders", "booking", "reservation", "confirmation", "invoice", "tracking",
                             "pnr", "shipment", "parcel", "rma"})),
-    ("ACCOUNT_NUMBER", frozenset({"account", "acct", "accounts", "iban", "routing", "sort", "membership"})),
+    ("ACCOUNT_NUMBER", frozenset({"account", "acct", "accounts", "iban", "routing", "sort", "membership", "loyalty",
+                                  "policy", "contract", "subscription", "number", "no", "nr", "num"})),
     ("DATE_TIME", frozenset({"dob", "birth", "birthday", "birthdate"})),
     ("PERSON", frozenset({"name", "names", "customer", "customers", "client", "recipient", "recipients", "assignee",
                           "assignees", "owner", "owners", "requester", "reporter", "author", "sender", "to", "cc",
@@ -110,7 +112,8 @@ _THING_NAMES = frozenset(
     database schema index job step stage env variable var param parameter attribute attr tag label category feature
     device span operation op region zone resource role group team channel workflow action command script template
     key property test suite scorer dataset page view route path endpoint api library lib plugin item sku color
-    colour theme font layout report form type kind status state city country town street""".split()
+    colour theme font layout report form type kind status state city country town street page line version port
+    build release issue pr row col column step attempt retry sequence seq chunk part batch""".split()
 )  # fmt: skip
 # A key's word for "the id of" (``customerId``, ``order_ref``): with a person word, an account.
 _ID_WORDS = frozenset({"id", "ids", "ref", "reference", "number", "no", "num", "nr", "code", "uuid", "key"})
@@ -154,6 +157,8 @@ def sensitive_key(key: str) -> str | None:
     if found & _ID_WORDS and found & {"customer", "user", "client", "member", "patient", "employee", "account",
                                        "subscriber", "person", "contact", "buyer", "tenant", "profile"}:  # fmt: skip
         return "ACCOUNT_NUMBER"
+    if bare[-1] in ("number", "no", "nr", "num") and any(w in _THING_NAMES for w in bare[:-1]):
+        return None  # page_number, line_no
     for entity, group in _KEY_WORDS:
         if found & group:
             return entity
@@ -183,7 +188,18 @@ _NOT_LOWER_NAMES = frozenset(
     good great fine bad worse awful terrible totally completely absolutely literally actually honestly basically
     my our your the a an and or but if is are was were be been being have has had do does did can could would
     should will shall may might must to from for with of on in at by as it its this that these those what when
-    where who why how which while ai bot assistant agent customer user admin manager owner""".split()
+    where who why how which while ai bot assistant agent customer user admin manager owner mate bye cheers
+    thx ty pls asap lol btw fyi tia regards best yours sincerely please help""".split()
+)  # fmt: skip
+# Last words of capitalised product and UI names ("Premium Plan", "Order History"): a weak First
+# Last pair ending in one is no person. Cue-word matches and names already known are kept.
+_THING_WORDS = frozenset(
+    """Plan Plans Page Pages Dashboard Mode Modes App Apps Service Services Gateway Policy Policies History Console
+    Indexer Platform Api API Flow Flows Performance Notes Settings Portal Center Centre Store Cart Checkout Status
+    Login Profile Menu Button Tab Screen Window Editor Server Cloud Studio Suite Pro Plus Premium Edition Version
+    Update Updates Release Feature Features Module Report Reports Logs Log Transit Queue Panel Widget Engine Tier
+    Bundle Package Subscription Support Desk Team Teams Manager Dashboard Console Agent Bot Assistant Search Index
+    Inbox Calendar Drive Docs Sheets Mail Chat Store Market Marketplace Hub Lab Labs Kit SDK CLI Portal Wallet""".split()
 )  # fmt: skip
 _PARTICLES = frozenset("van von der den de del della da di du la le bin ibn al el ter ten dos das y ní nic mac".split())
 
@@ -226,7 +242,7 @@ def _patterns() -> list[tuple[str, str, float, list[str]]]:
     return [
         # Vendors' order ids, and any id-looking token after an order cue word.
         ("ORDER_ID", r"\b(?:ORD|ORDER|SO|PO|INV|RMA|BK)[-_ #]?[A-Z0-9]{4,}(?:-[A-Z0-9]+)*\b", 0.9, ["order"]),
-        ("ORDER_ID", rf"(?<=\b{order_cue}(?:\s+{id_word})?[\s:#(]*){id_value}", 0.8, []),
+        ("ORDER_ID", rf"(?<=\b{order_cue}(?:\s+{id_word})?(?:\s+(?:is|was))?[\s:#(]*){id_value}", 0.8, []),
         ("ORDER_ID", r"(?<![\w#])#[A-Z]{0,3}-?\d{4,}\b", 0.6, ["order"]),
         ("ORDER_ID", r"\b\d{3}-\d{7}-\d{7}\b", 0.8, []),  # marketplace style
         ("ACCOUNT_NUMBER", r"\b(?:ACCT|ACC|CUST|CUS|AC|MEM|CID|UID)[-_ #]?\d{4,}\b", 0.9, ["account"]),
@@ -236,7 +252,20 @@ def _patterns() -> list[tuple[str, str, float, list[str]]]:
             0.8,
             [],
         ),
-        ("ACCOUNT_NUMBER", rf"(?<=\b{account_cue}(?:\s+{id_word})?[\s:#(]*){id_value}", 0.8, []),
+        ("ACCOUNT_NUMBER", rf"(?<=\b{account_cue}(?:\s+{id_word})?(?:\s+(?:is|was))?[\s:#(]*){id_value}", 0.8, []),
+        (
+            "PERSON",
+            r"(?<=\b(?i:user|username|user name|login|handle|userid|user id)\s*[:=]\s*)[^\s\"',;/]{2,}",
+            0.6,
+            [],
+        ),
+        ("ID_NUMBER", r"\b[A-Z]{2}\s?\d{2}\s?\d{2}\s?\d{2}\s?[A-D]\b", 0.7, []),  # UK NI number
+        (
+            "EMAIL_ADDRESS",
+            r"(?i)\b[\w.+-]+\s*[(\[{<]\s*at\s*[)\]}>]\s*[\w-]+(?:\s*[(\[{<]\s*dot\s*[)\]}>]\s*[\w-]+)+",
+            0.7,
+            [],
+        ),  # "jane (at) example (dot) com"
         ("ACCOUNT_NUMBER", r"\b\d{2}-\d{2}-\d{2}\b", 0.5, ["sort"]),  # UK sort code
         (
             "ID_NUMBER",
@@ -274,6 +303,12 @@ def _patterns() -> list[tuple[str, str, float, list[str]]]:
         # A value given for a secret-named key ("password: hunter2", "api_key=…", "secret is …").
         ("API_KEY", rf"(?<=\b[\w.-]*{secret_key}[\w.-]*[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]{{4,}}", 0.7, []),
         ("API_KEY", rf"(?<=\b{secret_key}\s+(?:is\s+)?)(?=\S*\d)(?=\S*[A-Za-z])[^\s\"',;]{{8,}}", 0.6, []),
+        (
+            "API_KEY",
+            r"(?<=\b(?i:password|passphrase|passwd|pwd|pin|passcode)\s+(?:is|was|=)\s+)[^\s\"',;]{4,}",
+            0.7,
+            [],
+        ),
         ("API_KEY", r"(?<=://[^/\s:@]+:)[^@\s/]{3,}(?=@)", 0.9, []),  # a URL's password
         # High-entropy tokens: 20+ characters mixing capitals, small letters and digits; long hex.
         (
@@ -341,6 +376,7 @@ def _patterns() -> list[tuple[str, str, float, list[str]]]:
             [],
         ),
         ("PERSON", rf"(?<=^\s*(?:--|—|-)?\s*\n\s*){name}\s*$", 0.5, []),  # a signature line
+        ("PERSON", r"(?<=,\s*)\p{Ll}[\p{Ll}'’-]+(?=[.!]?\s*$)", 0.4, []),  # a lowercase sign-off: "cheers, dave"
         ("PERSON", rf"\b{word}(?:\s[A-Z]\.)?\s(?:{particle}\s){{0,2}}{word}(?:\s{word})?\b", 0.3, []),
         ("NUMBER", r"(?<![\w.])\+?\d(?:[ -]?\d){8,}(?![\w.])", 0.3, []),
     ]
@@ -614,8 +650,10 @@ class Redactor:
             value = text[start:end]
             if not value.strip() or PLACEHOLDER.fullmatch(value.strip()):
                 continue
-            if entity == "PERSON" and known is None and all(w in _NOT_NAMES for w in re.split(r"[\s.,]+", value) if w):
-                continue
+            if entity == "PERSON" and known is None:
+                words = [w for w in re.split(r"[\s.,]+", value) if w]
+                if all(w in _NOT_NAMES for w in words) or (score < 0.4 and words[-1] in _THING_WORDS):
+                    continue
             if any(start < f.end and f.start < end for f in taken):
                 continue
             placeholder = known or self.placeholder(entity, value)
