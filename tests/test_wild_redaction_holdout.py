@@ -12,7 +12,7 @@ from evalrunner_assets.wild.redact import sensitive_key
 
 
 def test_the_holdout_corpus_is_redacted_whole(tmp_path):
-    m = measure(tmp_path, 36, seed=2026)
+    m = measure(tmp_path, 30, seed=2026)
     assert {k for k, (_, n) in m.recall.items() if n} >= STRUCTURED - {"US_SSN"}
     assert m.structured_recall(STRUCTURED) >= 0.98, m.recall
     assert m.leaks == []
