@@ -17,6 +17,7 @@ from typing import Any
 from evalrunner_assets.errors import UserError
 
 DEFAULT_API_URL = "https://api.github.com"
+DEFAULT_GIT_BASE_URL = "https://github.com"
 
 
 class GitHubSettingError(UserError, ValueError):
@@ -87,8 +88,17 @@ TOKEN_FILE = GitHubSetting(
     "EVALRUNNER_GITHUB_TOKEN_FILE",
     "Path of a file holding the token, instead of EVALRUNNER_GITHUB_TOKEN.",
 )
+GIT_BASE_URL = GitHubSetting(
+    "git_base_url",
+    str,
+    DEFAULT_GIT_BASE_URL,
+    "EVALRUNNER_GIT_BASE_URL",
+    "Git host a repository the PR sensor first hears about is cloned from, as <url>/<owner>/<name>.git, "
+    "unless `evalrunner repos add` recorded its source.",
+)
 SETTINGS: tuple[GitHubSetting, ...] = (
     API_URL,
+    GIT_BASE_URL,
     APP_ID,
     PRIVATE_KEY,
     PRIVATE_KEY_FILE,
@@ -104,6 +114,7 @@ FILE_OF: dict[str, GitHubSetting] = {PRIVATE_KEY.env: PRIVATE_KEY_FILE, TOKEN.en
 @dataclass(frozen=True)
 class GitHubSettings:
     api_url: str = API_URL.default
+    git_base_url: str = GIT_BASE_URL.default
     app_id: str | None = APP_ID.default
     private_key: str | None = field(default=PRIVATE_KEY.default, repr=False)
     private_key_file: str | None = PRIVATE_KEY_FILE.default

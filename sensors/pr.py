@@ -34,6 +34,7 @@ from evalrunner_assets.github.inbox import (
     prune_inbox,
     read_inbox,
 )
+from evalrunner_assets.github_settings import github_settings
 from evalrunner_assets.jobs import cohort_series_job, comparison_job, comparison_run_request, eval_manifest_job
 from evalrunner_assets.partitions import COMMITS, COMPARISONS, MAIN_COMMITS, comparison_commit_keys, trim_main_commits
 from evalrunner_assets.pipeline import series
@@ -50,14 +51,11 @@ from evalrunner_assets.pipeline.windows import retire_failures
 from lake import LAYOUT, Lake
 from resources import GitHubResource, LakeResource, RepoResource
 
-GIT_BASE_URL_ENV = "EVALRUNNER_GIT_BASE_URL"
-DEFAULT_GIT_BASE_URL = "https://github.com"
-
 
 def git_base_url() -> str:
     """The Git host a repository the sensor first hears about is cloned from
     (``$EVALRUNNER_GIT_BASE_URL``, default https://github.com), read when the sensor evaluates."""
-    return os.environ.get(GIT_BASE_URL_ENV, DEFAULT_GIT_BASE_URL)
+    return github_settings().git_base_url
 
 
 # The inbox keeps one claim per delivery for good, so walking it is not free: sweep it for dead

@@ -78,8 +78,9 @@ def test_settings_are_read_when_used_not_at_import(monkeypatch):
 
 # Reading one of these variables anywhere but github_settings.py, by its literal name or a
 # name defined again as a constant.
-_READ = re.compile(r"(?:environ|getenv|\benv)(?:\.get)?\s*[\[(]\s*f?[\"'](EVALRUNNER_GITHUB_\w*)")
-_DEFINED = re.compile(r"^\s*[A-Za-z_]\w*\s*(?::[^=]+)?=\s*[\"'](EVALRUNNER_GITHUB_\w+)[\"']", re.M)
+_NAMES = r"EVALRUNNER_GITHUB_\w*|EVALRUNNER_GIT_BASE_URL\b"
+_READ = re.compile(rf"(?:environ|getenv|\benv)(?:\.get)?\s*[\[(]\s*f?[\"']({_NAMES})")
+_DEFINED = re.compile(rf"^\s*[A-Za-z_]\w*\s*(?::[^=]+)?=\s*[\"']({_NAMES})[\"']", re.M)
 
 
 def test_no_other_module_reads_a_github_variable_from_the_environment():
@@ -139,3 +140,13 @@ def test_the_readme_secret_carries_the_app_settings():
     [command] = [c for c in readme.split("kubectl") if "secret generic evalrunner-github-app" in c]
     keys = set(re.findall(r"--from-(?:literal|file)=(\w+)=", command))
     assert keys == {settings.APP_ID.env, settings.PRIVATE_KEY.env}
+
+
+def test_the_pr_sensor_clones_from_the_git_host_the_environment_names_when_it_evaluates(monkeypatch):
+    from sensors.pr import git_base_url
+
+    monkeypatch.delenv("EVALRUNNER_GIT_BASE_URL", raising=False)
+    assert git_base_url() == "https://github.com"
+    monkeypatch.setenv("EVALRUNNER_GIT_BASE_URL", "https://git.example.internal")
+    assert git_base_url() == "https://git.example.internal"
+    assert github_settings({"EVALRUNNER_GIT_BASE_URL": "http://127.0.0.1:9"}).git_base_url == "http://127.0.0.1:9"
