@@ -161,21 +161,22 @@ def measure_listing(comparisons: int, listdir_sizes: tuple[int, ...]) -> Listing
     tmp = Path(tempfile.mkdtemp(prefix="evalrunner-scale-"))
     try:
         lake = open_lake(str(tmp / "lake"))
-        files = 0
+        rels: list[str] = []
         for c in range(comparisons):
             repo, head = "acme/agent", f"{c:040x}"
-            for name in ("request.json", "md", "check.json"):
-                lake.write_bytes(LAYOUT.comparison_artifact(repo, c, head, name), b"{}")
-            lake.write_bytes(LAYOUT.comparison(repo, c, head), b"{}")
-            files += 4
+            rels += [LAYOUT.comparison_artifact(repo, c, head, n) for n in ("request.json", "md", "check.json")]
+            rels.append(LAYOUT.comparison(repo, c, head))
             for task in ("t0", "t1"):
                 for w in (Window(0, 8), Window(8, 16)):
                     batch = uuid.uuid4().hex[:16]
-                    for table in ("samples", "events"):
-                        lake.write_bytes(LAYOUT.table_file(table, repo, head, task, w, batch), b"x")
-                    lake.write_bytes(LAYOUT.batch_record(repo, head, task, w, batch), b"{}")
-                    lake.write_bytes(LAYOUT.gateway_usage(repo, head, task, w, batch), b"{}")
-                    files += 4
+                    rels += [LAYOUT.table_file(table, repo, head, task, w, batch) for table in ("samples", "events")]
+                    rels.append(LAYOUT.batch_record(repo, head, task, w, batch))
+                    rels.append(LAYOUT.gateway_usage(repo, head, task, w, batch))
+        for rel in rels:  # plain writes: the sweep is measured, not landing (no fsync per file)
+            path = Path(lake.path(rel))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"{}")
+        files = len(rels)
         sweep_lake(lake)  # the lake's first sweep: the one walk, and the marker
         root = os.path.abspath(lake.root)
         walk_ms = _median_ms(lambda: sweep_orphaned_temp_files(root, [""]), 3)

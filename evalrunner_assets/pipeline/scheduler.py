@@ -472,7 +472,8 @@ def sweep_temp_file_of(root: str, rel: str, pid: int) -> list[str]:
     ``root`` removes nothing."""
     path = os.path.normpath(os.path.join(root, rel))
     name = os.path.basename(path)
-    inside = path.startswith(os.path.join(os.path.normpath(root), ""))
+    # Resolved, so neither ".." nor a symlinked directory leads out of the lake.
+    inside = os.path.realpath(path).startswith(os.path.join(os.path.realpath(root), ""))
     if not inside or not name.startswith(".") or f".tmp-{int(pid)}-" not in name or not os.path.exists(path):
         return []
     return _remove_orphans([path], 0.0)
