@@ -308,6 +308,7 @@ class LakeLayout:
         return f"{TEMP_WRITES}/{int(pid)}-{token}"
 
     def temp_write_records_root(self) -> str:
+        """The directory of :meth:`temp_write_record` files: what the pre-compare sweep lists."""
         return TEMP_WRITES
 
     def parse_temp_write_record(self, rel: str) -> int | None:
