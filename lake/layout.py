@@ -19,6 +19,7 @@ _DELIVERY = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 TABLES = ("samples", "events")
 OPEN_COMPARISONS = "index/open-comparisons"
+TEMP_WRITES = "index/temp-writes"
 
 
 class LakePathError(InputError, ValueError):
@@ -298,6 +299,27 @@ class LakeLayout:
         open ones instead of every PR ever. One directory per repository, files only: a closed
         comparison leaves no empty directory behind for the listing to walk."""
         return f"{OPEN_COMPARISONS}/{check_repo(repo)}/{_pr(pr)}@{check_commit(head)}.json"
+
+    def temp_write_record(self, pid: int, token: str) -> str:
+        """Names a local write's temporary file (``.<name>.tmp-<pid>-<token>``, its lake path
+        inside) from just before it is created until just after it is gone, so a sweep after a
+        kill lists this directory instead of walking the lake; empty between writes."""
+        _check_segments("temporary write token", token)
+        return f"{TEMP_WRITES}/{int(pid)}-{token}"
+
+    def temp_write_records_root(self) -> str:
+        """The directory of :meth:`temp_write_record` files: what the pre-compare sweep lists."""
+        return TEMP_WRITES
+
+    def parse_temp_write_record(self, rel: str) -> int | None:
+        """The writer's pid of a record made by :meth:`temp_write_record` (None for anything else)."""
+        m = re.fullmatch(rf"{re.escape(TEMP_WRITES)}/(\d+)-[0-9a-f]{{32}}", rel)
+        return int(m.group(1)) if m else None
+
+    def temp_writes_walked(self) -> str:
+        """Written after the lake's one whole walk for temporary files that writers before the
+        temp-write records left anywhere (the sweeps after it list the records only)."""
+        return f"{TEMP_WRITES}.walked.json"
 
     def open_comparisons_glob(self) -> str:
         return f"{OPEN_COMPARISONS}/*/*/*.json"

@@ -188,10 +188,17 @@ class Lake:
 
     def _write_local(self, target: str, data: bytes, *, exclusive: bool) -> bool:
         directory = os.path.dirname(target)
+        token = uuid.uuid4().hex
         # The writer's pid in the name lets a sweep tell a dead writer's leftovers at once.
-        tmp = os.path.join(directory, f".{os.path.basename(target)}.tmp-{os.getpid()}-{uuid.uuid4().hex}")
+        tmp = os.path.join(directory, f".{os.path.basename(target)}.tmp-{os.getpid()}-{token}")
+        # Named in the lake's temp-write index while it exists, so a sweep after a kill finds it
+        # without walking the lake (which grows with every PR): docs/scale.md.
+        record = self.path(self.layout.temp_write_record(os.getpid(), token))
         try:
             os.makedirs(directory, exist_ok=True)  # a read-only or full disk fails here first
+            os.makedirs(os.path.dirname(record), exist_ok=True)
+            with open(record, "x", encoding="utf-8") as fh:
+                fh.write(os.path.relpath(tmp, self._base))
             with open(tmp, "xb") as fh:
                 fh.write(data)
                 fh.flush()
@@ -217,6 +224,8 @@ class Lake:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+            if os.path.exists(record):
+                os.unlink(record)  # after the temporary file: never a temp file without its record
 
     def put_file(self, rel: str, local_path: str) -> str:
         """Atomically copy a local file into the lake at ``rel``."""

@@ -30,6 +30,8 @@ RATIO_LINES: dict[str, str] = {
     "ingest": r"land_batch via the direct \.eval reader:.*ratio (\d+\.\d+)x",
     "miner": r"miner \(SQL features \+ matrix \+ tests\)\s+\S+ ms\s+= (\d+\.\d+)x the baseline",
     "repo_env": r"candidate sandboxed build\s+:\s+\S+ s\s+ratio\s+(\d+\.\d+)x",
+    # The pre-compare sweep: the whole-lake walk it replaced over the temp-writer index.
+    "scale": r"pre-compare sweep at [\d,]+ files: walk \S+ ms, index \S+ ms, ratio (\d+\.\d+)x",
     "series_backfill": r"fixed n = 200\s+: samples\s+\d+ \((\d+\.\d+)× the sequential\)",
     "sql_pairing": r"^ratio (\d+\.\d+)x",
     "stats": r"^sequential: worst per-direction false rate (\d+\.\d+)%",

@@ -38,6 +38,8 @@ _EXAMPLES: dict[str, Any] = {
     "sample_idx": 0,
     "run_id": "r-0a1b2c3d",
     "branch": "main",
+    "pid": 4242,
+    "token": "5f1c" + "0" * 28,
     "ext": "svg",
     "retired_at": "20261203T120000Z",
     "quarantined_at": "20261203T120000Z",

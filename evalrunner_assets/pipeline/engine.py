@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from evalrunner_assets.discovery import DiscoveryError, read_agent_model
 from evalrunner_assets.documents.comparison import ComparisonDocument, Status
 from evalrunner_assets.errors import Cancelled, EvalrunnerError, Outage
+from evalrunner_assets.execution import pid_alive
 from evalrunner_assets.execution.inspect_runner import InspectRunError
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxBackend
 from evalrunner_assets.gateway import GatewayError, ModelGateway, provider_of, start_gateway, with_gateway
@@ -54,6 +55,7 @@ from evalrunner_assets.pipeline.scheduler import (
     default_workers,
     failure_kind,
     sweep_orphaned_temp_files,
+    sweep_temp_file_of,
 )
 from evalrunner_assets.pipeline.spec import ComparisonRequest, open_comparison
 from evalrunner_assets.pipeline.windows import (
@@ -173,7 +175,24 @@ def sweep_lake(the_lake: Lake) -> list[str]:
     quarantine…): a temp file carries its writer's pid, so a live writer's is never touched."""
     if not the_lake.is_local:
         return []  # object stores write with one PUT: nothing half-written to sweep
-    return sweep_orphaned_temp_files(os.path.abspath(the_lake.root), [""])
+    root = os.path.abspath(the_lake.root)
+    removed: list[str] = []
+    if not the_lake.exists(LAYOUT.temp_writes_walked()):
+        # Writers before the temp-write records left theirs anywhere: walk the lake once, then
+        # list the records only -- a walk before every comparison grows with the whole history.
+        removed += sweep_orphaned_temp_files(root, [""])
+        the_lake.write_bytes(LAYOUT.temp_writes_walked(), json.dumps({"walked_at": time.time()}).encode())
+    for rel in the_lake.listdir(LAYOUT.temp_write_records_root()):
+        pid = LAYOUT.parse_temp_write_record(rel)
+        if pid is None or pid_alive(pid):
+            continue  # a live writer's temporary file is never touched
+        try:
+            tmp = the_lake.read_bytes(rel).decode("utf-8", "replace")
+        except OSError:
+            continue  # its writer finished, or a concurrent sweep took it
+        removed += sweep_temp_file_of(root, tmp, pid)
+        the_lake.remove(rel)
+    return removed
 
 
 def step_description(step: Step) -> str:

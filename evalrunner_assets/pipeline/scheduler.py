@@ -457,12 +457,30 @@ def sweep_orphaned_temp_files(root: str, prefixes: Sequence[str], *, min_age_s: 
     file no process has open belongs to a writer that died when the writer's pid (in the name:
     ``.tmp-<pid>-<id>``) is no longer alive, or, for names without one, when it has not changed
     for ``min_age_s``. Returns the removed paths."""
-    removed: list[str] = []
     candidates: list[str] = []
     for prefix in prefixes:
         base = os.path.join(root, prefix)
         for dirpath, _, files in os.walk(base):
             candidates += [os.path.join(dirpath, f) for f in files if f.startswith(".") and ".tmp-" in f]
+    return _remove_orphans(candidates, min_age_s)
+
+
+def sweep_temp_file_of(root: str, rel: str, pid: int) -> list[str]:
+    """Remove the temporary file ``root/<rel>`` that writer ``pid`` (no longer alive) left, as
+    its temp-write record names it, under the same checks as :func:`sweep_orphaned_temp_files`;
+    returns it when removed. A record naming anything but a temporary file of that writer inside
+    ``root`` removes nothing."""
+    path = os.path.normpath(os.path.join(root, rel))
+    name = os.path.basename(path)
+    # Resolved, so neither ".." nor a symlinked directory leads out of the lake.
+    inside = os.path.realpath(path).startswith(os.path.join(os.path.realpath(root), ""))
+    if not inside or not name.startswith(".") or f".tmp-{int(pid)}-" not in name or not os.path.exists(path):
+        return []
+    return _remove_orphans([path], 0.0)
+
+
+def _remove_orphans(candidates: list[str], min_age_s: float) -> list[str]:
+    removed: list[str] = []
     if not candidates:
         return removed
     open_now = _open_paths()
