@@ -9,19 +9,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.evalrunner_cli import EVALRUNNER, TIMEOUT, cli_env
 from tests.helpers.git_repos import commit_files, git
 from tests.helpers.github_standin import free_port
 from tests.helpers.signals import default_sigint
-
-EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
-TIMEOUT = 240  # seconds; generous for a loaded 2-core machine, never reached when things work
 
 BAD_LISTS = {
     "list-exits-non-zero": (
@@ -56,12 +53,6 @@ class Case:
     argv: list[str]
     names: list[str]
     env: dict[str, str] = field(default_factory=dict)
-
-
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALRUNNER_", "DAGSTER_"))}
-    env.update(EVALRUNNER_HOME=str(home), PYTHONUNBUFFERED="1", **extra)
-    return env
 
 
 def _repo_with_list(path: Path, list_text: str) -> Path:
@@ -173,7 +164,7 @@ def _case(name: str, tmp_path: Path) -> Case:
 def _run(argv: list[str], tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [EVALRUNNER, *argv],
-        env=_env(tmp_path / "home", **env),
+        env=cli_env(tmp_path / "home", **env),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -246,7 +237,7 @@ def test_ctrl_c_during_a_long_sql_query_exits_130_without_a_traceback(tmp_path: 
     query = "select sum(hash(range)) from range(1000000000000)"
     proc = subprocess.Popen(
         [EVALRUNNER, "sql", query],
-        env=_env(home),
+        env=cli_env(home),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -274,7 +265,7 @@ def test_serve_starts_dagster_from_its_own_environment_without_it_on_path(tmp_pa
     import urllib.request
 
     port, dagster_port = free_port(), free_port()
-    env = _env(tmp_path / "home", PATH="/usr/bin:/bin")  # the venv's bin/ is not on PATH
+    env = cli_env(tmp_path / "home", PATH="/usr/bin:/bin")  # the venv's bin/ is not on PATH
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
         [EVALRUNNER, "serve", "--insecure", "--port", str(port), "--dagster-port", str(dagster_port)]

@@ -14,7 +14,7 @@ import pytest
 
 from evalrunner_assets.cli import FAIL_ON_VERDICTS, blocks_merge
 from evalrunner_assets.cli.options import fail_on as _fail_on
-from tests.cli.test_cli_errors import EVALRUNNER, TIMEOUT, _env
+from tests.helpers.evalrunner_cli import EVALRUNNER, TIMEOUT, cli_env
 from tests.helpers.git_repos import commit_files, git
 
 LIST = (
@@ -66,7 +66,7 @@ def answers_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _compare(repo: Path, home: Path, base: str, head: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [EVALRUNNER, "compare", "--repo", str(repo), "--base", base, "--head", head, *extra],
-        env=_env(home),
+        env=cli_env(home),
         cwd=home.parent,
         capture_output=True,
         text=True,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli_errors import EVALRUNNER, TIMEOUT, _env
+from tests.helpers.evalrunner_cli import EVALRUNNER, TIMEOUT, cli_env
 from tests.helpers.git_repos import commit_files, git
 
 ROOT = os.geteuid() == 0
@@ -95,7 +95,7 @@ def test_a_home_on_a_read_only_file_system_is_exit_2_naming_the_path_and_evalrun
         if command == "compare"
         else ([EVALRUNNER, "repos", "add", "acme/agent", str(repo)], home / "lake", "the lake", "EVALRUNNER_LAKE")
     )
-    done = _in_mounts([_read_only(home)], argv, _env(home), tmp_path)
+    done = _in_mounts([_read_only(home)], argv, cli_env(home), tmp_path)
     first, hint = _two_lines(done, 2)
     assert first == f"evalrunner {command.split()[0]}: cannot write {path} ({what}): read-only file system", first
     assert hint.strip() == f"point EVALRUNNER_HOME (or {setting}) at a writable directory", hint
@@ -107,7 +107,7 @@ def test_a_home_on_a_read_only_file_system_is_exit_2_naming_the_path_and_evalrun
 def test_a_read_only_home_with_the_lake_and_instance_elsewhere_names_evalrunner_home(tmp_path: Path) -> None:
     repo, home = _repo(tmp_path), tmp_path / "home"
     home.mkdir()
-    env = _env(home, EVALRUNNER_LAKE=str(tmp_path / "lake"), DAGSTER_HOME=str(tmp_path / "instance"))
+    env = cli_env(home, EVALRUNNER_LAKE=str(tmp_path / "lake"), DAGSTER_HOME=str(tmp_path / "instance"))
     done = _in_mounts([_read_only(home)], _compare(repo), env, tmp_path)
     first, hint = _two_lines(done, 2)
     assert f"cannot write {home}" in first and "(evalrunner's home): read-only file system" in first, first
@@ -131,7 +131,7 @@ def test_a_read_only_dagster_instance_is_exit_2_before_any_sandbox_runs(tmp_path
     # instance that has one is probed by a write in its directory.
     if moved:
         (instance / "dagster.yaml").write_text(new_dagster_yaml())
-    env = _env(home, **({"DAGSTER_HOME": str(instance)} if moved else {}))
+    env = cli_env(home, **({"DAGSTER_HOME": str(instance)} if moved else {}))
     argv = [EVALRUNNER, "compare", "--repo", str(repo), "--base", "main", "--head", "no-op-wording", "--cap", "16"]
     done = _in_mounts([_read_only(instance)], argv, env, tmp_path)
     first, hint = _two_lines(done, 2)
@@ -152,7 +152,7 @@ def test_a_full_disk_under_the_lake_is_exit_3_naming_the_file(tmp_path: Path) ->
     lake = home / "lake"
     lake.mkdir(parents=True)
     fill = f"mount -t tmpfs -o size=64k tmpfs {shlex.quote(str(lake))} && {{ cat /dev/zero > {lake}/filler 2>/dev/null || true; }}"
-    done = _in_mounts([fill], _compare(repo), _env(home), tmp_path)
+    done = _in_mounts([fill], _compare(repo), cli_env(home), tmp_path)
     first, hint = _two_lines(done, 3)
     assert f"cannot write {lake}/" in first and "(the lake): no space left on the device" in first, first
     assert ".tmp-" not in first  # the file it was writing, not its temporary name
@@ -172,7 +172,7 @@ def test_an_unreadable_lake_directory_is_exit_2_naming_it(tmp_path: Path, comman
     try:
         done = subprocess.run(
             ["setpriv", f"--bounding-set={no_override}", f"--inh-caps={no_override}", *argv],
-            env=_env(home),
+            env=cli_env(home),
             cwd=tmp_path,
             capture_output=True,
             text=True,

@@ -43,7 +43,7 @@ import pytest
 import yaml
 from referencing import Registry, Resource
 
-from tests.execution.test_k8s_manifests import K8S_VERSION
+from tests.helpers.k8s_checks import K8S_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "tests" / "fixtures" / "dagster-chart" / "values.schema.json"

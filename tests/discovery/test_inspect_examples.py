@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from evalrunner_assets.example_repo import EXAMPLE_REPO_SOURCE
+from tests.helpers.compare_runs import comparison_doc, lake, run_compare
 from tests.helpers.git_repos import commit_files, git
-from tests.pipeline.test_resume import comparison_doc, lake, run_compare
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,8 @@ from evalrunner_assets.example_repo import build_example_repo
 from evalrunner_assets.pipeline.facts import learn_commit
 from evalrunner_assets.pipeline.keys import commit_key
 from evalrunner_assets.pipeline.spec import DEFAULT_MODEL, ComparisonRequest, open_comparison
+from tests.helpers.compare_runs import bwraps_of
 from tests.helpers.signals import default_sigint
-from tests.pipeline.test_cancel import bwraps_of
 
 pytestmark = pytest.mark.slow
 

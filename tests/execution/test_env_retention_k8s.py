@@ -1,5 +1,5 @@
 """Retention of repository environment claims on Kubernetes, against the STAND-IN Kubernetes API
-(tests/k8s_standin.py; no cluster here, so the cluster is mocked, as the test names say).
+(tests/helpers/k8s_standin.py; no cluster here, so the cluster is mocked, as the test names say).
 
 - A pod that mounts an environment stamps the claim's last use with a merge patch, at most once
   per interval per digest.

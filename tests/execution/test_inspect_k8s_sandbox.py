@@ -1,6 +1,6 @@
 """The Kubernetes SandboxEnvironment provider (``sandbox="evalrunner-k8s"``), resolved by name
 through Inspect's registry and driven by real in-process Inspect evals, against the loopback
-STAND-IN of the Kubernetes API (tests/k8s_standin.py; not a cluster: its kubelet runs each
+STAND-IN of the Kubernetes API (tests/helpers/k8s_standin.py; not a cluster: its kubelet runs each
 container as a local process and does not enforce what only a node enforces -- read-only
 mounts, uids, seccomp, limits, network policy). The pod exec path, the delivery of the
 workspace, the wrapper's timeout and process cleanup, and the pod lifecycle all run for real."""
@@ -34,7 +34,7 @@ from evalrunner_assets.execution.kubernetes.workspace import (  # noqa: E402
     KubernetesWorkspace,
 )
 from evalrunner_assets.execution.sandbox import Limits, RepoExport, SandboxRequest  # noqa: E402
-from tests.execution.test_k8s_manifests import K8S_VERSION, psa_restricted_violations  # noqa: E402
+from tests.helpers.k8s_checks import K8S_VERSION, psa_restricted_violations  # noqa: E402
 
 IMAGE = "registry.example/evalrunner-sandbox@sha256:" + "1" * 64
 BINARY = bytes(range(256)) * 3 + b"\r\n\x00 tail"

@@ -1,5 +1,5 @@
 """KubernetesBackend's launch -> deliver -> wait -> collect -> delete, against the loopback
-stand-in of the Kubernetes API in tests/k8s_standin.py (not a cluster: its kubelet runs the
+stand-in of the Kubernetes API in tests/helpers/k8s_standin.py (not a cluster: its kubelet runs the
 containers' commands as local processes). The pod wrapper that runs here is the real one."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """deploy/ manifests and generated sandbox pods: Kubernetes schemas and Pod Security 'restricted'.
 
 Schemas come from kubernetes-validate's bundled copies (offline). The Helm values are checked
-against the Dagster chart's own values schema in tests/test_k8s_helm_values.py; here, what the
+against the Dagster chart's own values schema in tests/deploy/test_k8s_helm_values.py; here, what the
 schema cannot say (our image, our service account, PSA 'restricted' for the code location), and
-their names are cross-checked in tests/test_k8s_deploy_names.py.
+their names are cross-checked in tests/deploy/test_k8s_deploy_names.py.
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ import yaml
 
 from evalrunner_assets.execution.kubernetes import (
     NETWORK_LABEL,
-    KubernetesSandboxConfig,
     KubernetesSandboxError,
     build_sandbox_pod,
     sanitize_label_value,
 )
 from evalrunner_assets.execution.sandbox import Limits, NetworkPolicy, RepoExport, SandboxRequest
+from tests.helpers.k8s_checks import K8S_VERSION, config, psa_restricted_violations
 
-K8S_VERSION = "1.31"
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
@@ -34,10 +33,6 @@ def manifests() -> list[tuple[str, dict]]:
             if doc:
                 docs.append((f"{path.name}#{i}", doc))
     return docs
-
-
-def config(**kw) -> KubernetesSandboxConfig:
-    return KubernetesSandboxConfig(image="registry.example/evalrunner-sandbox@sha256:" + "0" * 64, **kw)
 
 
 def request(**kw) -> SandboxRequest:
@@ -74,70 +69,6 @@ def generated_pods() -> list[tuple[str, dict]]:
         # One Inspect sample's workspace pod (sandbox="evalrunner-k8s").
         ("inspect-workspace", build_sandbox_pod(request(), config(), sandbox_id="i", workspace=True)),
     ]
-
-
-# --- Pod Security Standards, "restricted" profile (v1.31), as rules --------------------------
-
-ALLOWED_VOLUME_TYPES = {
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
-}
-
-
-def psa_restricted_violations(pod_spec: dict) -> list[str]:
-    """Every way ``pod_spec`` breaks the restricted profile (empty list: it complies)."""
-    bad = []
-    for flag in ("hostNetwork", "hostPID", "hostIPC"):
-        if pod_spec.get(flag):
-            bad.append(f"{flag} is true")
-    for vol in pod_spec.get("volumes", []):
-        kinds = set(vol) - {"name"}
-        if not kinds <= ALLOWED_VOLUME_TYPES:
-            bad.append(f"volume {vol['name']!r} uses {sorted(kinds - ALLOWED_VOLUME_TYPES)}")
-    psc = pod_spec.get("securityContext", {})
-    if psc.get("runAsUser") == 0:
-        bad.append("pod runAsUser is 0")
-    if psc.get("sysctls"):
-        bad.append("pod sets sysctls")  # restricted allows only the safe set; we use none
-    pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
-    if pod_seccomp not in (None, "RuntimeDefault", "Localhost"):
-        bad.append(f"pod seccompProfile {pod_seccomp}")
-    containers = [("container", c) for c in pod_spec.get("containers", [])]
-    containers += [("initContainer", c) for c in pod_spec.get("initContainers", [])]
-    containers += [("ephemeralContainer", c) for c in pod_spec.get("ephemeralContainers", [])]
-    for kind, c in containers:
-        where = f"{kind} {c['name']!r}"
-        sc = c.get("securityContext", {})
-        if sc.get("privileged"):
-            bad.append(f"{where} is privileged")
-        if sc.get("allowPrivilegeEscalation") is not False:
-            bad.append(f"{where} does not set allowPrivilegeEscalation: false")
-        caps = sc.get("capabilities", {})
-        if "ALL" not in caps.get("drop", []):
-            bad.append(f"{where} does not drop ALL capabilities")
-        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
-            bad.append(f"{where} adds {sorted(set(caps['add']) - {'NET_BIND_SERVICE'})}")
-        if not (
-            sc.get("runAsNonRoot") is True or (psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is not False)
-        ):
-            bad.append(f"{where} is not runAsNonRoot")
-        if sc.get("runAsUser") == 0:
-            bad.append(f"{where} runAsUser is 0")
-        seccomp = (sc.get("seccompProfile") or {}).get("type") or pod_seccomp
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            bad.append(f"{where} has seccompProfile {seccomp}")
-        for p in c.get("ports", []):
-            if p.get("hostPort"):
-                bad.append(f"{where} uses hostPort")
-        if (sc.get("procMount") or "Default") != "Default":
-            bad.append(f"{where} sets procMount")
-    return bad
 
 
 def pod_specs_in(doc: dict) -> list[dict]:
@@ -340,7 +271,7 @@ def test_dagster_yaml_configures_k8s_run_launcher_and_postgres_per_their_schemas
 
 
 def test_helm_values_use_k8s_run_launcher_daemon_and_our_image():
-    # The chart's schema check is tests/test_k8s_helm_values.py; these are our own choices.
+    # The chart's schema check is tests/deploy/test_k8s_helm_values.py; these are our own choices.
     values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
     assert values["runLauncher"]["type"] == "K8sRunLauncher"
     assert values["dagsterDaemon"]["enabled"] is True

@@ -1,5 +1,5 @@
 """Warm sandbox sessions on Kubernetes, against the loopback STAND-IN of the Kubernetes API
-(tests/k8s_standin.py; not a cluster). The wrapper's ``serve`` and ``call`` roles, the exec
+(tests/helpers/k8s_standin.py; not a cluster). The wrapper's ``serve`` and ``call`` roles, the exec
 stream with stdin, the inbox/control hand-off between the two containers and the signature
 checks all run for real; what only a node enforces (read-only mounts, uids, limits) does not."""
 
@@ -158,8 +158,8 @@ def test_warm_pool_runs_successive_inspect_windows_in_one_pod_and_retain_kills_i
     pool the comparison driver uses: two windows of one (commit, task), one pod."""
     from evalrunner_assets.execution.warm_pool import WarmPool
     from lake.layout import Window
-    from tests.execution.test_inspect_runner import TASKS, cfg
     from tests.helpers.git_repos import commit_files
+    from tests.helpers.tiny_tasks import TASKS, cfg
 
     root = tmp_path / "tiny"
     from evalrunner_assets.execution.repo import RepoSource

@@ -24,6 +24,7 @@ from evalrunner_assets.pipeline.facts import TaskFacts
 from evalrunner_assets.pipeline.windows import RunSettings, batch_key_for
 from lake import Window
 from tests.helpers.package_index_standin import PackageIndex, make_wheel
+from tests.helpers.tinydep_evals import LIST, TASK
 
 pytestmark = pytest.mark.slow
 
@@ -237,22 +238,6 @@ def test_index_proxy_connects_only_to_allowed_hosts():
     finally:
         server.shutdown()
         server.server_close()
-
-
-LIST = """#!/usr/bin/env python3
-import json, tinydep
-print(json.dumps({"version": 1, "environment": {"requirements": "evals/requirements.txt"},
-                  "tasks": [{"id": "t/answer", "spec": "evals/t.py@answer"}]}))
-"""
-TASK = """from inspect_ai import Task, task
-from inspect_ai.dataset import Sample
-import tinydep
-
-
-@task
-def answer():
-    return Task(dataset=[Sample(id=f"s{i}", input=str(tinydep.ANSWER + i), target="x") for i in range(3)])
-"""
 
 
 def test_evals_list_imports_a_declared_dependency_and_its_manifest_names_the_tasks_file(

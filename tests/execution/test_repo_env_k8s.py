@@ -3,7 +3,7 @@
 - Generated Job, claim and egress policy against the Kubernetes schemas and PSA 'restricted'.
 - The Job's own command run for real in bubblewrap (the pod would run the same command).
 - The backend building, recording and reusing environments against the STAND-IN Kubernetes API
-  (tests/k8s_standin.py; no cluster here, so the cluster is mocked, as the test names say): the
+  (tests/helpers/k8s_standin.py; no cluster here, so the cluster is mocked, as the test names say): the
   stand-in's kubelet runs the build Job's pod as local processes -- the real pod wrapper, the
   real ``_env_build`` and ``uv`` installing from a loopback package index -- and the claim is a
   directory that outlives the pods. What it cannot show: read-only mounts, storage classes.
@@ -36,7 +36,7 @@ from evalrunner_assets.execution.kubernetes.env import (
 )
 from evalrunner_assets.execution.sandbox import RepoExport, SandboxRequest, SandboxStatus, WritableMount
 from evalrunner_assets.pipeline.facts import TaskFacts, task_environment
-from tests.execution.test_k8s_manifests import K8S_VERSION, config, psa_restricted_violations
+from tests.helpers.k8s_checks import K8S_VERSION, config, psa_restricted_violations
 from tests.helpers.k8s_standin import KubernetesStandIn
 from tests.helpers.package_index_standin import PackageIndex, make_wheel
 
@@ -300,7 +300,7 @@ def test_a_commit_with_dependencies_is_learnt_and_its_window_runs_with_them_on_k
     from evalrunner_assets.pipeline.facts import learn_commit
     from lake import Window, open_lake
     from lake.batch import RunSettings
-    from tests.execution.test_repo_env import LIST, TASK
+    from tests.helpers.tinydep_evals import LIST, TASK
 
     monkeypatch.setenv("EVALRUNNER_ENVS", str(tmp_path / "local-envs"))
     monkeypatch.setenv("EVALRUNNER_PACKAGE_INDEX", index.url)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evalrunner_assets.example_repo import EXAMPLE_REPO_SOURCE
-from tests.pipeline.test_resume import lake, run_compare
+from tests.helpers.compare_runs import lake, run_compare
 
 pytestmark = pytest.mark.slow
 

@@ -18,14 +18,11 @@ from evalrunner_assets.gateway import GatewaySettings, ModelGateway, with_gatewa
 from evalrunner_assets.pipeline.windows import log_usage
 from lake import Window
 from lake.batch import RunSettings
-from tests.helpers.git_repos import commit_files, git
+from tests.helpers.model_graded_repo import FIXTURE, KEY, graded_repo
 from tests.helpers.openai_standin import OpenAIStandIn
 from tests.helpers.pipeline_fixtures import evalrunner_home
 
 pytestmark = pytest.mark.slow
-
-KEY = "sk-standin-REAL-KEY-never-in-a-sandbox-7f3a9c"
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "model-graded-repo"
 
 
 @pytest.fixture()
@@ -142,15 +139,6 @@ def test_the_sandbox_holds_a_scoped_token_and_no_key_anywhere(bwrap_backend, ups
 # --- end to end: `evalrunner compare` ----------------------------------------------------------
 
 
-def _repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "graded-repo"
-    shutil.copytree(FIXTURE, repo)
-    commit_files(repo, {}, message="base")
-    git(repo, "checkout", "-q", "-b", "head")
-    commit_files(repo, {"README.md": "Support answers, judged by rule and by a grader model.\n"}, message="head")
-    return repo
-
-
 def _compare(tmp_path: Path, upstream: OpenAIStandIn, *extra: str) -> tuple[int, str, Path]:
     """`evalrunner compare` as a user runs it (its own process), with the key on the host only."""
     import os
@@ -162,7 +150,7 @@ def _compare(tmp_path: Path, upstream: OpenAIStandIn, *extra: str) -> tuple[int,
             {"openai/gpt-4o": {"input": 2.5, "output": 10}, "openai/gpt-4o-mini": {"input": 0.15, "output": 0.6}}
         )
     )
-    repo = _repo(tmp_path)
+    repo = graded_repo(tmp_path)
     with evalrunner_home(tmp_path / "home") as home:
         env = {
             **os.environ,

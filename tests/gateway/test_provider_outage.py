@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from evalrunner_assets.gateway._circuit import TRIP_FAILURES
-from tests.gateway.test_gateway_sandbox import KEY, _repo
+from tests.helpers.model_graded_repo import KEY, graded_repo
 from tests.helpers.openai_standin import OpenAIStandIn
 from tests.helpers.pipeline_fixtures import evalrunner_home
 
@@ -67,7 +67,7 @@ def compare(tmp_path: Path, openai_base: str, *extra: str, prices: dict | None =
     """`evalrunner compare` as a user runs it (its own process), the key on the host only."""
     prices_file = tmp_path / "prices.json"
     prices_file.write_text(json.dumps(prices or PRICES))
-    repo = _repo(tmp_path)
+    repo = graded_repo(tmp_path)
     with evalrunner_home(tmp_path / "home") as home:
         env = {
             **os.environ,

@@ -4,7 +4,7 @@ The receiver runs as a real uvicorn server on loopback and writes the inbox; the
 ``pr_sensor`` and ``sampling_sensor`` are evaluated on a temporary Dagster instance, and every
 run they request is executed with ``dg.materialize`` (skipping run keys already used by the same
 sensor, as the sensor daemon does); the sandboxes are bubblewrap; GitHub is the REST stand-in in
-``tests/github_standin.py``.
+``tests/helpers/github_standin.py``.
 
 One pull request lives through four stages, each a module-scoped fixture that builds on the
 previous one, so every test below reads the state its stage left behind:

@@ -3,7 +3,7 @@ daemon, code server, a run worker process per run) — on loopback, fed GitHub d
 as GitHub signs them, with GitHub itself the REST stand-in of ``github_standin`` (github.com is
 not reachable here). Nothing calls a sensor by hand: the daemon ticks them and launches their runs.
 
-Used by ``tests/test_daemon_e2e.py``, ``tests/test_swe_served_e2e.py`` and ``bench/daemon_vs_cli.py``.
+Used by ``tests/sensors/test_daemon_e2e.py``, ``tests/swe/test_swe_served_e2e.py`` and ``bench/daemon_vs_cli.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ and the run page (windows landed and to run; reloads itself while the comparison
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from pathlib import Path
@@ -21,8 +20,7 @@ from evalrunner_assets.http.web.pages import budget, run_tasks
 from evalrunner_assets.report import links
 from lake.layout import LAYOUT
 from lake.storage import Lake
-
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "documents-v1" / "comparison.json"
+from tests.helpers.comparison_fixture import FIXTURE, running
 
 
 def _lake_with(tmp_path: Path, raw: dict) -> Lake:
@@ -78,17 +76,6 @@ def test_the_page_is_linked_from_the_pr_page_and_shows_the_tiles_and_every_task(
         assert name in text and f"{t['decision']['pairs']} / {t['pairs_limit']}" in text
     assert "/chart.svg" in text and "<script" not in text.lower()
     assert client.get(links.budget_path(raw["repo"], raw["pr"], "0" * 40)).status_code == 404
-
-
-def running(raw: dict) -> dict:
-    """The fixture as it stood mid-run: one more window of each arm to run on the first task."""
-    raw = copy.deepcopy(raw)
-    task = raw["task_order"][0]
-    raw["status"], raw["verdict"] = "running", "RUNNING"
-    raw["next_windows"] = [
-        {"arm": arm, "commit": raw[f"{arm}_sha"], "task": task, "window": "w000144-000160"} for arm in ("head", "base")
-    ]
-    return raw
 
 
 def test_the_run_page_counts_windows_to_run_per_task_and_reloads_only_while_running(tmp_path: Path) -> None:

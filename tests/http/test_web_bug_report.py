@@ -19,7 +19,7 @@ from evalrunner_assets.http.web import create_app
 from lake.storage import Lake
 from resources import GitHubResource, LakeResource, RepoResource
 from tests.helpers.github_standin import GitHubStandin
-from tests.wild.test_wild_e2e import PLANTED, TRACE
+from tests.helpers.wild_trace import PLANTED, TRACE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 REPO = "example/support-agent"

@@ -18,10 +18,10 @@ from starlette.testclient import TestClient
 from evalrunner_assets.example_repo import build_example_repo
 from evalrunner_assets.http.web import create_app
 from lake.storage import Lake
+from tests.helpers.compare_runs import lake, run_compare
+from tests.helpers.gate_tasks import SOLVE, TASKS
 from tests.helpers.git_repos import commit_files, git
 from tests.helpers.web_browser import Visit
-from tests.pipeline.test_gate_broken import SOLVE, TASKS
-from tests.pipeline.test_resume import lake, run_compare
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 HOSTILE = "<script>alert('owned')</script>"
@@ -195,7 +195,7 @@ def test_every_link_the_pr_comment_makes_opens_a_page(hostile_home):
     assert f'href="http://dagster.example:3000/assets/comparison?view=partitions&amp;{key}"' in page.text
 
 
-# -- in a real browser (Debian's Chromium through Playwright; see tests/web_browser.py) -----------
+# -- in a real browser (Debian's Chromium through Playwright; see tests/helpers/web_browser.py) -----------
 def test_with_inspects_viewer_configured_each_trajectory_links_to_its_raw_log_there(example_home):
     from lake.layout import LAYOUT
 
@@ -232,7 +232,7 @@ def test_while_a_comparison_runs_its_run_page_shows_the_sandboxes_running_its_wi
     import time
 
     from evalrunner_assets.pipeline.live import read_live
-    from tests.pipeline.test_resume import start_compare
+    from tests.helpers.compare_runs import start_compare
 
     repo = tmp_path / "repo"
     build_example_repo(repo, ["improve-runbook"])
@@ -367,8 +367,8 @@ def test_in_a_real_browser_the_run_page_follows_a_running_comparison_to_its_end(
 
     from evalrunner_assets.report import links
     from lake.layout import LAYOUT
+    from tests.helpers.comparison_fixture import FIXTURE, running
     from tests.helpers.web_browser import artifacts_dir, served_pages
-    from tests.http.test_web_budget import FIXTURE, running
 
     raw = json.loads(FIXTURE.read_text())
     home = tmp_path / "home"

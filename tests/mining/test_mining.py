@@ -1,5 +1,5 @@
 """The trajectory miner on trajectories built in the test (the lake-backed path is exercised on a
-real comparison's lake in tests/test_pipeline_e2e.py)."""
+real comparison's lake in tests/pipeline/test_pipeline_e2e.py)."""
 
 from __future__ import annotations
 
@@ -7,31 +7,9 @@ import numpy as np
 import pytest
 from scipy.stats import false_discovery_control, fisher_exact
 
-from evalrunner_assets.mining.features import Feature, Trajectory
+from evalrunner_assets.mining.features import Feature
 from evalrunner_assets.mining.miner import NothingToContrast, benjamini_hochberg, contrast
-
-
-def trajectory(
-    i: int, tools: list[str], *, score: float | None, errors: tuple[str, ...] = (), error: str | None = None
-) -> Trajectory:
-    seqs = tuple(10 * (k + 1) for k in range(len(tools)))
-    return Trajectory(
-        batch="b1",
-        sample_id=f"s{i:03d}",
-        epoch=1,
-        score=score,
-        error=error,
-        limit_type=None,
-        tools=tuple(tools),
-        tool_seqs=seqs,
-        tool_errors=errors,
-        tool_error_seqs=tuple(seqs[tools.index(e)] for e in errors),
-        turns=len(tools) + 1,
-        total_tokens=100,
-        total_time_s=1.0,
-        first_error_seq=None,
-        answer_chars=20,
-    )
+from tests.helpers.trajectories import trajectory
 
 
 def planted_groups(failing_with: int = 14, failing: int = 21, passing: int = 40):

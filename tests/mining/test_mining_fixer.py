@@ -1,6 +1,6 @@
 """The template skill fixer on findings mined in the test: the rule per finding kind, where it is
 written, which skill it chooses, and the PR description's evidence (the end-to-end path, mined
-from a real comparison and judged by the PR pipeline, is tests/test_mining_fix_e2e.py)."""
+from a real comparison and judged by the PR pipeline, is tests/mining/test_mining_fix_e2e.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from evalrunner_assets.mining.fixer import (
 )
 from evalrunner_assets.mining.lake_findings import Mined
 from evalrunner_assets.mining.miner import contrast
-from tests.mining.test_mining import trajectory
+from tests.helpers.trajectories import trajectory
 
 SKILL = """---
 name: triage

@@ -12,22 +12,9 @@ from pathlib import Path
 import pytest
 
 from evalrunner_assets.example_repo import build_example_repo
-from tests.pipeline.test_resume import batch_records, lake, start_compare
+from tests.helpers.compare_runs import batch_records, bwraps_of, lake, start_compare
 
 pytestmark = pytest.mark.slow
-
-
-def bwraps_of(home: Path) -> list[int]:
-    """Live bubblewrap processes whose command line mounts something of this test's home."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and os.path.basename(argv[0]) == b"bwrap" and any(str(home).encode() in a for a in argv):
-            out.append(int(pid))
-    return out
 
 
 def test_sigint_kills_every_sandbox_within_15s_and_records_the_cancellation(tmp_path: Path) -> None:

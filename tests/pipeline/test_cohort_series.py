@@ -27,6 +27,7 @@ from lake import LAYOUT, duck
 from tests.helpers.pipeline_fixtures import evalrunner_home
 
 REPO = "example/support-agent"
+SECRET = b"cohort-series-webhook-secret"
 SETTINGS = series.SeriesSettings(cap=64)  # three windows per eval and point: fast, still decisive
 
 # Two backfills of 12 commits (~1.5 min on an idle 2-core machine); generous for a loaded one.
@@ -406,10 +407,11 @@ def test_a_push_to_main_through_the_receiver_adds_its_point(backfilled, tmp_path
 
     from evalrunner_assets.http.webhook import ReceiverConfig, create_app
     from sensors.pr import pr_sensor
-    from tests.github.test_github_e2e import SECRET, _retarget, deliver
     from tests.helpers.git_repos import commit_files
+    from tests.helpers.github_harness import deliver
     from tests.helpers.github_standin import LoopbackServer
     from tests.helpers.shared_files import shared_path
+    from tests.helpers.webhook_delivery import retarget
 
     home, instance = backfilled["home"], backfilled["instance"]
     repo_path = Path(backfilled["repo_path"])
@@ -418,12 +420,12 @@ def test_a_push_to_main_through_the_receiver_adds_its_point(backfilled, tmp_path
         {"README.md": (repo_path / "README.md").read_text() + "\nOne more note.\n"},
         message="README: one more note",
     )
-    payload = _retarget(_json.loads(shared_path("fixtures/github-webhooks/push.json").read_text()))
+    payload = retarget(_json.loads(shared_path("fixtures/github-webhooks/push.json").read_text()), REPO)
     payload.update({"ref": "refs/heads/main", "after": new_sha, "deleted": False, "created": False})
     resources = home.resources()
     lake = home.lake()
     with LoopbackServer(create_app(ReceiverConfig(secret=SECRET, allowed_repos=frozenset({REPO})), lake)) as rx:
-        status, answer = deliver(rx, "push", payload, "push-delivery-1")
+        status, answer = deliver(rx, SECRET, "push", payload, "push-delivery-1")
     assert status == 202, answer
     context = dg.build_sensor_context(instance=instance, resources=resources)
     result = pr_sensor(context)

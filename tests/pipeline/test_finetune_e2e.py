@@ -1,5 +1,5 @@
 """A fine-tune end to end on a real Dagster instance, real bubblewrap sandboxes and the loopback
-mock of GitHub.com (``tests/github_standin.py``): measure the reference, export its passing
+mock of GitHub.com (``tests/helpers/github_standin.py``): measure the reference, export its passing
 main-branch conversations, train with a stand-in trainer (a script that prints the simulated
 fine-tune's model id, not a real training job), register with ``activate``: the fine-tune is
 measured as a candidate on the reference's inputs, the notification table lands in the lake and
@@ -14,7 +14,7 @@ to; the pipeline's source is its ``file://`` URL, so the pipeline mirrors and fe
 would a GitHub clone URL.
 
 The simulated fine-tune learned the runbook cue (0.85 vs 0.60 on runbook_lookup, the same
-elsewhere) at twice the standard price (tests/test_candidates_frontier.py has the table)."""
+elsewhere) at twice the standard price (tests/pipeline/test_candidates_frontier.py has the table)."""
 
 from __future__ import annotations
 

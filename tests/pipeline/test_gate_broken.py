@@ -17,58 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.compare_runs import lake, run_compare
+from tests.helpers.gate_tasks import RAISES, SOLVE, TASKS
 from tests.helpers.git_repos import commit_files, git
-from tests.pipeline.test_resume import lake, run_compare
 
 pytestmark = pytest.mark.slow
 
 EXIT_BLOCKED = 4
 
-TASKS = """
-from inspect_ai import Task, task
-from inspect_ai.dataset import Sample
-from inspect_ai.model import ModelOutput
-from inspect_ai.scorer import Score, mean, scorer
-from inspect_ai.solver import solver
-
-
-@solver
-def answer():
-    async def solve(state, generate):
-        n = int(state.input_text.split()[-1])
-        state.output = ModelOutput.from_content("none", str(n) if n % 4 else "wrong")
-        return state
-
-    return solve
-
-
-@solver
-def answer_raising():
-    async def solve(state, generate):
-        raise RuntimeError('boom')
-
-    return solve
-
-
-@scorer(metrics=[mean()])
-def graded():
-    async def score(state, target):
-        return Score(value=1.0 if state.output.completion == target.text else 0.0)
-
-    return score
-
-
-def _task(n=16, solver=None):
-    samples = [Sample(input=f"say {i}", target=str(i), id=f"s{i}") for i in range(n)]
-    return Task(dataset=samples, solver=solver or answer(), scorer=graded())
-
-
-@task
-def kept():
-    return _task()
-"""
-SOLVE = "        n = int(state.input_text.split()[-1])\n"
-RAISES = "        raise RuntimeError('boom')\n"
 
 MANIFEST = '#!/bin/sh\necho \'{"version": 1, "tasks": [{"id": "qa/kept", "spec": "%s", "workdir": "."}]}\'\n'
 

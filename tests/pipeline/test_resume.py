@@ -4,11 +4,9 @@ in the lake, and the same verdict as an uninterrupted run."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -17,63 +15,9 @@ from pathlib import Path
 import pytest
 
 from evalrunner_assets.example_repo import build_example_repo
-from tests.helpers.signals import default_sigint
+from tests.helpers.compare_runs import batch_records, comparison_doc, lake, run_compare, start_compare
 
 pytestmark = pytest.mark.slow
-
-CAP = "32"  # two 16-pair windows per task and arm: enough steps to kill between, quick to run
-EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
-
-
-def compare_argv(repo: Path, *extra: str) -> list[str]:
-    return [
-        EVALRUNNER,
-        "compare",
-        "--repo",
-        str(repo),
-        "--base",
-        "main",
-        "--head",
-        "improve-runbook",
-        "--cap",
-        CAP,
-        *extra,
-    ]
-
-
-def start_compare(home: Path, repo: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "EVALRUNNER_HOME": str(home)}
-    env.pop("DAGSTER_HOME", None)
-    return subprocess.Popen(
-        compare_argv(repo, *extra),
-        cwd=home.parent,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_sigint,  # test_cancel interrupts it
-    )
-
-
-def run_compare(home: Path, repo: Path, *extra: str, timeout: float = 200) -> subprocess.CompletedProcess:
-    proc = start_compare(home, repo, *extra)
-    out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def lake(home: Path) -> Path:
-    return home / "lake"
-
-
-def batch_records(home: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((lake(home) / "batches").rglob("*.json"))]
-
-
-def comparison_doc(home: Path) -> dict:
-    docs = [p for p in (lake(home) / "comparisons").rglob("*.json") if p.name.count(".") == 1]
-    assert len(docs) == 1, docs
-    return json.loads(docs[0].read_text())
 
 
 def comparison_being_written(home: Path) -> bool:

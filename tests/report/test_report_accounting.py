@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from evalrunner_assets.documents.comparison import ComparisonDocument, FailedWindows
 from evalrunner_assets.report.markdown import not_landed_note
-
-# A real comparison document (the demo's, written by evalrunner before its documents were models).
-DOCUMENT = Path(__file__).parents[1] / "fixtures" / "documents-v1" / "comparison.json"
-
-
-def document() -> ComparisonDocument:
-    doc = ComparisonDocument.from_json(DOCUMENT.read_bytes(), str(DOCUMENT))
-    doc.execution = None
-    doc.failed_windows = None
-    return doc
+from tests.helpers.comparison_fixture import document
 
 
 def failed(windows: int, samples: int, cost: float | None, unknown: int) -> ComparisonDocument:

@@ -15,8 +15,8 @@ from evalrunner_assets.report.links import WEB_URL_ENV, WebLinks, parse_web_url,
 from evalrunner_assets.report.markdown import render_comment
 from lake import LAYOUT, open_lake
 from resources.github import GitHubResource
+from tests.helpers.comparison_fixture import document
 from tests.helpers.github_standin import GitHubStandin
-from tests.report.test_report_accounting import document
 
 BASE_URL = "https://evalrunner.example.com/web"
 TOKEN = "ghp_links_token"

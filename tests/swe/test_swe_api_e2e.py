@@ -1,6 +1,6 @@
 """The SWE run API's contract: a real uvicorn server on loopback over a real Dagster instance and
 lake; runs queued for the daemon's sensor; a run's budget. Runs executed by the daemon of a real
-`evalrunner serve`, graded and ranked: tests/test_swe_served_e2e.py."""
+`evalrunner serve`, graded and ranked: tests/swe/test_swe_served_e2e.py."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _call(server: LoopbackServer, method: str, path: str, body: Any = None, toke
 
 def _as_the_daemon_launches(instance: dg.DagsterInstance, request: dg.RunRequest) -> dg.DagsterRun:
     """The Dagster run the daemon makes of a sensor's run request (with the tags it adds), before
-    its coordinator queues it; nothing executes here: tests/test_swe_served_e2e.py runs the
+    its coordinator queues it; nothing executes here: tests/swe/test_swe_served_e2e.py runs the
     real daemon."""
     from evalrunner_assets.definitions import defs
 

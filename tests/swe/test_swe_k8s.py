@@ -2,7 +2,7 @@
 call of an attempt is a ``pods/exec`` into that attempt's workspace pod (the evalrunner-k8s
 provider), the patch comes back through the sandbox, and grading runs in a fresh workspace pod.
 
-The cluster is the loopback STAND-IN of the Kubernetes API (tests/k8s_standin.py; not a
+The cluster is the loopback STAND-IN of the Kubernetes API (tests/helpers/k8s_standin.py; not a
 cluster: its kubelet runs each container as a local process and enforces none of what only a
 node enforces). The attempts, pytest runs, patch application and the lake are real; the same
 attempts also run under bubblewrap, and the two must agree."""
@@ -61,6 +61,7 @@ def _run(tmp: Path, backend, repo: Path, spec_file: Path) -> tuple[SweContext, d
     return ctx, rows
 
 
+@pytest.mark.slow  # whole SWE runs end to end: every agent version's attempts, graded
 def test_swe_run_executes_tools_patch_and_grading_in_workspace_pods_standin_api(
     tmp_path, tinystats, standin, standin_backend, bwrap_backend
 ):

@@ -1,7 +1,7 @@
 """The Kubernetes warm pool of workspace pods, and SWE runs through it with the task set's
 repository environment.
 
-The cluster is the loopback STAND-IN of the Kubernetes API (tests/k8s_standin.py; the
+The cluster is the loopback STAND-IN of the Kubernetes API (tests/helpers/k8s_standin.py; the
 Kubernetes cluster is mocked, as the test names say): its kubelet runs each container as a
 local process and does not enforce read-only mounts, so those are checked on the pod specs the
 controller sent. Pods, deliveries, execs, the environment's build Job, pytest runs, patches and
@@ -153,6 +153,7 @@ def test_workspace_pod_pool_reuses_prepared_pods_within_its_bound_and_reports_qu
     assert pool.stats()["ready"] == 0
 
 
+@pytest.mark.slow  # a whole SWE run end to end on the pod pool
 def test_swe_run_on_the_pod_pool_mounts_the_environment_claim_read_only_in_every_pod_standin_api(
     standin, standin_backend, tinystats, tmp_path
 ):
