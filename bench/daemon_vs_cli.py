@@ -5,7 +5,7 @@ measured in the same run, each on a fresh evalrunner home.
    subprocess, wall time from start to exit, which includes its own start-up).
 2. Candidate: `evalrunner serve` (webhook receiver + `dagster dev`), started and ready first
    (its start-up is not counted), then a signed ``pull_request``/``opened`` delivery for the
-   same commits to the real receiver, GitHub the REST stand-in of ``tests/github_standin.py``,
+   same commits to the real receiver, GitHub the REST stand-in of ``tests/helpers/github_standin.py``,
    no sensor called by hand: the time from the delivery's POST to the head's check run
    completing on the stand-in, and the Dagster runs the PR made.
 
@@ -41,11 +41,10 @@ EVALRUNNER = str(Path(sys.executable).with_name("evalrunner"))
 
 
 def _test_helpers() -> tuple[ModuleType, ModuleType]:
-    """The GitHub stand-in and the served-daemon driver live with the tests (plain modules there)."""
-    tests = str(Path(__file__).resolve().parents[1] / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    return importlib.import_module("github_standin"), importlib.import_module("served_evalrunner")
+    """The GitHub stand-in and the served-daemon driver live with the tests (``tests/helpers/``)."""
+    return importlib.import_module("tests.helpers.github_standin"), importlib.import_module(
+        "tests.helpers.served_evalrunner"
+    )
 
 
 def _verdict(home: Path, head: str) -> str:

@@ -1,6 +1,6 @@
 """How far past ``--budget-usd`` the model gateway lets a comparison spend.
 
-Upstream: the loopback stand-in of the OpenAI API (``tests/openai_standin.py``; no model API is
+Upstream: the loopback stand-in of the OpenAI API (``tests/helpers/openai_standin.py``; no model API is
 reachable here), answering every chat completion after a fixed delay, so calls overlap. Every
 call costs the same (the stand-in's token counts at a price of $1 per token). Many callers (as
 many sandboxes' samples do) post through one gateway whose concurrency per provider is
@@ -25,7 +25,6 @@ import json
 import socket
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "reset my password"}]}
@@ -86,10 +85,9 @@ def _admitted_on_arrival(gateway: Any) -> None:
 
 def _run(workers: int, callers: int, delay_s: float, baseline: bool) -> tuple[int, float]:
     """(calls answered past the crossing one, dollars over the budget) of one run."""
-    from openai_standin import OpenAIStandIn
-
     from evalrunner_assets.gateway import GatewaySettings, ModelGateway
     from evalrunner_assets.pricing import PriceTable
+    from tests.helpers.openai_standin import OpenAIStandIn
 
     budget = CALL_USD * BUDGET_CALLS + CALL_USD / 2
     with OpenAIStandIn() as up:
@@ -126,7 +124,6 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--quick", action="store_true", help="2 repeats, for a smoke run")
     args = parser.parse_args(argv)
     repeats = 2 if args.quick else args.repeats
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
     print(
         f"budget ${CALL_USD * BUDGET_CALLS + CALL_USD / 2:g} (crossed by call {BUDGET_CALLS + 1}); "

@@ -1,6 +1,6 @@
 """Model gateway overhead per model call (p50/p99), against calling the upstream directly.
 
-Upstream: the loopback stand-in of the OpenAI API (``tests/openai_standin.py``; no model API is
+Upstream: the loopback stand-in of the OpenAI API (``tests/helpers/openai_standin.py``; no model API is
 reachable here), answering a one-message chat completion at once. Baseline, measured in the same
 run: an ``httpx`` client (keep-alive, as the ``openai`` SDK uses) posting straight to the
 stand-in. Candidate: the same client posting the way a sandboxed process does — to a loopback
@@ -19,7 +19,6 @@ import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported in main: the bench's start-up is not measured, but kept light
@@ -54,11 +53,9 @@ def main(argv: list[str]) -> None:
 
     import httpx
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from openai_standin import OpenAIStandIn
-
     from evalrunner_assets.execution.channel import _serve_tcp_to_unix
     from evalrunner_assets.gateway import GatewaySettings, ModelGateway
+    from tests.helpers.openai_standin import OpenAIStandIn
 
     key = "sk-bench-not-a-real-key"
     with (

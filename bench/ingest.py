@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -33,8 +32,7 @@ def trivial_log(n: int = 10_000) -> Path:
     target = CACHE / f"trivial-{n}.eval"
     if target.exists():
         return target
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from _inspect_models import run_probe
+    from tests.helpers.inspect_models import run_probe
 
     print(f"producing a {n}-sample Inspect log (once; cached at {target}) …", flush=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 if TYPE_CHECKING:
-    from _package_index import PackageIndex
+    from tests.helpers.package_index_standin import PackageIndex
 
 
 def _host_install(index_url: str, src: Path, work: Path) -> float:
@@ -91,11 +90,10 @@ def _host_install(index_url: str, src: Path, work: Path) -> float:
 def main(flags: list[str]) -> None:
     # --quick: the build, its ratio and the reuse; not the two comparisons (minutes of Inspect).
     quick = "--quick" in flags
-    from _package_index import PackageIndex, wheel_from_installed, wheel_from_source
-
     from evalrunner_assets.execution.bubblewrap import BubblewrapBackend
     from evalrunner_assets.execution.environment import EnvironmentStore, detect_environment
     from evalrunner_assets.execution.sandbox import RepoExport
+    from tests.helpers.package_index_standin import PackageIndex, wheel_from_installed, wheel_from_source
 
     example = ROOT / "examples" / "quiz-agent"
     with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp_s:
@@ -134,7 +132,7 @@ def main(flags: list[str]) -> None:
 def _two_comparisons(tmp: Path, example: Path, index: PackageIndex) -> None:
     """Two ``evalrunner compare`` runs of different PRs on the same lock: the second builds
     nothing and asks the index for nothing."""
-    from conftest import commit_files, git
+    from tests.helpers.git_repos import commit_files, git
 
     repo = tmp / "repo"
     rows = [json.loads(x) for x in (example / "evals/data/capitals.jsonl").read_text().splitlines() if x]

@@ -3,7 +3,7 @@
 Every setting has one name, type, default, environment variable and help text here; the lake
 (:mod:`lake.storage`), the Dagster ``LakeResource``, the CLI and the generated settings reference
 read them from here, at the time a lake is opened (never at import), and the deploy files are
-checked against them by ``tests/test_lake_settings.py``.
+checked against them by ``tests/lake/test_lake_settings.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ rows from the plain dicts (``lake.raw_rows``), the same rows, column for column,
 objects give. That reader is checked: it reads only the log format versions and the archive
 layout it knows, and a log it does not recognize (another version, a member or sample field it
 does not know, a ``.json`` log, a damaged archive) is read by ``inspect_ai.log`` as before, so a
-damaged log gets the same ``LogIngestError``. ``tests/test_eval_archive_reader.py`` compares both
+damaged log gets the same ``LogIngestError``. ``tests/lake/test_eval_archive_reader.py`` compares both
 paths' tables on real logs; ``./dev bench ingest`` measures both. ``ingest_log_file`` (ad-hoc
 use) still reads through ``inspect_ai.log``; with ``events=False`` it reads only the sample
 summaries (one JSON member, no events, ~12k samples/s).

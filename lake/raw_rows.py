@@ -7,7 +7,7 @@ module does not reproduce field by field is handed to Inspect's models in small 
 chat-message input is validated (for its digest), and an event of a kind or shape the fast
 branches below do not cover is validated alone and read like ``inspect_ai.log``'s. A shape even
 that rejects raises :class:`UnrecognizedArchive`, and the whole log is read by ``inspect_ai.log``.
-``tests/test_eval_archive_reader.py`` compares both paths' tables on real logs.
+``tests/lake/test_eval_archive_reader.py`` compares both paths' tables on real logs.
 """
 
 from __future__ import annotations

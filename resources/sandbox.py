@@ -35,7 +35,7 @@ class SandboxResource(dg.ConfigurableResource):
     explicit only, refused under CI). The ``k8s_*`` fields configure the Kubernetes backend."""
 
     # The settings a deployment's environment sets (from_env): defaults from sandbox_settings.py,
-    # checked field by field by tests/test_sandbox_settings.py.
+    # checked field by field by tests/execution/test_sandbox_settings.py.
     backend_name: str = settings.BACKEND.resource_default
     k8s_namespace: str = settings.NAMESPACE.resource_default
     k8s_image: str = settings.IMAGE.resource_default

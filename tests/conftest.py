@@ -1,48 +1,14 @@
-"""Shared fixtures: throwaway git repositories and the bubblewrap backend."""
+"""Shared fixtures: throwaway git repositories, the Kubernetes API stand-in and the bubblewrap backend."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def commit_files(
-    repo: Path, files: dict[str, str | bytes], message: str = "c", executable: tuple[str, ...] = ()
-) -> str:
-    """Write ``files`` into ``repo`` (initialising it if needed), commit, return the SHA."""
-    repo.mkdir(parents=True, exist_ok=True)
-    if not (repo / ".git").exists():
-        git(repo, "init", "-q", "-b", "main")
-    for rel, content in files.items():
-        p = repo / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            p.write_bytes(content)
-        else:
-            p.write_text(content)
-        if rel in executable:
-            p.chmod(0o755)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--allow-empty", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
+from tests.helpers.git_repos import commit_files
 
 
 @pytest.fixture
@@ -59,8 +25,8 @@ def make_repo(tmp_path: Path) -> Callable[..., tuple[Path, str]]:
 
 @pytest.fixture
 def standin():
-    """A stand-in Kubernetes API on loopback (tests/k8s_standin.py), stopped after the test."""
-    from k8s_standin import KubernetesStandIn
+    """A stand-in Kubernetes API on loopback (tests/helpers/k8s_standin.py), stopped after the test."""
+    from tests.helpers.k8s_standin import KubernetesStandIn
 
     s = KubernetesStandIn()
     s.start()
@@ -122,7 +88,7 @@ def _comments_are_valid_gfm(_written_comments, tmp_path_factory):
     """Fails the test during which (or during whose fixtures) a PR comment with a malformed GFM
     table was written, as markdown-it-py (tables enabled) reads it."""
     yield
-    from reliability._gfm import table_problems
+    from tests.reliability._gfm import table_problems
 
     written, checked = _written_comments["written"], _written_comments["checked"]
     new = list(written)

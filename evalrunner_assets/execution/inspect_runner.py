@@ -9,7 +9,7 @@ Cold and warm. Cold: one ``inspect eval`` process per window. Warm: one long-liv
 worker per (commit, task) that imports Inspect once and runs successive windows in-process
 (:class:`WarmTaskRunner`); never shared across commits or tasks. Measured on this 2-core
 machine (bubblewrap, 4-sample windows of a trivial no-model task, sample ids already known;
-``tests/test_inspect_runner.py::test_warm_windows_match_cold_and_are_faster`` prints them):
+``tests/execution/test_inspect_runner.py::test_warm_windows_match_cold_and_are_faster`` prints them):
 
     cold: 4.5–6.5 s per window (sandbox + interpreter + Inspect import + task load + run)
     warm: ~2 s to start the session, 0.9–1.5 s for its first window (ids listed, task loaded),

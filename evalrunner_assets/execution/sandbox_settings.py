@@ -5,7 +5,7 @@ Kubernetes backend's configuration (``KubernetesSandboxConfig`` in ``kubernetes/
 its defaults and descriptions from these, the Dagster resource (``resources/sandbox.py``) its
 fields and its environment mapping, and the CLI its choices, defaults and help. The deploy
 files (``deploy/k8s/40-lake-and-config.yaml``) are checked against them by
-``tests/test_sandbox_settings.py``.
+``tests/execution/test_sandbox_settings.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """JSON Schemas of evalrunner's documents, exported next to the manifest schema.
 
 ``python -m evalrunner_assets.pipeline.schemas`` writes them again after a model changes;
-``tests/test_documents.py`` fails while a file differs from its model.
+``tests/documents/test_documents.py`` fails while a file differs from its model.
 """
 
 from __future__ import annotations

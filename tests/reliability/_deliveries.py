@@ -6,8 +6,8 @@ import copy
 import json
 from typing import Any
 
-from shared_files import shared_path
-from webhook_delivery import post_delivery
+from tests.helpers.shared_files import shared_path
+from tests.helpers.webhook_delivery import post_delivery
 
 FIXTURES = shared_path("fixtures/github-webhooks")
 SECRET = b"reliability-secret"

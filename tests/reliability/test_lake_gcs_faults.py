@@ -149,9 +149,8 @@ def test_fifty_concurrent_create_only_writers_exactly_one_wins(
 def test_batch_records_on_gcs_are_committed_create_only(
     emulator: str, uploads: list[dict], precondition_standin: None, tmp_path: Path
 ) -> None:
-    from _inspect_models import probe_logs
-
     from lake import BatchConflictError, BatchKey, Window, land_batch
+    from tests.helpers.inspect_models import probe_logs
 
     logs = probe_logs(tmp_path / "logs")
     lake = gs_lake(emulator, "records")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from _inspect_models import probe_logs
 
 from evalrunner_assets.execution.inspect_runner import WindowRun
 from evalrunner_assets.pipeline.windows import _land, batch_state
@@ -20,6 +19,7 @@ from lake import BatchConflictError, BatchKey, Window, connect, land_batch, open
 from lake.batch import RunSettings
 from lake.integrity import LakeIntegrityError, forget_verified, verify_lake, verify_record
 from lake.schema import SAMPLES_SCHEMA, BatchRecord
+from tests.helpers.inspect_models import probe_logs
 
 pytestmark = pytest.mark.reliability
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import dagster as dg
 import pytest
-from github_standin import LoopbackServer
 
 from evalrunner_assets.assets.inbox import GITHUB_INBOX
 from evalrunner_assets.github.inbox import (
@@ -37,6 +36,7 @@ from lake.layout import LAYOUT
 from lake.storage import Lake
 from resources import GitHubResource, LakeResource, RepoResource
 from sensors.pr import pr_sensor
+from tests.helpers.github_standin import LoopbackServer
 
 from ._deliveries import POISON, REPO, SECRET, pull_request, send
 

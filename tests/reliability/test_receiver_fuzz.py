@@ -9,7 +9,6 @@ import string
 from typing import Any
 
 import pytest
-from github_standin import LoopbackServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +16,7 @@ from evalrunner_assets.github.inbox import QUEUE_SOURCE, InboxRecord, validate_r
 from evalrunner_assets.http.webhook import ReceiverConfig, create_app
 from lake.layout import LAYOUT
 from lake.storage import Lake
+from tests.helpers.github_standin import LoopbackServer
 
 from ._deliveries import SECRET, fixture, post
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from github_standin import free_port
 
 from evalrunner_assets.github.inbox import INBOX_SOURCE
 from lake.layout import LAYOUT
 from resources import GitHubResource, LakeResource, RepoResource
 from sensors.pr import pr_sensor
+from tests.helpers.github_standin import free_port
 
 from ._deliveries import SECRET, post, pull_request
 

@@ -1,0 +1,1 @@
+"""Tests of evalrunner_assets/assets and the code location (definitions, partitions)."""

@@ -1,0 +1,1 @@
+"""Tests of evalrunner_assets/cli (the `evalrunner` command)."""

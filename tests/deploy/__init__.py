@@ -1,0 +1,1 @@
+"""Tests of deploy/ (the Kubernetes manifests, Helm values and Dagster instance settings)."""

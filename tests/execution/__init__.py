@@ -1,0 +1,1 @@
+"""Tests of evalrunner_assets/execution (sandboxes, Inspect runs, repository environments, the Kubernetes backend)."""
