@@ -3,7 +3,7 @@
 Every setting has one name, type, default, environment variable and help text here; the GitHub
 client and credentials (``resources/_github_client.py``), the Dagster ``GitHubResource`` and the
 generated settings reference read them from here, when credentials or a client are made (never
-at import), and the deploy files are checked against them by ``tests/test_github_settings.py``.
+at import), and the deploy files are checked against them by ``tests/github/test_github_settings.py``.
 Secret values are read only from the environment or the files named here, and never logged.
 """
 

@@ -3,7 +3,7 @@
 Every setting has one name, type, default, environment variable and help text here; the
 gateway (``GatewaySettings.from_env`` and its providers' table in ``_gateway.py``) and the
 generated settings reference read them from here, when a gateway is made (never at import), and
-the deploy files are checked against them by ``tests/test_gateway_settings.py``. The keys are
+the deploy files are checked against them by ``tests/gateway/test_gateway_settings.py``. The keys are
 read by the controller only: no sandbox ever sees them.
 """
 

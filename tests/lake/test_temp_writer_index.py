@@ -16,7 +16,7 @@ import pytest
 from evalrunner_assets.pipeline.engine import sweep_lake
 from lake import LAYOUT, open_lake
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _killed_writer(lake_root: Path, done: str, dies: str) -> int:

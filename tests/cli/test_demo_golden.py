@@ -3,7 +3,7 @@ as the goldens in tests/fixtures/demo_golden/, byte for byte, once the values a 
 (times, latencies, the host's core count, where the home is) are normalised by ``normalise_*``.
 
 A change that alters what users see fails here. When the change is meant, regenerate the
-goldens and commit them with it: ``EVALRUNNER_UPDATE_GOLDEN=1 ./dev test tests/test_demo_golden.py``
+goldens and commit them with it: ``EVALRUNNER_UPDATE_GOLDEN=1 ./dev test tests/cli/test_demo_golden.py``
 (docs/development.md).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-GOLDEN = Path(__file__).parent / "fixtures" / "demo_golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "demo_golden"
 UPDATE_ENV = "EVALRUNNER_UPDATE_GOLDEN"
 HOME_PLACEHOLDER = "$EVALRUNNER_HOME"
 MEASURED = "<measured>"

@@ -14,7 +14,7 @@ from evalrunner_assets.gateway import PROVIDERS, GatewayError, GatewaySettings
 from evalrunner_assets.gateway import settings as settings
 from evalrunner_assets.gateway.settings import BY_ENV, GatewayEnvSettings, GatewaySettingError, gateway_env_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_unset_variables_keep_the_defaults_and_set_ones_are_parsed():

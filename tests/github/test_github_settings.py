@@ -15,7 +15,7 @@ from evalrunner_assets.github_settings import BY_ENV, GitHubSettingError, GitHub
 from resources._github_client import GitHubClient, GitHubCredentials, GitHubError
 from resources.github import GitHubResource
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_unset_variables_keep_the_defaults_and_set_ones_are_parsed():

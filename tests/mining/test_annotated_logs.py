@@ -23,7 +23,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _inspect_models import lookup
 from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
 from inspect_ai.log import EvalLog, read_eval_log
@@ -42,6 +41,7 @@ from lake.layout import LAYOUT
 from lake.schema import ANNOTATIONS_SCHEMA
 from lake.storage import Lake
 from lake.viewer import view_command
+from tests.helpers.inspect_models import lookup
 
 REPO, COMMIT, TASK = "acme/agent", "c" * 40, "qa/probe"
 FAILING = [f"f{i}" for i in range(6)]
