@@ -13,16 +13,20 @@ from evalrunner_assets.pipeline.measure_in_order import SandboxSlots, measure_in
 def test_results_come_back_in_the_items_order_though_later_items_finish_first() -> None:
     finished: list[int] = []
     lock = threading.Lock()
+    last_done = threading.Event()
 
     def measure(item: int, stop: threading.Event) -> int:
-        time.sleep(0.05 * (4 - item))  # item 0 is the slowest
+        if item == 0:
+            assert last_done.wait(5)  # the first finishes only after the last has
         with lock:
             finished.append(item)
+        if item == 3:
+            last_done.set()
         return item * 10
 
     out = list(measure_in_order([0, 1, 2, 3], measure, ahead=4))
     assert out == [(0, 0), (1, 10), (2, 20), (3, 30)]
-    assert finished[0] != 0  # they really ran at once: a later one finished before the first
+    assert finished[-1] == 0  # they really ran at once: the first finished last
 
 
 def test_no_more_than_ahead_measurements_run_at_once_and_all_of_them_do() -> None:
