@@ -9,11 +9,11 @@ Secret values are read only from the environment or the files named here, and ne
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalrunner_assets.env_settings import EnvSetting, read_env_settings
 from evalrunner_assets.errors import UserError
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -25,16 +25,8 @@ class GitHubSettingError(UserError, ValueError):
 
 
 @dataclass(frozen=True)
-class GitHubSetting:
-    """One setting; ``default`` None means unset. ``secret``: its value is a credential (never
-    shown); a secret may instead be given as the file its ``file_env`` names."""
-
-    name: str
-    type: type
-    default: Any
-    env: str
-    help: str
-    secret: bool = False
+class GitHubSetting(EnvSetting):
+    """One GitHub setting; a secret may instead be given as the file its ``*_FILE`` variable names."""
 
     def parse(self, value: str) -> Any:
         """``value`` (the variable's text) as this setting's type; an error names the variable."""
@@ -127,15 +119,4 @@ def github_settings(env: Mapping[str, str] | None = None, **given: Any) -> GitHu
     """The settings the environment (default ``os.environ``, read now) gives; unset or empty
     variables keep their defaults. ``given`` (by setting name) are a caller's own values, e.g. a
     resource's config: one that is not None or empty wins, and its variable is not read."""
-    env = os.environ if env is None else env
-    unknown = set(given) - {s.name for s in SETTINGS}
-    if unknown:
-        raise TypeError(f"not GitHub settings: {', '.join(sorted(unknown))}")
-    fields: dict[str, Any] = {}
-    for setting in SETTINGS:
-        mine = given.get(setting.name)
-        if mine is not None and mine != "":
-            fields[setting.name] = mine
-        elif value := env.get(setting.env):
-            fields[setting.name] = setting.parse(value)
-    return GitHubSettings(**fields)
+    return GitHubSettings(**read_env_settings(SETTINGS, env, given, concern="GitHub"))

@@ -143,6 +143,7 @@ NEUTRAL = (
     "evalrunner_assets.errors",  # the exception root and its families, and the exit codes
     "evalrunner_assets.home",  # where evalrunner's home, the lake and the Dagster instance are
     "evalrunner_assets.lake_settings",  # the lake's environment variables, defined once
+    "evalrunner_assets.env_settings",  # what a setting read from the environment is
 )
 PROJECT = ("evalrunner_assets", "lake", "resources", "sensors", "sql")
 

@@ -9,11 +9,11 @@ read by the controller only: no sandbox ever sees them.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalrunner_assets.env_settings import EnvSetting, read_env_settings
 from evalrunner_assets.errors import InputError
 
 
@@ -22,15 +22,8 @@ class GatewaySettingError(InputError, ValueError):
 
 
 @dataclass(frozen=True)
-class GatewaySetting:
-    """One setting; ``default`` None means unset. ``secret``: its value is a credential."""
-
-    name: str
-    type: type
-    default: Any
-    env: str
-    help: str
-    secret: bool = False
+class GatewaySetting(EnvSetting):
+    """One gateway setting."""
 
     def parse(self, value: str) -> Any:
         """``value`` (the variable's text) as this setting's type; an error names the variable."""
@@ -81,15 +74,5 @@ class GatewayEnvSettings:
 def gateway_env_settings(env: Mapping[str, str] | None = None, **given: Any) -> GatewayEnvSettings:
     """The settings the environment (default ``os.environ``, read now) gives; unset or empty
     variables keep their defaults. ``given`` (by setting name) are a caller's own values: one
-    that is not None wins, and its variable is not read."""
-    env = os.environ if env is None else env
-    unknown = set(given) - {s.name for s in SETTINGS}
-    if unknown:
-        raise TypeError(f"not gateway settings: {', '.join(sorted(unknown))}")
-    fields: dict[str, Any] = {}
-    for setting in SETTINGS:
-        if given.get(setting.name) is not None:
-            fields[setting.name] = given[setting.name]
-        elif value := env.get(setting.env):
-            fields[setting.name] = setting.parse(value)
-    return GatewayEnvSettings(**fields)
+    that is not None or empty wins, and its variable is not read."""
+    return GatewayEnvSettings(**read_env_settings(SETTINGS, env, given, concern="gateway"))
