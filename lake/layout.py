@@ -75,6 +75,14 @@ def partition_value(value: str) -> str:
     return quote(value, safe="")
 
 
+def _task_annotations(repo: str, commit: str, task: str) -> str:
+    """The directory of every source's notes on one (commit, task)."""
+    return (
+        f"annotations/repo={partition_value(check_repo(repo))}/commit={check_commit(commit)}/"
+        f"task={partition_value(check_task(task))}"
+    )
+
+
 @dataclass(frozen=True, order=True)
 class Window:
     """A contiguous slice ``[start, stop)`` of a task's seeded sample order."""
@@ -357,20 +365,14 @@ class LakeLayout:
     def annotations(self, repo: str, commit: str, task: str, source: str) -> str:
         """Notes one source (``trajectory-miner``, ...) attached to a task's trajectories at a
         commit: one row per note, on a sample or on one of its events."""
-        return (
-            f"annotations/repo={partition_value(check_repo(repo))}/commit={check_commit(commit)}/"
-            f"task={partition_value(check_task(task))}/{_check_name('annotation source', source)}.parquet"
-        )
+        return f"{_task_annotations(repo, commit, task)}/{_check_name('annotation source', source)}.parquet"
 
     def annotations_glob(self) -> str:
         return "annotations/*/*/*/*.parquet"
 
     def task_annotations_glob(self, repo: str, commit: str, task: str) -> str:
         """Every source's notes on one (commit, task)."""
-        return (
-            f"annotations/repo={partition_value(check_repo(repo))}/commit={check_commit(commit)}/"
-            f"task={partition_value(check_task(task))}/*.parquet"
-        )
+        return f"{_task_annotations(repo, commit, task)}/*.parquet"
 
     def annotated_logs_prefix(self) -> str:
         """Where the annotated copies of raw logs are: the log directory of Inspect's viewer of
@@ -397,6 +399,11 @@ class LakeLayout:
     def task_annotated_logs_prefix(self, repo: str, commit: str, task: str) -> str:
         """The directory of one (commit, task)'s annotated log copies."""
         return f"{self.annotated_logs_prefix()}/{check_repo(repo)}/{check_commit(commit)}/{check_task(task)}"
+
+    def task_annotated_logs_globs(self, repo: str, commit: str, task: str) -> list[str]:
+        """Every annotated log copy of one (commit, task) (``.eval`` and ``.json`` logs)."""
+        prefix = self.task_annotated_logs_prefix(repo, commit, task)
+        return [f"{prefix}/**/*.eval", f"{prefix}/**/*.json"]
 
     def series_point(self, repo: str, commit: str) -> str:
         """One main-branch point of the cohort series (per-task means with intervals, cohort

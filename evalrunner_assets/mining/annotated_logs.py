@@ -65,8 +65,9 @@ def write_annotated_logs(lake: Lake, repo: str, commit: str, task: str) -> Annot
         rel = LAYOUT.annotated_log(record.raw_path)
         lake.write_bytes(rel, annotated_copy(lake.read_bytes(record.raw_path), record.raw_path, notes))
         written.append(rel)
-    prefix = LAYOUT.task_annotated_logs_prefix(repo, commit, task)
-    stale = [rel for ext in ("eval", "json") for rel in lake.glob(f"{prefix}/**/*.{ext}") if rel not in set(written)]
+    kept = set(written)
+    stale = [rel for glob in LAYOUT.task_annotated_logs_globs(repo, commit, task) for rel in lake.glob(glob)]
+    stale = [rel for rel in stale if rel not in kept]
     for rel in stale:
         lake.remove(rel)
     return AnnotatedLogs(written, stale)
@@ -99,7 +100,7 @@ def annotated_copy(raw: bytes, raw_path: str, notes: Iterable[dict[str, Any]]) -
         init = events[start] if events else None
         for row in reversed(rows):
             seq = row["seq"]
-            at = events[seq] if seq is not None and 0 <= seq < len(events) else None
+            at = _event_at(events, seq)
             anchor = at if at is not None else init
             info = InfoEvent(
                 source=INFO_SOURCE,
@@ -121,9 +122,14 @@ def annotated_copy(raw: bytes, raw_path: str, notes: Iterable[dict[str, Any]]) -
             return fh.read()
 
 
+def _event_at(events: list[Any], seq: int | None) -> Any:
+    """The raw sample's event a note's ``seq`` names (None: a note on the whole trajectory)."""
+    return events[seq] if seq is not None and 0 <= seq < len(events) else None
+
+
 def _entry(row: dict[str, Any], events: list[Any]) -> dict[str, Any]:
     seq = row["seq"]
-    at = events[seq] if seq is not None and 0 <= seq < len(events) else None
+    at = _event_at(events, seq)
     return {
         "note": row["note"],
         "finding": row["finding"],

@@ -296,12 +296,6 @@ def _measure_task(
     return out
 
 
-def _learn(
-    lake: Lake, backend: SandboxBackend, export: RepoExport, model: str, cancel: threading.Event | None
-) -> CommitFacts:
-    return learn_commit(lake, backend, export, model=model, cancel=cancel)
-
-
 def _sum_known(values: Iterable[float | None]) -> float | None:
     total = 0.0
     for v in values:
@@ -385,13 +379,13 @@ def measure_point(
     (not yet compared with the previous one: see :func:`flag_point`). ``stop_early=False`` runs
     every window up to the cap (or the dataset's end) whatever the interval, so measurements of
     different configurations cover the same inputs. ``slots`` (shared by points measured at
-    once) runs the discovery and the tasks; without it the tasks get ``workers`` threads."""
+    once) runs the discovery and the tasks; without it, a pool of ``workers`` slots of its own."""
     with contextlib.ExitStack() as stack:
         if slots is None:
             slots = stack.enter_context(SandboxSlots(workers))
-            facts: CommitFacts = learn_commit(lake, backend, export, model=settings.model, cancel=cancel)
-        else:
-            facts = slots.submit(_learn, lake, backend, export, settings.model, cancel).result()
+        facts: CommitFacts = slots.submit(
+            lambda: learn_commit(lake, backend, export, model=settings.model, cancel=cancel)
+        ).result()
         model = settings.model_choice(facts.agent_model)
         commit_settings = settings.for_model(model)
         runtime = backend.runtime_digest()
