@@ -196,9 +196,7 @@ class Lake:
         record = self.path(self.layout.temp_write_record(os.getpid(), token))
         try:
             os.makedirs(directory, exist_ok=True)  # a read-only or full disk fails here first
-            os.makedirs(os.path.dirname(record), exist_ok=True)
-            with open(record, "x", encoding="utf-8") as fh:
-                fh.write(os.path.relpath(tmp, self._base))
+            _create_record(record, os.path.relpath(tmp, self._base))
             with open(tmp, "xb") as fh:
                 fh.write(data)
                 fh.flush()
@@ -348,6 +346,18 @@ class Lake:
                 continue  # an object without a timestamp is never judged old
             out.append((rel_p, mtime.timestamp() if hasattr(mtime, "timestamp") else float(mtime)))
         return iter(sorted(out))
+
+
+def _create_record(path: str, text: str) -> None:
+    """Create the temp-write record ``path`` holding ``text``; its directory is made only when
+    it is missing (once per lake, not once per write)."""
+    try:
+        fh = open(path, "x", encoding="utf-8")
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fh = open(path, "x", encoding="utf-8")
+    with fh:
+        fh.write(text)
 
 
 def _fsync_dir(directory: str) -> None:
