@@ -71,7 +71,15 @@ RETRY_BASE_S = LakeSetting(
     "EVALRUNNER_LAKE_RETRY_BASE_S",
     "The first backoff between those retries, in seconds; doubling.",
 )
-SETTINGS: tuple[LakeSetting, ...] = (ROOT, GCS_ENDPOINT, GCS_TOKEN, RETRIES, RETRY_BASE_S)
+LAND_PROCESSES = LakeSetting(
+    "land_processes",
+    int,
+    None,
+    "EVALRUNNER_LAND_PROCESSES",
+    "Worker processes that parse a large .eval log (1,000 samples or more) while it lands "
+    "(unset: one per CPU; 0 or 1: parse in the landing process).",
+)
+SETTINGS: tuple[LakeSetting, ...] = (ROOT, GCS_ENDPOINT, GCS_TOKEN, RETRIES, RETRY_BASE_S, LAND_PROCESSES)
 BY_ENV: dict[str, LakeSetting] = {s.env: s for s in SETTINGS}
 
 
@@ -82,6 +90,7 @@ class LakeSettings:
     gcs_token: str | None = GCS_TOKEN.default
     retries: int = RETRIES.default
     retry_base_s: float = RETRY_BASE_S.default
+    land_processes: int | None = LAND_PROCESSES.default
 
 
 def lake_settings(env: Mapping[str, str] | None = None) -> LakeSettings:

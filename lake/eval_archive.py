@@ -47,7 +47,8 @@ class UnrecognizedArchive(EvalrunnerError):
 
 
 @cache
-def _sample_fields() -> frozenset[str]:
+def sample_fields() -> frozenset[str]:
+    """The fields of Inspect's ``EvalSample``: a sample member with another is not read here."""
     from inspect_ai.log import EvalSample
 
     return frozenset(EvalSample.model_fields)
@@ -82,53 +83,73 @@ class EvalArchive:
         self.version: int = version
         self.header = _header_log(raw)
 
-    def member_bytes(self, info: Member) -> bytes:
-        """A member's content, CRC-checked. Sliced from the archive and decompressed here:
-        ``ZipFile.read`` costs ~100 µs a member in Python overhead, as much as parsing it."""
+    def packed(self, info: Member) -> bytes:
+        """A member's compressed bytes, sliced from the archive after its local header. Read
+        here rather than by ``ZipFile.read``, which costs ~100 µs a member in Python overhead,
+        as much as parsing it; :func:`unpack_member` decompresses and checks them."""
         data, off = self._data, info.header_offset
         if info.flag_bits & 0x1 or data[off : off + 4] != b"PK\x03\x04":  # encrypted, or no local header
             raise UnrecognizedArchive(f"member {info.filename!r}: unexpected local header")
         name_len, extra_len = struct.unpack_from("<HH", data, off + 26)
         start = off + 30 + name_len + extra_len
-        packed = data[start : start + info.compress_size]
-        try:
-            if info.compress_type == _ZSTD:
-                content = _unzstd(self._unzstd, packed)
-            elif info.compress_type == zipfile.ZIP_DEFLATED:
-                content = zlib.decompress(packed, -15)
-            elif info.compress_type == zipfile.ZIP_STORED:
-                content = packed
-            else:
-                raise UnrecognizedArchive(f"member {info.filename!r}: compression {info.compress_type}")
-        except (zstandard.ZstdError, zlib.error) as exc:
-            raise UnrecognizedArchive(f"member {info.filename!r}: {type(exc).__name__}") from exc
-        if len(content) != info.file_size or zlib.crc32(content) != info.CRC:
-            raise UnrecognizedArchive(f"member {info.filename!r} fails its size or CRC")
-        return content
+        return data[start : start + info.compress_size]
+
+    def member_bytes(self, info: Member) -> bytes:
+        """A member's content, CRC-checked."""
+        return unpack_member(info, self.packed(info), self._unzstd)
 
     def member_json(self, info: Member) -> Any:
-        try:
-            return orjson.loads(self.member_bytes(info))
-        except orjson.JSONDecodeError as exc:  # includes NaN and Infinity, which Inspect may write
-            raise UnrecognizedArchive(f"member {info.filename!r}: {exc}") from exc
+        return _member_json(info, self.member_bytes(info))
 
     def samples(self) -> Iterator[dict[str, Any]]:
         """Every sample as the dict its member holds, in archive order (see :func:`sample_order`)."""
-        fields = _sample_fields()
+        fields = sample_fields()
         for info in self.sample_members:
-            sample = self.member_json(info)
-            if not isinstance(sample, dict):
-                raise UnrecognizedArchive(f"member {info.filename!r} is not an object")
-            unknown = sample.keys() - fields
-            if unknown:  # e.g. the deprecated 'score'/'transcript' Inspect migrates on validation
-                raise UnrecognizedArchive(f"member {info.filename!r} has unknown fields {sorted(unknown)}")
-            sid, epoch = sample.get("id"), sample.get("epoch")
-            if type(sid) not in (int, str) or type(epoch) is not int:
-                raise UnrecognizedArchive(f"member {info.filename!r} has no int/str id and int epoch")
-            events = sample.get("events", [])
-            if not isinstance(events, list):
-                raise UnrecognizedArchive(f"member {info.filename!r}: events is not a list")
-            yield sample
+            yield sample_dict(info, self.member_bytes(info), fields)
+
+
+def unpack_member(info: Member, packed: bytes, unzstd: zstandard.ZstdDecompressor) -> bytes:
+    """A member's content from its compressed bytes (:meth:`EvalArchive.packed`), CRC-checked.
+    ``unzstd`` is used by one thread at a time: a decompressor's context is not shareable."""
+    try:
+        if info.compress_type == _ZSTD:
+            content = _unzstd(unzstd, packed)
+        elif info.compress_type == zipfile.ZIP_DEFLATED:
+            content = zlib.decompress(packed, -15)
+        elif info.compress_type == zipfile.ZIP_STORED:
+            content = packed
+        else:
+            raise UnrecognizedArchive(f"member {info.filename!r}: compression {info.compress_type}")
+    except (zstandard.ZstdError, zlib.error) as exc:
+        raise UnrecognizedArchive(f"member {info.filename!r}: {type(exc).__name__}") from exc
+    if len(content) != info.file_size or zlib.crc32(content) != info.CRC:
+        raise UnrecognizedArchive(f"member {info.filename!r} fails its size or CRC")
+    return content
+
+
+def _member_json(info: Member, content: bytes) -> Any:
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError as exc:  # includes NaN and Infinity, which Inspect may write
+        raise UnrecognizedArchive(f"member {info.filename!r}: {exc}") from exc
+
+
+def sample_dict(info: Member, content: bytes, fields: frozenset[str]) -> dict[str, Any]:
+    """A sample member's content as its dict, checked to be a shape this reader knows;
+    ``fields`` are ``EvalSample``'s (:func:`sample_fields`)."""
+    sample = _member_json(info, content)
+    if not isinstance(sample, dict):
+        raise UnrecognizedArchive(f"member {info.filename!r} is not an object")
+    unknown = sample.keys() - fields
+    if unknown:  # e.g. the deprecated 'score'/'transcript' Inspect migrates on validation
+        raise UnrecognizedArchive(f"member {info.filename!r} has unknown fields {sorted(unknown)}")
+    sid, epoch = sample.get("id"), sample.get("epoch")
+    if type(sid) not in (int, str) or type(epoch) is not int:
+        raise UnrecognizedArchive(f"member {info.filename!r} has no int/str id and int epoch")
+    events = sample.get("events", [])
+    if not isinstance(events, list):
+        raise UnrecognizedArchive(f"member {info.filename!r}: events is not a list")
+    return sample
 
 
 class Member(NamedTuple):

@@ -18,14 +18,24 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
+import zstandard
 
 from evalrunner_assets.errors import EvalrunnerError
 from evalrunner_assets.sample_digest import sample_input_digest
+from lake import read_pool
 from lake.batch import BatchKey
-from lake.eval_archive import EvalArchive, UnrecognizedArchive, sample_order
+from lake.eval_archive import (
+    EvalArchive,
+    Member,
+    UnrecognizedArchive,
+    sample_dict,
+    sample_fields,
+    sample_order,
+    unpack_member,
+)
 from lake.row_values import (
     event_text,
     event_values,
@@ -397,22 +407,65 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+class ArchivePart(NamedTuple):
+    """The rows of some of an archive's samples, in archive order: the reader's columns as
+    Arrow tables (no batch-key constants, which :meth:`ArchiveRows.tables` adds), and per sample
+    its sort key, error and event count. What a landing process hands back (it pickles)."""
+
+    samples: pa.Table
+    events: pa.Table
+    order: list[tuple[int, str]]
+    errors: list[str | None]
+    event_counts: list[int]
+
+
+def _arrow(names: Sequence[str], columns: list[list[Any]], schema: pa.Schema, stamps: frozenset[str]) -> pa.Table:
+    arrays = []
+    for name, values in zip(names, columns):
+        if name in stamps:
+            arrays.append(_timestamps(values))
+            continue
+        try:
+            arrays.append(pa.array(values, type=schema.field(name).type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:  # e.g. an int past int64
+            raise UnrecognizedArchive(f"column {name}: {exc}") from exc
+    return pa.Table.from_arrays(arrays, names=list(names))
+
+
+_SAMPLE_STAMPS = frozenset({"started_at", "completed_at"})
+_EVENT_STAMPS = frozenset({"timestamp"})
+
+
+def read_part(members: Sequence[Member], packed: Sequence[bytes]) -> ArchivePart:
+    """The rows of ``members`` from their compressed bytes (:meth:`EvalArchive.packed`): run in
+    the landing process or, for a large log, in several processes (:mod:`lake.read_pool`), so it
+    takes only picklable arguments. Raises :class:`UnrecognizedArchive`."""
+    fields = sample_fields()
+    unzstd = zstandard.ZstdDecompressor()
+    cols = _Columns()
+    with _no_gc():
+        for info, blob in zip(members, packed):
+            cols.add(sample_dict(info, unpack_member(info, blob, unzstd), fields))
+        samples = _arrow(SAMPLE_ROW, cols.samples, SAMPLES_SCHEMA, _SAMPLE_STAMPS)
+        events = _arrow(EVENT_ROW, cols.events, EVENTS_SCHEMA, _EVENT_STAMPS)
+    counts = [b - a for a, b in zip(cols.event_starts, cols.event_starts[1:] + [len(cols.events[0])])]
+    return ArchivePart(samples, events, cols.order, cols.errors, counts)
+
+
 class ArchiveRows:
     """Every sample's rows of a recognized archive, in ``inspect_ai.log``'s sample order."""
 
-    def __init__(self, archive: EvalArchive) -> None:
-        self.header = archive.header
-        cols = _Columns()
-        with _no_gc():
-            for sample in archive.samples():
-                cols.add(sample)
-        self._cols = cols
+    def __init__(self, header: Any, parts: Sequence[ArchivePart]) -> None:
+        self.header = header
+        self._parts = list(parts)
+        order = [key for part in self._parts for key in part.order]
         # inspect_ai.log sorts the samples; the rows are put in that order when tables are built
-        self._perm = sorted(range(len(cols.order)), key=cols.order.__getitem__)
+        self._perm = sorted(range(len(order)), key=order.__getitem__)
+        self._errors = [e for part in self._parts for e in part.errors]
 
     @property
     def sample_errors(self) -> list[str | None]:
-        return [self._cols.errors[i] for i in self._perm]
+        return [self._errors[i] for i in self._perm]
 
     def tables(self, key: BatchKey) -> tuple[pa.Table, pa.Table, int]:
         """(samples, events, errored sample count), equal to ``lake.ingest._tables(key, log)``."""
@@ -420,36 +473,59 @@ class ArchiveRows:
             return self._tables(key)
 
     def _tables(self, key: BatchKey) -> tuple[pa.Table, pa.Table, int]:
-        cols, perm = self._cols, self._perm
-        n = len(perm)
-        values: dict[str, Any] = dict(zip(SAMPLE_ROW, cols.samples))
-        for name in ("started_at", "completed_at"):
-            values[name] = _timestamps(values[name])
+        parts, perm = self._parts, self._perm
+        read_samples = pa.concat_tables([part.samples for part in parts])
+        read_events = pa.concat_tables([part.events for part in parts])
+        n, m = read_samples.num_rows, read_events.num_rows
         consts = sample_constants(key, self.header)
-        samples = pa.Table.from_pydict(
-            {f.name: values[f.name] if f.name in values else [consts[f.name]] * n for f in SAMPLES_SCHEMA},
+        samples = pa.Table.from_arrays(
+            [
+                read_samples.column(f.name) if f.name in _SAMPLE_COLUMNS else pa.array([consts[f.name]] * n, f.type)
+                for f in SAMPLES_SCHEMA
+            ],
             schema=SAMPLES_SCHEMA,
         )
-        evalues: dict[str, Any] = dict(zip(EVENT_ROW, cols.events))
-        evalues["timestamp"] = _timestamps(evalues["timestamp"])
-        m = len(cols.events[0])
         econsts = {"repo": key.repo, "commit": key.commit, "task": key.task, "batch": key.digest}
-        events = pa.Table.from_pydict(
-            {f.name: evalues[f.name] if f.name in evalues else [econsts[f.name]] * m for f in EVENTS_SCHEMA},
+        events = pa.Table.from_arrays(
+            [
+                read_events.column(f.name) if f.name in _EVENT_COLUMNS else pa.array([econsts[f.name]] * m, f.type)
+                for f in EVENTS_SCHEMA
+            ],
             schema=EVENTS_SCHEMA,
         )
         if perm != list(range(n)):
+            counts = [c for part in parts for c in part.event_counts]
+            starts = [0] * n
+            for i in range(1, n):
+                starts[i] = starts[i - 1] + counts[i - 1]
             samples = samples.take(pa.array(perm, type=pa.int64()))
-            bounds = cols.event_starts + [m]
-            rows = [j for i in perm for j in range(bounds[i], bounds[i + 1])]
+            rows = [j for i in perm for j in range(starts[i], starts[i] + counts[i])]
             events = events.take(pa.array(rows, type=pa.int64()))
-        errored = sum(1 for e in cols.errors if e is not None)
+        errored = sum(1 for e in self._errors if e is not None)
         return samples, events, errored
 
 
-def read_archive_rows(data: bytes) -> ArchiveRows:
-    """The rows of an ``.eval`` archive this reader recognizes; raises :class:`UnrecognizedArchive`."""
-    return ArchiveRows(EvalArchive(data))
+_SAMPLE_COLUMNS = frozenset(SAMPLE_ROW)
+_EVENT_COLUMNS = frozenset(EVENT_ROW)
 
 
-__all__ = ["ArchiveRows", "read_archive_rows"]
+def warm_reader() -> None:
+    """Load what :func:`read_part` loads on first use (a landing worker runs this once)."""
+    sample_fields()
+    _to_float()
+
+
+def read_archive_rows(data: bytes, *, processes: int | None = None) -> ArchiveRows:
+    """The rows of an ``.eval`` archive this reader recognizes; raises :class:`UnrecognizedArchive`.
+
+    A log of many samples is parsed in up to ``processes`` processes (default: the
+    ``EVALRUNNER_LAND_PROCESSES`` setting; 0 or 1 parse here): the parse is Python work under one
+    interpreter lock, so threads landing logs side by side would otherwise share one core."""
+    archive = EvalArchive(data)
+    members = archive.sample_members
+    packed = [archive.packed(info) for info in members]
+    parts = read_pool.read_parts(read_part, warm_reader, members, packed, processes)
+    return ArchiveRows(archive.header, parts)
+
+
+__all__ = ["ArchivePart", "ArchiveRows", "read_archive_rows", "read_part", "warm_reader"]

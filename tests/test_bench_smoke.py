@@ -27,7 +27,7 @@ RATIO_LINES: dict[str, str] = {
     # The candidate may never go over (a ratio of 0): the baseline's overshoot is the measurement.
     "gateway_budget": r"^\s+\d+\s+(\d+) calls\s+\d+ calls\s+\d+\s+(?:\d+\.\d+|–)$",
     "gateway_overhead": r"ratio \(candidate / baseline\)\s+p50\s+(\d+\.\d+)x",
-    "ingest": r"land_batch via the direct \.eval reader:.*ratio (\d+\.\d+)x",
+    "ingest": r"land_batch via the direct reader, parsed in \d+ worker processes:.*ratio (\d+\.\d+)x",
     "miner": r"miner \(SQL features \+ matrix \+ tests\)\s+\S+ ms\s+= (\d+\.\d+)x the baseline",
     "repo_env": r"candidate sandboxed build\s+:\s+\S+ s\s+ratio\s+(\d+\.\d+)x",
     # The pre-compare sweep: the whole-lake walk it replaced over the temp-writer index.

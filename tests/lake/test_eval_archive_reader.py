@@ -20,7 +20,7 @@ import pytest
 from lake import open_lake
 from lake.eval_archive import EvalArchive, UnrecognizedArchive
 from lake.ingest import LogIngestError, LogStatusError, _record, _tables, land_batch, read_log_bytes
-from lake.raw_rows import read_archive_rows
+from lake.raw_rows import read_archive_rows, read_part, warm_reader
 from tests.helpers.inspect_models import probe_batch_key, probe_logs
 
 KEY = probe_batch_key("acme/widgets", "a" * 40, epochs=2)
@@ -309,3 +309,62 @@ def test_logs_landed_in_parallel_threads_land_what_they_land_one_by_one(corpus, 
     import gc
 
     assert gc.isenabled()
+
+
+def _pool_rows(data: bytes) -> Any:
+    from lake import read_pool
+    from lake.raw_rows import ArchiveRows
+
+    archive = EvalArchive(data)
+    packed = [archive.packed(m) for m in archive.sample_members]
+    parts = read_pool.read_parts(read_part, warm_reader, archive.sample_members, packed, 2, min_samples=1)
+    return ArchiveRows(archive.header, parts), len(parts)
+
+
+def test_rows_read_in_worker_processes_equal_the_rows_read_here(corpus: dict[str, Path]) -> None:
+    from lake import read_pool
+
+    assert read_pool.wait_ready(2, timeout=60, warm=warm_reader), "the landing workers did not start"
+    checked = 0
+    for name, path in corpus.items():
+        data = path.read_bytes()
+        try:
+            here = read_archive_rows(data, processes=0)
+        except UnrecognizedArchive:
+            continue
+        pooled, parts = _pool_rows(data)
+        assert parts == (2 if len(here.sample_errors) > 1 else 1), name
+        for a, b in zip(pooled.tables(KEY), here.tables(KEY)):
+            assert a == b if isinstance(a, int) else a.equals(b), name
+        assert pooled.sample_errors == here.sample_errors
+        checked += 1
+    assert checked >= 3
+
+
+def test_a_killed_landing_worker_costs_only_a_read_here(corpus: dict[str, Path]) -> None:
+    from lake import read_pool
+
+    assert read_pool.wait_ready(2, timeout=60, warm=warm_reader)
+    first = read_pool._pool
+    assert first is not None
+    first.workers[0].process.kill()
+    first.workers[0].process.wait()
+    data = corpus["rich"].read_bytes()
+    pooled, parts = _pool_rows(data)
+    assert parts == 1  # read here, in one part
+    assert pooled.tables(KEY)[0].equals(read_archive_rows(data, processes=0).tables(KEY)[0])
+    assert read_pool._pool is not first  # the broken pool was dropped; the next large log starts another
+    assert read_pool.wait_ready(2, timeout=60, warm=warm_reader)
+    assert _pool_rows(data)[1] == 2
+
+
+def test_a_damaged_member_read_in_a_worker_is_unrecognized(corpus: dict[str, Path]) -> None:
+    from lake import read_pool
+
+    assert read_pool.wait_ready(2, timeout=60, warm=warm_reader)
+    data = corpus["rich"].read_bytes()
+    archive = EvalArchive(data)
+    packed = [archive.packed(m) for m in archive.sample_members]
+    packed[-1] = packed[-1][:-3] + b"xyz"
+    with pytest.raises(UnrecognizedArchive):
+        read_pool.read_parts(read_part, warm_reader, archive.sample_members, packed, 2, min_samples=1)
