@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import cache
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -495,9 +496,7 @@ class ArchiveRows:
         )
         if perm != list(range(n)):
             counts = [c for part in parts for c in part.event_counts]
-            starts = [0] * n
-            for i in range(1, n):
-                starts[i] = starts[i - 1] + counts[i - 1]
+            starts = list(accumulate(counts, initial=0))
             samples = samples.take(pa.array(perm, type=pa.int64()))
             rows = [j for i in perm for j in range(starts[i], starts[i] + counts[i])]
             events = events.take(pa.array(rows, type=pa.int64()))

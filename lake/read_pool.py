@@ -268,8 +268,9 @@ def read_parts(
     members (see the module's docstring). ``read`` and ``warm`` (what a worker runs once before it
     counts as ready) are module-level functions: they travel to the workers by name."""
     n = len(members)
-    workers = _configured_workers(processes)
-    pool = _ready_pool(workers, warm) if workers > 1 and n >= min_samples else None
+    # a small log (every comparison window) neither reads the setting nor touches the pool
+    workers = _configured_workers(processes) if n >= min_samples else 1
+    pool = _ready_pool(workers, warm) if workers > 1 else None
     if pool is None:
         return [read(list(members), list(packed))]
     size = math.ceil(n / workers)
